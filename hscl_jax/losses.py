@@ -1,0 +1,525 @@
+"""Contrastive losses UCL, H-UCL, SCL and H-SCL as pure, jittable JAX functions.
+
+Equation numbers refer to Jiang, Nguyen, Ishwar, Aeron, "Supervised Contrastive
+Learning with Hard Negative Samples" (conference version); the H-UCL debiasing
+follows Robinson et al., "Contrastive Learning with Hard Negative Samples" (ICLR 2021).
+
+Every loss takes ``features`` of shape ``[batch, views, dim]`` (L2-normalised by the
+caller; views >= 2) and, for the supervised ones, integer ``labels`` of shape
+``[batch]``. The ``n = batch * views`` rows are flattened sample-major: row
+``r`` is view ``r % views`` of sample ``r // views``. With ``g_ij = z_i . z_j / γ``
+the loss of a positive pair (i, p) is eq. (3),
+
+    ℓ_ip = log(1 + M e^{-g_ip} E_{j~q_i}[e^{g_ij}]) = softplus(log M - g_ip + log E_i),
+
+where q_i ∝ η(g_ij) over the negatives N(i) of anchor i, and the expectation is taken
+in log space, ``log E_i = LSE_j(log η + g) - LSE_j(log η)``, so nothing overflows for
+any temperature or β. The loss is the flat mean of ℓ_ip over all ordered positive pairs
+of the (global) batch. Hardening functions are given as ``g -> log η(g)``.
+
+Rules for the edge cases (never NaN):
+  * An anchor with no negative (all labels equal; or, for a threshold hardening, no
+    negative at or above the threshold) has an empty negative sum, so E_i := 0 and each
+    of its pairs contributes ℓ_ip = log(1 + 0) = 0 (with zero gradient). The pair still
+    counts in the mean's denominator, so the normaliser does not jump as anchors cross
+    a threshold. A batch with no negative at all has loss 0. (H-UCL applies its floor
+    below to the empty mass too; UCL's negatives are empty only for a one-sample batch.)
+  * β = 0 gives η ≡ 1 (log η ≡ 0) whether or not the weights are detached: exactly SCL/UCL.
+  * H-UCL with τ⁺ > 0: the debiased negative mass can go negative; it is floored at
+    M·e^{-1/γ} (HCL's clamp, ``clamp=True``) or at 0 (``clamp=False``, the pair then
+    contributes 0). Either way, finite.
+
+Cross-device: with ``axis_name`` (inside ``jax.shard_map`` or ``jax.pmap`` over that
+axis, ``features``/``labels`` being the local shard), keys and labels are all-gathered
+so every local anchor sees the negatives of the global batch, and the returned value
+is the loss of the global batch, identical on every device. Inside ``jax.shard_map``
+(default ``check_vma=True``), ``jax.grad`` of it with respect to replicated parameters
+is already the gradient of the global-batch loss: JAX inserts the cross-device sum.
+
+Memory: ``block_size=None`` picks the dense form when ``n_local * n_global <=
+DENSE_MAX_ENTRIES`` and otherwise streams over key blocks of ``DEFAULT_BLOCK_SIZE``
+rows (log-sum-exp accumulated online, tiles rematerialised in the backward pass);
+pass an int to force blocks of that size, or 0 to force the dense form. Both forms give
+the same value and gradient.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+Hardening = Callable[[Array], Array]  # g -> log η(g), η non-negative and non-decreasing
+
+DENSE_MAX_ENTRIES = 1 << 24  # 16.7M similarities: 64 MiB per f32 n×n buffer
+DEFAULT_BLOCK_SIZE = 2048
+_NEG_INF = -jnp.inf
+
+
+# --------------------------------------------------------------------------------------
+# Hardening functions and schedules.
+
+
+def exponential(beta) -> Hardening:
+  """η_exp(g) = e^{βg} (Definition 1; H-SCL(β)). ``beta`` may be a traced array."""
+  if isinstance(beta, (int, float)) and beta < 0:
+    raise ValueError(f"beta must be >= 0 (a non-decreasing hardening), got {beta}.")
+  return lambda g: beta * g
+
+
+def threshold(tau) -> Hardening:
+  """η_thresh(g) = 1(e^g >= τ) (Sec. IV-A; H-SCL(τ)). ``tau`` may be a traced array.
+
+  τ -> 0 keeps every negative (SCL); see ``tau_schedule`` for eq. (4).
+  """
+  if isinstance(tau, (int, float)) and tau < 0:
+    raise ValueError(f"tau must be >= 0 (it thresholds e^g > 0), got {tau}.")
+  log_tau = jnp.log(jnp.asarray(tau, jnp.float32))
+  return lambda g: jnp.where(g >= log_tau, 0.0, _NEG_INF)
+
+
+def _no_hardening(g: Array) -> Array:
+  return jnp.zeros_like(g)
+
+
+def tau_schedule(epoch, *, start: float, end: float, num_epochs: int, temperature: float = 0.5):
+  """Threshold of H-SCL(τ) at a 1-based ``epoch``, eq. (4): τ = e^{l/γ},
+
+  l = start + (epoch - 1) / (num_epochs - 1) · (end - start). A single-epoch run uses
+  ``start``. The paper's grid: start ∈ {-0.5, -0.3, -0.1}, end ∈ {-0.1, 0, 0.1}.
+  """
+  progress = (jnp.asarray(epoch, jnp.float32) - 1.0) / max(num_epochs - 1, 1)
+  level = start + progress * (end - start)
+  return jnp.exp(level / temperature)
+
+
+def beta_schedule(epoch, *, beta: float, num_epochs: int, num_steps: int):
+  """HCL's annealed β at a 1-based ``epoch`` (Robinson et al., App. D.1).
+
+  β starts at ``beta`` and drops by β/ℓ (ℓ = ``num_steps``) at every epoch that is a
+  multiple of num_epochs/ℓ, reaching 0 at the last epoch.
+  """
+  if num_steps < 1:
+    raise ValueError(f"num_steps (ℓ, the number of β changes) must be >= 1, got {num_steps}.")
+  drops = jnp.floor(jnp.asarray(epoch, jnp.float32) * num_steps / num_epochs)
+  return beta * jnp.clip(1.0 - drops / num_steps, 0.0, 1.0)
+
+
+# --------------------------------------------------------------------------------------
+# Row bookkeeping: which rows are self / same sample / same label.
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+  """Per-row metadata. ``index`` and ``sample`` are global; padded rows have valid=False."""
+
+  z: Array  # [rows, dim] float32
+  index: Array  # [rows] int32
+  sample: Array  # [rows] int32
+  label: Array  # [rows] int32
+  valid: Array  # [rows] bool
+
+
+def _check_inputs(features, labels):
+  if features.ndim != 3:
+    raise ValueError(
+        f"features must have shape [batch, views, dim], got shape {features.shape}; "
+        "stack the views on axis 1 (e.g. jnp.stack([z1, z2], axis=1)).")
+  if features.shape[1] < 2:
+    raise ValueError(
+        f"features need at least 2 views per sample (axis 1), got {features.shape[1]}: "
+        "a single view has no positive pair.")
+  if not jnp.issubdtype(features.dtype, jnp.floating):
+    raise TypeError(f"features must be floating point, got dtype {features.dtype}.")
+  if labels is None:
+    return
+  if labels.ndim != 1:
+    raise ValueError(f"labels must have shape [batch], got shape {labels.shape}.")
+  if not jnp.issubdtype(labels.dtype, jnp.integer):
+    raise TypeError(
+        f"labels must be integers (class ids), got dtype {labels.dtype}; "
+        "cast them with labels.astype(jnp.int32).")
+  if labels.shape[0] != features.shape[0]:
+    raise ValueError(
+        f"labels has {labels.shape[0]} entries but features has batch size "
+        f"{features.shape[0]}: there must be one label per sample (not per view).")
+
+
+def _rows(features, labels, axis_name) -> tuple[_Rows, _Rows]:
+  """Local anchor rows and global key rows (all-gathered over ``axis_name``)."""
+  batch, views, dim = features.shape
+  z = features.astype(jnp.float32)
+  if labels is None:
+    labels = jnp.zeros((batch,), jnp.int32)
+  labels = labels.astype(jnp.int32)
+  if axis_name is None:
+    shard, z_all, labels_all = 0, z, labels
+  else:
+    shard = jax.lax.axis_index(axis_name)
+    z_all = jax.lax.all_gather(z, axis_name, axis=0, tiled=True)
+    labels_all = jax.lax.all_gather(labels, axis_name, axis=0, tiled=True)
+
+  def flatten(z_, labels_, first_sample):
+    num = z_.shape[0]
+    sample = first_sample + jnp.repeat(jnp.arange(num, dtype=jnp.int32), views)
+    return _Rows(
+        z=z_.reshape(num * views, dim),
+        index=sample * views + jnp.tile(jnp.arange(views, dtype=jnp.int32), num),
+        sample=sample,
+        label=jnp.repeat(labels_, views),
+        valid=jnp.ones((num * views,), bool),
+    )
+
+  return flatten(z, labels, shard * batch), flatten(z_all, labels_all, 0)
+
+
+# Candidate sets between anchor rows (queries) and key rows, as boolean tiles.
+def _not_self(q: _Rows, k: _Rows):
+  return (q.index[:, None] != k.index[None, :]) & q.valid[:, None] & k.valid[None, :]
+
+
+def _other_sample(q, k):
+  return _not_self(q, k) & (q.sample[:, None] != k.sample[None, :])
+
+
+def _same_sample(q, k):
+  return _not_self(q, k) & (q.sample[:, None] == k.sample[None, :])
+
+
+def _other_label(q, k):
+  return _not_self(q, k) & (q.label[:, None] != k.label[None, :])
+
+
+def _same_label(q, k):
+  return _not_self(q, k) & (q.label[:, None] == k.label[None, :])
+
+
+def _label_collision(q, k):
+  """Same label as the anchor among UCL's negatives (the Hcol candidates)."""
+  return _other_sample(q, k) & (q.label[:, None] == k.label[None, :])
+
+
+Mask = Callable[[_Rows, _Rows], Array]
+
+
+# --------------------------------------------------------------------------------------
+# Streaming log-sum-exp: (max, scaled sum) partials that merge exactly.
+
+
+def _lse_partial(x: Array):
+  """Partial log-sum-exp over the last axis; -inf entries are excluded."""
+  m = jax.lax.stop_gradient(jnp.max(x, axis=-1))
+  m = jnp.where(jnp.isfinite(m), m, jnp.finfo(jnp.float32).min)  # finite shift
+  return m, jnp.sum(jnp.exp(x - m[..., None]), axis=-1)
+
+
+def _lse_merge(a, b):
+  (ma, sa), (mb, sb) = a, b
+  m = jnp.maximum(ma, mb)
+  return m, sa * jnp.exp(ma - m) + sb * jnp.exp(mb - m)
+
+
+def _lse_finish(partial):
+  """-> (lse, nonempty); lse is 0 (not -inf) for an empty set so gradients stay finite."""
+  m, s = partial
+  nonempty = s > 0
+  return jnp.log(jnp.where(nonempty, s, 1.0)) + jnp.where(nonempty, m, 0.0), nonempty
+
+
+# --------------------------------------------------------------------------------------
+# The two passes, per tile of (anchor rows) × (key rows).
+
+
+def _similarity(q: _Rows, k: _Rows, temperature) -> Array:
+  return jnp.dot(q.z, k.z.T, precision=jax.lax.Precision.HIGHEST) / temperature
+
+
+def _log_weights(g, candidates, hardening, stop_gradient_weights):
+  log_eta = hardening(g).astype(jnp.float32)
+  if stop_gradient_weights:
+    log_eta = jax.lax.stop_gradient(log_eta)
+  return jnp.where(candidates, log_eta, _NEG_INF)
+
+
+def _expectation_partials(q, k, *, candidates: Mask, hardening, temperature, stop_gradient_weights):
+  """Partials of LSE(log η + g) and LSE(log η) over the candidate keys of each anchor."""
+  g = _similarity(q, k, temperature)
+  log_w = _log_weights(g, candidates(q, k), hardening, stop_gradient_weights)
+  return _lse_partial(log_w + g), _lse_partial(log_w)
+
+
+def _pair_sums(q, k, log_e, has_negative, *, positives: Mask, pair_loss, temperature):
+  """Sum of ℓ_ip and number of pairs over the positive keys of each anchor."""
+  g = _similarity(q, k, temperature)
+  pos = positives(q, k)
+  loss = pair_loss(g, log_e[:, None], has_negative[:, None])
+  return jnp.sum(jnp.where(pos, loss, 0.0)), jnp.sum(pos, dtype=jnp.float32)
+
+
+def _pad_rows(rows: _Rows, multiple: int) -> _Rows:
+  pad = -rows.z.shape[0] % multiple
+  if pad == 0:
+    return rows
+  padded = jax.tree.map(lambda x: jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]), rows)
+  return dataclasses.replace(padded, valid=padded.valid.at[-pad:].set(False))
+
+
+def _blocks(rows: _Rows, size: int) -> _Rows:
+  return jax.tree.map(lambda x: x.reshape((-1, size) + x.shape[1:]), rows)
+
+
+def _log_expectations(q, k, block_size, **kwargs):
+  """(log E_i, has_negative_i) for every anchor row of ``q``."""
+  if block_size is None:
+    num, den = _expectation_partials(q, k, **kwargs)
+  else:
+    tile = jax.checkpoint(functools.partial(_expectation_partials, **kwargs))
+
+    def step(carry, k_block):
+      num, den = tile(q, k_block)
+      return (_lse_merge(carry[0], num), _lse_merge(carry[1], den)), None
+
+    # *_like keeps the carry's device-variance (shard_map) equal to the data's.
+    empty = (jnp.full_like(q.z[:, 0], jnp.finfo(jnp.float32).min), jnp.zeros_like(q.z[:, 0]))
+    (num, den), _ = jax.lax.scan(step, (empty, empty), _blocks(k, block_size))
+  (lse_num, _), (lse_den, has_negative) = _lse_finish(num), _lse_finish(den)
+  return jnp.where(has_negative, lse_num - lse_den, 0.0), has_negative
+
+
+def _loss_sums(q, k, block_size, *, candidates, positives, hardening, pair_loss, temperature,
+               stop_gradient_weights):
+  """(Σ ℓ_ip, number of positive pairs) over the anchor rows ``q``."""
+  log_e, has_negative = _log_expectations(
+      q, k, block_size, candidates=candidates, hardening=hardening, temperature=temperature,
+      stop_gradient_weights=stop_gradient_weights)
+  pair_kwargs = dict(positives=positives, pair_loss=pair_loss, temperature=temperature)
+  if block_size is None:
+    return _pair_sums(q, k, log_e, has_negative, **pair_kwargs)
+  tile = jax.checkpoint(functools.partial(_pair_sums, **pair_kwargs))
+
+  def step(carry, k_block):
+    total, count = tile(q, k_block, log_e, has_negative)
+    return (carry[0] + total, carry[1] + count), None
+
+  zero = jnp.zeros_like(log_e[0])
+  (total, count), _ = jax.lax.scan(step, (zero, zero), _blocks(k, block_size))
+  return total, count
+
+
+def _resolve_block_size(block_size, num_queries, num_keys):
+  if block_size is None:
+    return None if num_queries * num_keys <= DENSE_MAX_ENTRIES else DEFAULT_BLOCK_SIZE
+  if block_size < 0:
+    raise ValueError(f"block_size must be None (auto), 0 (dense) or positive, got {block_size}.")
+  return block_size or None
+
+
+def _global_loss(features, labels, *, candidates, positives, hardening, pair_loss, temperature,
+                 stop_gradient_weights, axis_name, block_size):
+  """Flat mean of ℓ_ip over the ordered positive pairs of the global batch."""
+  q, k = _rows(features, labels, axis_name)
+  block = _resolve_block_size(block_size, q.index.shape[0], k.index.shape[0])
+  kwargs = dict(candidates=candidates, positives=positives, hardening=hardening,
+                pair_loss=pair_loss, temperature=temperature,
+                stop_gradient_weights=stop_gradient_weights)
+  if block is None:
+    total, count = _loss_sums(q, k, None, **kwargs)
+  else:
+    k = _pad_rows(k, block)
+    q_blocks = _blocks(_pad_rows(q, block), block)
+    sums = jax.lax.map(lambda q_block: _loss_sums(q_block, k, block, **kwargs), q_blocks)
+    total, count = jnp.sum(sums[0]), jnp.sum(sums[1])
+  if axis_name is not None:
+    total, count = jax.lax.psum((total, count), axis_name)
+  return total / jnp.maximum(count, 1.0)
+
+
+# --------------------------------------------------------------------------------------
+# Per-pair losses.
+
+
+def _log_m(M, features, axis_name):
+  """log M; M = None means n - 2 with n the number of rows of the global batch."""
+  if M is None:
+    batch, views, _ = features.shape
+    devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+    M = batch * views * devices - 2
+    if M <= 0:
+      raise ValueError(f"M = n - 2 = {M} is not positive: the batch has too few rows; pass M.")
+  elif isinstance(M, (int, float)) and M <= 0:
+    raise ValueError(f"M must be positive, got {M}.")
+  return jnp.log(jnp.asarray(M, jnp.float32))
+
+
+def _infonce_pair_loss(log_m):
+  """eq. (3): softplus(log M - g_ip + log E_i); 0 for an anchor without negatives."""
+
+  def pair_loss(g, log_e, has_negative):
+    return jnp.where(has_negative, jax.nn.softplus(log_m - g + log_e), 0.0)
+
+  return pair_loss
+
+
+def _debiased_pair_loss(log_m, tau_plus, temperature, clamp):
+  """HCL's debiased term: Ng = M (E - τ⁺ e^{g_ip}) / (1 - τ⁺), floored; ℓ = log(1 + Ng e^{-g_ip})."""
+  floor = log_m - 1.0 / temperature if clamp else _NEG_INF
+
+  def pair_loss(g, log_e, has_negative):
+    ratio = tau_plus * jnp.exp(jnp.minimum(g - log_e, 80.0))  # τ⁺ e^{g_ip} / E_i
+    positive_mass = has_negative & (ratio < 1.0)
+    safe_ratio = jnp.where(positive_mass, ratio, 0.0)
+    log_ng = log_m + log_e + jnp.log1p(-safe_ratio) - jnp.log1p(-tau_plus)
+    log_ng = jnp.maximum(jnp.where(positive_mass, log_ng, _NEG_INF), floor)
+    return jnp.where(jnp.isfinite(log_ng), jax.nn.softplus(log_ng - g), 0.0)
+
+  return pair_loss
+
+
+def _check_temperature(temperature):
+  if isinstance(temperature, (int, float)) and not temperature > 0:
+    raise ValueError(f"temperature must be positive, got {temperature}.")
+
+
+# --------------------------------------------------------------------------------------
+# Public losses.
+
+
+def ucl(features: Array, *, temperature=0.5, M=None, axis_name: Optional[str] = None,
+        block_size: Optional[int] = None) -> Array:
+  """UCL (SimCLR / NT-Xent): positives are the other views of the same sample, negatives
+  every row of another sample, η ≡ 1; eq. (3). With M = n - 2 this is NT-Xent exactly."""
+  _check_inputs(features, None)
+  _check_temperature(temperature)
+  return _global_loss(
+      features, None, candidates=_other_sample, positives=_same_sample, hardening=_no_hardening,
+      pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)), temperature=temperature,
+      stop_gradient_weights=False, axis_name=axis_name, block_size=block_size)
+
+
+def hucl(features: Array, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp: bool = True,
+         stop_gradient_weights: bool = False, axis_name: Optional[str] = None,
+         block_size: Optional[int] = None) -> Array:
+  """H-UCL (HCL, Robinson et al. eq. (4)/Fig. 13): UCL's positives and negatives with
+  q_i ∝ e^{β g_ij} (Sec. III-C), and τ⁺ debiasing with the negative mass floored at
+  M·e^{-1/γ} (``clamp=True``, HCL's rule) or at 0 (``clamp=False``). τ⁺ = 0 and
+  β = 0 give UCL (on unit-norm features, where the floor never binds)."""
+  _check_inputs(features, None)
+  _check_temperature(temperature)
+  if isinstance(tau_plus, (int, float)) and not 0 <= tau_plus < 1:
+    raise ValueError(f"tau_plus (class prior) must be in [0, 1), got {tau_plus}.")
+  log_m = _log_m(M, features, axis_name)
+  return _global_loss(
+      features, None, candidates=_other_sample, positives=_same_sample,
+      hardening=exponential(beta),
+      pair_loss=_debiased_pair_loss(log_m, tau_plus, temperature, clamp), temperature=temperature,
+      stop_gradient_weights=stop_gradient_weights, axis_name=axis_name, block_size=block_size)
+
+
+def scl(features: Array, labels: Array, *, temperature=0.5, M=None,
+        axis_name: Optional[str] = None, block_size: Optional[int] = None) -> Array:
+  """SCL: positives every other row with the anchor's label (including its other views),
+  negatives every row with another label, η ≡ 1 (Sec. III-B, eq. (3))."""
+  return hscl(features, labels, hardening=_no_hardening, temperature=temperature, M=M,
+              axis_name=axis_name, block_size=block_size)
+
+
+def hscl(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5, M=None,
+         stop_gradient_weights: bool = False, axis_name: Optional[str] = None,
+         block_size: Optional[int] = None) -> Array:
+  """H-SCL (Sec. III-C, eq. (3)): SCL's positives and negatives with q_i ∝ η(g_ij).
+
+  ``hardening`` maps g to log η(g): ``exponential(beta)`` for H-SCL(β),
+  ``threshold(tau)`` for H-SCL(τ), or any function of a non-decreasing η >= 0.
+  Gradients flow through the weights unless ``stop_gradient_weights``.
+  """
+  _check_inputs(features, labels)
+  _check_temperature(temperature)
+  return _global_loss(
+      features, labels, candidates=_other_label, positives=_same_label, hardening=hardening,
+      pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)), temperature=temperature,
+      stop_gradient_weights=stop_gradient_weights, axis_name=axis_name, block_size=block_size)
+
+
+# --------------------------------------------------------------------------------------
+# Diagnostics (Sec. IV and V-B; Figs. 4 and 5). Dense: meant for monitoring batches.
+
+
+def log_alphas(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
+               axis_name: Optional[str] = None) -> dict[str, Array]:
+  """Per-anchor log α_HUCL, log α_HSCL, log α_Hcol (Prop. 2), each ``[local rows]``.
+
+  α_X = E_{j~q_UCL}[1(j ∈ X) η(g_ij)] with q_UCL uniform over UCL's negatives of the
+  anchor (rows of other samples); X is all of them (H-UCL), those with another label
+  (H-SCL) or the same label (Hcol), so α_HUCL = α_HSCL + α_Hcol exactly. An empty set
+  gives log α = -inf.
+  """
+  _check_inputs(features, labels)
+  q, k = _rows(features, labels, axis_name)
+  log_eta = hardening(_similarity(q, k, temperature))
+  ucl_negatives = _other_sample(q, k)
+  log_count = jnp.log(jnp.maximum(jnp.sum(ucl_negatives, axis=1), 1).astype(jnp.float32))
+
+  def log_alpha(mask):
+    lse, nonempty = _lse_finish(_lse_partial(jnp.where(mask, log_eta, _NEG_INF)))
+    return jnp.where(nonempty, lse - log_count, _NEG_INF)
+
+  return {
+      "hucl": log_alpha(ucl_negatives),
+      "hscl": log_alpha(_other_label(q, k)),
+      "hcol": log_alpha(_label_collision(q, k)),
+  }
+
+
+def assumption1(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
+                axis_name: Optional[str] = None) -> Array:
+  """Per-anchor indicator of Assumption 1: E_{q_Hcol}[e^g] >= E_{q_HSCL}[e^g].
+
+  q_Hcol ∝ η over label collisions among UCL's negatives, q_HSCL ∝ η over rows of another
+  label. Where either set is empty the conclusion of Lemma 1 holds with equality for that
+  anchor (E_HUCL = E_HSCL, or ℓ_HSCL = 0), so it counts as satisfied.
+  """
+  _check_inputs(features, labels)
+  q, k = _rows(features, labels, axis_name)
+  kwargs = dict(hardening=hardening, temperature=temperature, stop_gradient_weights=False)
+  log_e_col, has_col = _log_expectations(q, k, None, candidates=_label_collision, **kwargs)
+  log_e_hscl, has_hscl = _log_expectations(q, k, None, candidates=_other_label, **kwargs)
+  return ~(has_col & has_hscl) | (log_e_col >= log_e_hscl)
+
+
+def batch_diagnostics(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
+                      M=None, positives: str = "sample", axis_name: Optional[str] = None,
+                      block_size: Optional[int] = None) -> dict[str, Array]:
+  """The four losses of one batch with the same positives, and Assumption 1 (Figs. 4, 5).
+
+  ``positives``: "sample" (other views of the anchor's sample; with label-paired views
+  this is the paper's Lemma 1 set-up) or "label" (every other row of the anchor's label).
+  H-UCL uses the same hardening as H-SCL and τ⁺ = 0, so Lemma 1 reads
+  loss_hscl <= loss_hucl whenever assumption1_fraction == 1. Values carry no gradient.
+  """
+  features, labels = jax.lax.stop_gradient((features, labels))
+  _check_inputs(features, labels)
+  _check_temperature(temperature)
+  positive_set = {"sample": _same_sample, "label": _same_label}.get(positives)
+  if positive_set is None:
+    raise ValueError(f"positives must be 'sample' or 'label', got {positives!r}.")
+  loss = functools.partial(
+      _global_loss, features, labels, positives=positive_set,
+      pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)), temperature=temperature,
+      stop_gradient_weights=True, axis_name=axis_name, block_size=block_size)
+  satisfied = assumption1(features, labels, hardening=hardening, temperature=temperature,
+                          axis_name=axis_name)
+  fraction = jnp.mean(satisfied.astype(jnp.float32))
+  if axis_name is not None:
+    fraction = jax.lax.pmean(fraction, axis_name)
+  return {
+      "loss_ucl": loss(candidates=_other_sample, hardening=_no_hardening),
+      "loss_hucl": loss(candidates=_other_sample, hardening=hardening),
+      "loss_scl": loss(candidates=_other_label, hardening=_no_hardening),
+      "loss_hscl": loss(candidates=_other_label, hardening=hardening),
+      "assumption1_fraction": fraction,
+  }

@@ -1,0 +1,477 @@
+"""Loss kernels against an independent float64 reference and the paper's identities."""
+
+import functools
+
+from absl.testing import parameterized
+import chex
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec as P
+import numpy as np
+import pytest
+
+from hscl_jax import losses
+
+
+# --------------------------------------------------------------------------------------
+# Independent float64 reference, written from REFERENCE.md / eq. (3) with explicit sets.
+
+
+def reference_loss(features, labels=None, *, method, temperature=0.5, M=None, eta=None,
+                   hcl=False, tau_plus=0.0, clamp=True):
+  """Flat mean over ordered positive pairs of log(1 + M e^{-g_ip} E_{q_i}[e^g]).
+
+  method: 'sample' (UCL/H-UCL sets) or 'label' (SCL/H-SCL sets); eta: g -> η(g) (numpy);
+  hcl: use HCL's debiased, clamped objective (Robinson et al., Fig. 13) instead.
+  """
+  z = np.asarray(features, np.float64)
+  b, v, d = z.shape
+  n = b * v
+  rows = z.reshape(n, d)
+  sample = np.arange(n) // v
+  label = np.asarray(labels)[sample] if labels is not None else sample
+  group = sample if method == "sample" else label
+  g = rows @ rows.T / temperature
+  M = n - 2 if M is None else M
+  eta = eta or (lambda x: np.ones_like(x))
+  total, count = 0.0, 0
+  for i in range(n):
+    positives = [j for j in range(n) if j != i and group[j] == group[i]]
+    negatives = [j for j in range(n) if group[j] != group[i]]
+    w = eta(g[i, negatives]) if negatives else np.zeros(0)
+    expectation = (w * np.exp(g[i, negatives])).sum() / w.sum() if w.sum() > 0 else 0.0
+    for p in positives:
+      if hcl:
+        mass = M * (expectation - tau_plus * np.exp(g[i, p])) / (1 - tau_plus)
+        mass = max(mass, M * np.exp(-1 / temperature) if clamp else 0.0)
+        total += -np.log(np.exp(g[i, p]) / (np.exp(g[i, p]) + mass))
+      else:
+        total += np.log1p(M * np.exp(-g[i, p]) * expectation)
+      count += 1
+  return total / count
+
+
+def reference_hucl(features, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp=True):
+  return reference_loss(features, method="sample", eta=lambda g: np.exp(beta * g),
+                        hcl=True, tau_plus=tau_plus, temperature=temperature, M=M, clamp=clamp)
+
+
+def normalized(x):
+  return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def random_batch(seed, batch=6, views=2, dim=8, num_classes=3):
+  kf, kl = jax.random.split(jax.random.key(seed))
+  features = normalized(jax.random.normal(kf, (batch, views, dim)))
+  labels = jax.random.randint(kl, (batch,), 0, num_classes)
+  return features, labels
+
+
+# name -> (kernel(features, labels, **kw), reference(features, labels, **kw))
+LOSSES = {
+    "ucl": (lambda f, y, **kw: losses.ucl(f, **kw),
+            lambda f, y, **kw: reference_loss(f, method="sample", **kw)),
+    "hucl": (lambda f, y, **kw: losses.hucl(f, beta=1.5, **kw),
+             lambda f, y, **kw: reference_hucl(f, beta=1.5, **kw)),
+    "hucl_debiased": (lambda f, y, **kw: losses.hucl(f, beta=1.0, tau_plus=0.1, **kw),
+                      lambda f, y, **kw: reference_hucl(f, beta=1.0, tau_plus=0.1, **kw)),
+    "scl": (lambda f, y, **kw: losses.scl(f, y, **kw),
+            lambda f, y, **kw: reference_loss(f, y, method="label", **kw)),
+    "hscl_exp": (lambda f, y, **kw: losses.hscl(f, y, hardening=losses.exponential(2.0), **kw),
+                 lambda f, y, **kw: reference_loss(f, y, method="label",
+                                                   eta=lambda g: np.exp(2.0 * g), **kw)),
+    "hscl_threshold": (
+        lambda f, y, **kw: losses.hscl(f, y, hardening=losses.threshold(np.exp(-0.2)), **kw),
+        lambda f, y, **kw: reference_loss(f, y, method="label",
+                                          eta=lambda g: (np.exp(g) >= np.exp(-0.2)) * 1.0, **kw)),
+}
+
+
+def directional_derivative(fn, x, direction, eps=1e-5):
+  """Central finite difference of a float64 numpy function."""
+  x = np.asarray(x, np.float64)
+  return (fn(x + eps * direction) - fn(x - eps * direction)) / (2 * eps)
+
+
+class ReferenceTest(chex.TestCase):
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.product(
+      name=sorted(LOSSES),
+      setting=[dict(views=2, temperature=0.5, M=None), dict(views=3, temperature=0.2, M=7.5)])
+  def test_value_matches_reference(self, name, setting):
+    kernel, reference = LOSSES[name]
+    features, labels = random_batch(0, views=setting["views"])
+    kw = dict(temperature=setting["temperature"], M=setting["M"])
+    got = self.variant(functools.partial(kernel, **kw))(features, labels)
+    chex.assert_shape(got, ())
+    self.assertEqual(got.dtype, jnp.float32)
+    np.testing.assert_allclose(got, reference(features, labels, **kw), rtol=2e-5)
+
+  @chex.variants(with_jit=True, without_jit=True)
+  @parameterized.parameters(*sorted(LOSSES))
+  def test_gradient_matches_reference(self, name):
+    kernel, reference = LOSSES[name]
+    features, labels = random_batch(1)
+    grad = self.variant(jax.grad(lambda f: kernel(f, labels)))(features)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+      direction = rng.normal(size=features.shape)
+      expected = directional_derivative(lambda f: reference(f, labels), features, direction)
+      np.testing.assert_allclose(jnp.vdot(grad, direction), expected, rtol=1e-3, atol=1e-5)
+
+
+class IdentityTest(parameterized.TestCase):
+
+  def test_ucl_is_nt_xent(self):
+    """With two views and M = n - 2, eq. (3) is SimCLR's NT-Xent cross-entropy."""
+    features, _ = random_batch(2, batch=8)
+    z = features.reshape(16, -1)
+    logits = z @ z.T / 0.5
+    logits = jnp.where(jnp.eye(16, dtype=bool), -jnp.inf, logits)
+    partner = jnp.arange(16) ^ 1  # rows 2s and 2s+1 are the two views of sample s
+    nt_xent = -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(16), partner])
+    np.testing.assert_allclose(losses.ucl(features), nt_xent, rtol=1e-6)
+
+  def test_beta_zero_gives_scl_and_ucl(self):
+    features, labels = random_batch(3)
+    for detach in (False, True):
+      np.testing.assert_allclose(
+          losses.hscl(features, labels, hardening=losses.exponential(0.0),
+                      stop_gradient_weights=detach),
+          losses.scl(features, labels), rtol=1e-6)
+      np.testing.assert_allclose(
+          losses.hucl(features, beta=0.0, stop_gradient_weights=detach), losses.ucl(features),
+          rtol=1e-6)
+    # β = 0 detached: the gradient is SCL's too (the reference code returns NaN here).
+    grad = jax.grad(lambda f: losses.hscl(f, labels, hardening=losses.exponential(0.0),
+                                          stop_gradient_weights=True))(features)
+    np.testing.assert_allclose(grad, jax.grad(losses.scl)(features, labels), atol=1e-6)
+
+  def test_distinct_labels_give_ucl(self):
+    features, _ = random_batch(4)
+    np.testing.assert_allclose(losses.scl(features, jnp.arange(6)), losses.ucl(features),
+                               rtol=1e-6)
+
+  def test_threshold_to_zero_gives_scl(self):
+    features, labels = random_batch(5)
+    for tau in (0.0, 1e-30, np.exp(-1 / 0.5) * 0.999):  # e^g >= e^{-1/γ} on the sphere
+      np.testing.assert_allclose(
+          losses.hscl(features, labels, hardening=losses.threshold(tau)),
+          losses.scl(features, labels), rtol=1e-6)
+
+  def test_stop_gradient_weights_keeps_value_changes_gradient(self):
+    features, labels = random_batch(6)
+    fn = lambda f, detach: losses.hscl(f, labels, hardening=losses.exponential(2.0),
+                                       stop_gradient_weights=detach)
+    np.testing.assert_allclose(fn(features, True), fn(features, False), rtol=1e-6)
+    self.assertGreater(
+        float(jnp.abs(jax.grad(fn)(features, True) - jax.grad(fn)(features, False)).max()), 1e-4)
+
+  def test_proposition_2(self):
+    """α_HUCL = α_HSCL + α_Hcol per anchor, for any hardening."""
+    features, labels = random_batch(7, batch=10)
+    for hardening in (losses.exponential(1.3), losses.threshold(np.exp(-0.3))):
+      alphas = losses.log_alphas(features, labels, hardening=hardening)
+      np.testing.assert_allclose(jnp.logaddexp(alphas["hscl"], alphas["hcol"]), alphas["hucl"],
+                                 rtol=1e-5)
+
+  def test_alphas_match_reference(self):
+    features, labels = random_batch(8)
+    z = np.asarray(features, np.float64).reshape(12, -1)
+    g = z @ z.T / 0.5
+    sample, label = np.arange(12) // 2, np.asarray(labels)[np.arange(12) // 2]
+    alphas = losses.log_alphas(features, labels, hardening=losses.exponential(1.0))
+    for i in range(12):
+      others = sample != sample[i]
+      hscl = (np.exp(g[i]) * (others & (label != label[i]))).sum() / others.sum()
+      np.testing.assert_allclose(np.exp(alphas["hscl"][i]), hscl, rtol=1e-5)
+
+  @parameterized.parameters(0, 1, 2, 3)
+  def test_lemma_1(self, seed):
+    """Where Assumption 1 holds for every anchor, L_HSCL <= L_HUCL with the same positives."""
+    key_centres, key_noise, key_labels = jax.random.split(jax.random.key(seed), 3)
+    labels = jax.random.randint(key_labels, (16,), 0, 4)
+    centres = jax.random.normal(key_centres, (4, 1, 16)) * 3.0
+    features = normalized(centres[labels] + jax.random.normal(key_noise, (16, 2, 16)))
+    for hardening in (losses.exponential(1.0), losses.threshold(np.exp(-0.5))):
+      diag = losses.batch_diagnostics(features, labels, hardening=hardening)
+      satisfied = losses.assumption1(features, labels, hardening=hardening)
+      self.assertEqual(float(diag["assumption1_fraction"]), 1.0)
+      self.assertTrue(bool(satisfied.all()))
+      self.assertLessEqual(float(diag["loss_hscl"]), float(diag["loss_hucl"]) + 1e-6)
+
+  def test_lemma_1_per_anchor_whenever_assumption_holds(self):
+    """On random (unclustered) features: every anchor satisfying Assumption 1 has
+    E_HSCL <= E_HUCL, checked through single-anchor losses."""
+    features, labels = random_batch(9, batch=12, num_classes=3)
+    hardening = losses.exponential(1.0)
+    satisfied = np.asarray(losses.assumption1(features, labels, hardening=hardening))
+    self.assertTrue(0 < satisfied.mean() < 1)  # the test must see both cases
+    z = np.asarray(features, np.float64).reshape(24, -1)
+    g = z @ z.T / 0.5
+    sample, label = np.arange(24) // 2, np.asarray(labels)[np.arange(24) // 2]
+    for i in np.flatnonzero(satisfied):
+      ucl_neg = sample != sample[i]
+      hscl_neg = label != label[i]
+      w = np.exp(g[i])
+      e_hucl = (w * np.exp(g[i]) * ucl_neg).sum() / (w * ucl_neg).sum()
+      e_hscl = (w * np.exp(g[i]) * hscl_neg).sum() / (w * hscl_neg).sum()
+      self.assertGreaterEqual(e_hucl, e_hscl * (1 - 1e-9))
+
+  def test_diagnostics_match_public_losses(self):
+    features, labels = random_batch(10)
+    hardening = losses.exponential(1.0)
+    diag = losses.batch_diagnostics(features, labels, hardening=hardening)
+    np.testing.assert_allclose(diag["loss_ucl"], losses.ucl(features), rtol=1e-6)
+    np.testing.assert_allclose(diag["loss_hucl"], losses.hucl(features, beta=1.0), rtol=1e-6)
+    by_label = losses.batch_diagnostics(features, labels, hardening=hardening, positives="label")
+    np.testing.assert_allclose(by_label["loss_scl"], losses.scl(features, labels), rtol=1e-6)
+    np.testing.assert_allclose(
+        by_label["loss_hscl"], losses.hscl(features, labels, hardening=hardening), rtol=1e-6)
+
+  @parameterized.parameters(*sorted(LOSSES))
+  def test_permutation_invariance(self, name):
+    kernel, _ = LOSSES[name]
+    features, labels = random_batch(11, views=3)
+    perm = np.random.default_rng(0).permutation(6)
+    view_perm = np.array([2, 0, 1])
+    permuted = features[perm][:, view_perm]
+    np.testing.assert_allclose(kernel(permuted, labels[perm]), kernel(features, labels),
+                               rtol=1e-5)
+
+
+class BlockwiseTest(parameterized.TestCase):
+
+  @parameterized.product(name=sorted(LOSSES), block_size=[3, 8, 64])
+  def test_blockwise_equals_dense(self, name, block_size):
+    kernel, _ = LOSSES[name]
+    features, labels = random_batch(12, batch=10, views=2)
+    dense = jax.value_and_grad(lambda f: kernel(f, labels, block_size=0))(features)
+    blocked = jax.jit(jax.value_and_grad(lambda f: kernel(f, labels, block_size=block_size)))(
+        features)
+    np.testing.assert_allclose(blocked[0], dense[0], rtol=1e-5)
+    np.testing.assert_allclose(blocked[1], dense[1], atol=1e-6)
+
+  def test_auto_switches_to_blocks_above_threshold(self):
+    features, labels = random_batch(13, batch=10)
+    hscl = lambda f: losses.hscl(f, labels, hardening=losses.exponential(1.0))
+    self.assertNotIn("scan", str(jax.make_jaxpr(hscl)(features)))
+    original = losses.DENSE_MAX_ENTRIES, losses.DEFAULT_BLOCK_SIZE
+    losses.DENSE_MAX_ENTRIES, losses.DEFAULT_BLOCK_SIZE = 10, 8
+    try:
+      hscl_auto = lambda f: losses.hscl(f, labels, hardening=losses.exponential(1.0))
+      self.assertIn("scan", str(jax.make_jaxpr(hscl_auto)(features)))
+      np.testing.assert_allclose(hscl_auto(features), losses.hscl(
+          features, labels, hardening=losses.exponential(1.0), block_size=0), rtol=1e-5)
+    finally:
+      losses.DENSE_MAX_ENTRIES, losses.DEFAULT_BLOCK_SIZE = original
+
+
+class EdgeCaseTest(parameterized.TestCase):
+
+  def assert_finite_with_gradient(self, fn, features):
+    value, grad = jax.value_and_grad(fn)(features)
+    self.assertTrue(bool(jnp.isfinite(value)), f"loss {value}")
+    self.assertTrue(bool(jnp.isfinite(grad).all()), "non-finite gradient")
+    return value, grad
+
+  def test_all_labels_equal(self):
+    features, _ = random_batch(14)
+    same = jnp.zeros(6, jnp.int32)
+    for hardening in (losses.exponential(1.0), losses.threshold(0.5)):
+      value, grad = self.assert_finite_with_gradient(
+          lambda f: losses.hscl(f, same, hardening=hardening), features)
+      self.assertEqual(float(value), 0.0)
+      self.assertEqual(float(jnp.abs(grad).max()), 0.0)
+    np.testing.assert_allclose(losses.scl(features, same), 0.0)
+
+  def test_nothing_above_threshold(self):
+    features, labels = random_batch(15)
+    value, _ = self.assert_finite_with_gradient(
+        lambda f: losses.hscl(f, labels, hardening=losses.threshold(np.exp(3.0))), features)
+    self.assertEqual(float(value), 0.0)  # e^g <= e^{1/γ} = e^2 < τ: no hard negative at all
+
+  def test_some_anchors_without_hard_negatives_match_reference(self):
+    features, labels = random_batch(16, batch=8)
+    tau = np.exp(0.6)
+    value = losses.hscl(features, labels, hardening=losses.threshold(tau))
+    expected = reference_loss(features, labels, method="label",
+                              eta=lambda g: (np.exp(g) >= tau) * 1.0)
+    np.testing.assert_allclose(value, expected, rtol=1e-5)
+
+  @parameterized.parameters(True, False)
+  def test_debiasing_never_nan(self, clamp):
+    features, _ = random_batch(17)
+    for tau_plus in (0.1, 0.5, 0.9):
+      value, _ = self.assert_finite_with_gradient(
+          lambda f: losses.hucl(f, beta=1.0, tau_plus=tau_plus, clamp=clamp), features)
+      np.testing.assert_allclose(
+          value, reference_hucl(features, beta=1.0, tau_plus=tau_plus, clamp=clamp), rtol=1e-5)
+
+  @parameterized.parameters(*sorted(LOSSES))
+  def test_low_temperature_high_beta(self, name):
+    features, labels = random_batch(18)
+    fns = {
+        "hucl": lambda f: losses.hucl(f, beta=10.0, temperature=0.05),
+        "hscl_exp": lambda f: losses.hscl(f, labels, hardening=losses.exponential(10.0),
+                                          temperature=0.05),
+    }
+    fn = fns.get(name, lambda f: LOSSES[name][0](f, labels, temperature=0.05))
+    self.assert_finite_with_gradient(fn, features)
+
+  def test_hard_exp_low_temperature_matches_reference(self):
+    features, labels = random_batch(19)
+    np.testing.assert_allclose(
+        losses.hscl(features, labels, hardening=losses.exponential(10.0), temperature=0.05),
+        reference_loss(features, labels, method="label", temperature=0.05,
+                       eta=lambda g: np.exp(10.0 * g)), rtol=1e-4)
+
+  def test_bfloat16_inputs_compute_in_float32(self):
+    features, labels = random_batch(20)
+    fn = lambda f: losses.hscl(f, labels, hardening=losses.exponential(1.0))
+    value, grad = self.assert_finite_with_gradient(fn, features.astype(jnp.bfloat16))
+    self.assertEqual(value.dtype, jnp.float32)
+    self.assertEqual(grad.dtype, jnp.bfloat16)
+    np.testing.assert_allclose(value, fn(features.astype(jnp.bfloat16).astype(jnp.float32)),
+                               rtol=1e-6)
+
+  def test_unnormalised_inputs(self):
+    features, labels = random_batch(21)
+    for scale in (30.0, 1e3):
+      self.assert_finite_with_gradient(
+          lambda f: losses.hscl(f * scale, labels, hardening=losses.exponential(5.0),
+                                temperature=0.05), features)
+      self.assert_finite_with_gradient(
+          lambda f: losses.hucl(f * scale, beta=5.0, tau_plus=0.1, temperature=0.05), features)
+
+
+class InputValidationTest(parameterized.TestCase):
+
+  def test_errors_name_the_problem(self):
+    features, labels = random_batch(22)
+    cases = [
+        (lambda: losses.scl(features[:, 0], labels), ValueError, "batch, views, dim"),
+        (lambda: losses.scl(features[:, :1], labels), ValueError, "at least 2 views"),
+        (lambda: losses.scl(features, labels.astype(jnp.float32)), TypeError, "integers"),
+        (lambda: losses.scl(features, labels[:4]), ValueError, "one label per sample"),
+        (lambda: losses.scl(features, labels[:, None]), ValueError, "shape \\[batch\\]"),
+        (lambda: losses.ucl(features, temperature=-0.5), ValueError, "temperature"),
+        (lambda: losses.ucl(features, M=0), ValueError, "M must be positive"),
+        (lambda: losses.hucl(features, beta=1.0, tau_plus=1.0), ValueError, "tau_plus"),
+        (lambda: losses.exponential(-1.0), ValueError, "beta"),
+        (lambda: losses.threshold(-1.0), ValueError, "tau"),
+        (lambda: losses.ucl(features, block_size=-2), ValueError, "block_size"),
+    ]
+    for fn, error, message in cases:
+      with self.assertRaisesRegex(error, message):
+        fn()
+
+  def test_errors_at_trace_time(self):
+    features, labels = random_batch(23)
+    with self.assertRaisesRegex(ValueError, "one label per sample"):
+      jax.jit(losses.scl).lower(features, labels[:5])
+
+
+class NoRecompileTest(parameterized.TestCase):
+
+  def test_changing_beta_and_tau_does_not_retrace(self):
+    features, labels = random_batch(24)
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def step(f, beta, tau):
+      return (losses.hscl(f, labels, hardening=losses.exponential(beta)),
+              losses.hscl(f, labels, hardening=losses.threshold(tau)))
+
+    for epoch in range(1, 5):
+      tau = losses.tau_schedule(epoch, start=-0.5, end=0.1, num_epochs=4)
+      beta = losses.beta_schedule(epoch, beta=2.0, num_epochs=4, num_steps=2)
+      step(features, beta, tau)
+
+
+class ScheduleTest(parameterized.TestCase):
+
+  def test_tau_schedule_eq_4(self):
+    taus = [float(losses.tau_schedule(e, start=-0.5, end=0.1, num_epochs=200, temperature=0.5))
+            for e in (1, 100, 200)]
+    np.testing.assert_allclose(taus, np.exp(np.array([-0.5, -0.5 + 99 / 199 * 0.6, 0.1]) / 0.5),
+                               rtol=1e-6)
+    np.testing.assert_allclose(losses.tau_schedule(1, start=-0.3, end=0.0, num_epochs=1),
+                               np.exp(-0.6), rtol=1e-6)
+
+  def test_beta_annealing(self):
+    betas = [float(losses.beta_schedule(e, beta=2.0, num_epochs=8, num_steps=4))
+             for e in range(1, 9)]
+    # switch from β_i to β_{i+1} at epoch i·e/ℓ = 2, 4, 6, 8
+    np.testing.assert_allclose(betas, [2.0, 1.5, 1.5, 1.0, 1.0, 0.5, 0.5, 0.0], atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# Cross-device: 4 fake CPU devices (tests/conftest.py).
+
+
+def _mesh():
+  return Mesh(np.array(jax.devices()[:4]), ("data",))
+
+
+def _projected_loss(name, axis_name=None, block_size=None):
+  """Loss of a tiny linear projection so gradients reach replicated parameters."""
+  kernel, _ = LOSSES[name]
+
+  def loss(w, x, labels):
+    z = normalized(jnp.einsum("bvd,de->bve", x, w))
+    return kernel(z, labels, axis_name=axis_name, block_size=block_size)
+
+  return loss
+
+
+class CrossDeviceTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    if jax.device_count() < 4:
+      self.skipTest("needs 4 devices (tests/conftest.py sets them)")
+    self.w = jax.random.normal(jax.random.key(30), (8, 8))
+    self.x = jax.random.normal(jax.random.key(31), (8, 2, 8))
+    self.labels = jax.random.randint(jax.random.key(32), (8,), 0, 3)
+
+  @parameterized.product(name=sorted(LOSSES), block_size=[None, 3])
+  def test_shard_map_equals_single_device(self, name, block_size):
+    single = jax.value_and_grad(_projected_loss(name))(self.w, self.x, self.labels)
+    sharded = jax.jit(jax.shard_map(
+        jax.value_and_grad(_projected_loss(name, "data", block_size)), mesh=_mesh(),
+        in_specs=(P(), P("data"), P("data")), out_specs=(P(), P())))
+    value, grad = sharded(self.w, self.x, self.labels)
+    np.testing.assert_allclose(value, single[0], rtol=1e-5)
+    np.testing.assert_allclose(grad, single[1], atol=1e-5)
+
+  @chex.variants(with_pmap=True)
+  def test_pmap_value_equals_single_device(self):
+    features = normalized(self.x)
+    loss = self.variant(
+        lambda f, y: losses.hscl(f, y, hardening=losses.exponential(1.0), axis_name="i"),
+        n_devices=4, axis_name="i", broadcast_args_to_devices=False, reduce_fn=None)
+    values = loss(features.reshape(4, 2, 2, 8), self.labels.reshape(4, 2))
+    expected = losses.hscl(features, self.labels, hardening=losses.exponential(1.0))
+    np.testing.assert_allclose(values, jnp.full(4, expected), rtol=1e-5)
+
+  def test_diagnostics_across_devices(self):
+    features = normalized(self.x)
+    hardening = losses.exponential(1.0)
+    sharded = jax.jit(jax.shard_map(
+        lambda f, y: losses.batch_diagnostics(f, y, hardening=hardening, axis_name="data"),
+        mesh=_mesh(), in_specs=(P("data"), P("data")), out_specs=P()))
+    got = sharded(features, self.labels)
+    expected = losses.batch_diagnostics(features, self.labels, hardening=hardening)
+    chex.assert_trees_all_close(got, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [4096])
+def test_blockwise_large_batch_is_finite(n):
+  """A batch above the dense threshold runs blockwise end to end (value + gradient)."""
+  features, labels = random_batch(40, batch=n // 2, dim=16, num_classes=10)
+  fn = jax.jit(jax.value_and_grad(
+      lambda f: losses.hscl(f, labels, hardening=losses.exponential(1.0), block_size=1024)))
+  value, grad = fn(features)
+  assert np.isfinite(value) and np.isfinite(grad).all()
