@@ -246,19 +246,16 @@ def _log_weights(g, candidates, hardening, stop_gradient_weights):
   return jnp.where(candidates, log_eta, _NEG_INF)
 
 
-def _expectation_partials(q, k, *, candidates: Mask, hardening, temperature, stop_gradient_weights):
+def _expectation_partials(g, candidates, *, hardening, stop_gradient_weights):
   """Partials of LSE(log η + g) and LSE(log η) over the candidate keys of each anchor."""
-  g = _similarity(q, k, temperature)
-  log_w = _log_weights(g, candidates(q, k), hardening, stop_gradient_weights)
+  log_w = _log_weights(g, candidates, hardening, stop_gradient_weights)
   return _lse_partial(log_w + g), _lse_partial(log_w)
 
 
-def _pair_sums(q, k, log_e, has_negative, *, positives: Mask, pair_loss, temperature):
+def _pair_sums(g, positives, log_e, has_negative, *, pair_loss):
   """Sum of ℓ_ip and number of pairs over the positive keys of each anchor."""
-  g = _similarity(q, k, temperature)
-  pos = positives(q, k)
   loss = pair_loss(g, log_e[:, None], has_negative[:, None])
-  return jnp.sum(jnp.where(pos, loss, 0.0)), jnp.sum(pos, dtype=jnp.float32)
+  return jnp.sum(jnp.where(positives, loss, 0.0)), jnp.sum(positives, dtype=jnp.float32)
 
 
 def _pad_rows(rows: _Rows, multiple: int) -> _Rows:
@@ -273,37 +270,52 @@ def _blocks(rows: _Rows, size: int) -> _Rows:
   return jax.tree.map(lambda x: x.reshape((-1, size) + x.shape[1:]), rows)
 
 
-def _log_expectations(q, k, block_size, **kwargs):
-  """(log E_i, has_negative_i) for every anchor row of ``q``."""
-  if block_size is None:
-    num, den = _expectation_partials(q, k, **kwargs)
-  else:
-    tile = jax.checkpoint(functools.partial(_expectation_partials, **kwargs))
-
-    def step(carry, k_block):
-      num, den = tile(q, k_block)
-      return (_lse_merge(carry[0], num), _lse_merge(carry[1], den)), None
-
-    # *_like keeps the carry's device-variance (shard_map) equal to the data's.
-    empty = (jnp.full_like(q.z[:, 0], jnp.finfo(jnp.float32).min), jnp.zeros_like(q.z[:, 0]))
-    (num, den), _ = jax.lax.scan(step, (empty, empty), _blocks(k, block_size))
+def _finish_log_expectation(num, den):
+  """(log E_i, has_negative_i) from the two partial log-sum-exps."""
   (lse_num, _), (lse_den, has_negative) = _lse_finish(num), _lse_finish(den)
   return jnp.where(has_negative, lse_num - lse_den, 0.0), has_negative
+
+
+def _log_expectations(q, k, block_size, *, candidates: Mask, temperature, **kwargs):
+  """(log E_i, has_negative_i) for every anchor row of ``q``."""
+  if block_size is None:
+    g = _similarity(q, k, temperature)
+    return _finish_log_expectation(*_expectation_partials(g, candidates(q, k), **kwargs))
+
+  @jax.checkpoint
+  def tile(k_block):
+    g = _similarity(q, k_block, temperature)
+    return _expectation_partials(g, candidates(q, k_block), **kwargs)
+
+  def step(carry, k_block):
+    num, den = tile(k_block)
+    return (_lse_merge(carry[0], num), _lse_merge(carry[1], den)), None
+
+  # *_like keeps the carry's device-variance (shard_map) equal to the data's.
+  empty = (jnp.full_like(q.z[:, 0], jnp.finfo(jnp.float32).min), jnp.zeros_like(q.z[:, 0]))
+  (num, den), _ = jax.lax.scan(step, (empty, empty), _blocks(k, block_size))
+  return _finish_log_expectation(num, den)
 
 
 def _loss_sums(q, k, block_size, *, candidates, positives, hardening, pair_loss, temperature,
                stop_gradient_weights):
   """(Σ ℓ_ip, number of positive pairs) over the anchor rows ``q``."""
-  log_e, has_negative = _log_expectations(
-      q, k, block_size, candidates=candidates, hardening=hardening, temperature=temperature,
-      stop_gradient_weights=stop_gradient_weights)
-  pair_kwargs = dict(positives=positives, pair_loss=pair_loss, temperature=temperature)
-  if block_size is None:
-    return _pair_sums(q, k, log_e, has_negative, **pair_kwargs)
-  tile = jax.checkpoint(functools.partial(_pair_sums, **pair_kwargs))
+  weights = dict(hardening=hardening, stop_gradient_weights=stop_gradient_weights)
+  if block_size is None:  # one similarity matrix shared by both passes
+    g = _similarity(q, k, temperature)
+    log_e, has_negative = _finish_log_expectation(
+        *_expectation_partials(g, candidates(q, k), **weights))
+    return _pair_sums(g, positives(q, k), log_e, has_negative, pair_loss=pair_loss)
+  log_e, has_negative = _log_expectations(q, k, block_size, candidates=candidates,
+                                          temperature=temperature, **weights)
+
+  @jax.checkpoint
+  def tile(k_block):
+    g = _similarity(q, k_block, temperature)
+    return _pair_sums(g, positives(q, k_block), log_e, has_negative, pair_loss=pair_loss)
 
   def step(carry, k_block):
-    total, count = tile(q, k_block, log_e, has_negative)
+    total, count = tile(k_block)
     return (carry[0] + total, carry[1] + count), None
 
   zero = jnp.zeros_like(log_e[0])

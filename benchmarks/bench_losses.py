@@ -1,0 +1,128 @@
+"""Speed and memory of the H-SCL kernel, as ratios to the bare similarity matmuls.
+
+    python benchmarks/bench_losses.py                 # n = 1024, 4096, 16384 and memory at 65536
+    python benchmarks/bench_losses.py --sizes=1024 --memory_rows=0
+
+For each n (rows = batch·views, d = 128) it times the jitted forward+backward of
+``losses.hscl`` (exponential hardening) in the dense and the blockwise form, and the
+bare matmul bound measured in the same run: the forward similarity matmul z zᵀ plus the
+two matmuls of its backward pass. The ratio loss/matmul is the figure of merit (the
+target is <= 2x for the dense form at n = 1024). The peak memory of the blockwise form at
+``--memory_rows`` is the peak resident set of a child process that runs one
+forward+backward, next to a child that only holds the inputs.
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+DIM = 128
+
+
+def _setup(n):
+  import jax
+  import jax.numpy as jnp
+  kf, kl = jax.random.split(jax.random.key(0))
+  z = jax.random.normal(kf, (n // 2, 2, DIM))
+  z = z / jnp.linalg.norm(z, axis=-1, keepdims=True)
+  labels = jax.random.randint(kl, (n // 2,), 0, 100)
+  return z, labels
+
+
+def _loss_step(block_size):
+  import jax
+  from hscl_jax import losses
+
+  def loss(z, labels):
+    return losses.hscl(z, labels, hardening=losses.exponential(1.0), block_size=block_size)
+
+  return jax.jit(jax.value_and_grad(loss))
+
+
+def _matmul_step():
+  """z zᵀ forward and its backward (two n×n×d matmuls): the bound any kernel must pay."""
+  import jax
+  import jax.numpy as jnp
+
+  def bare(z, cotangent):
+    rows = z.reshape(-1, DIM)
+    return jnp.vdot(rows @ rows.T, cotangent)
+
+  return jax.jit(jax.value_and_grad(bare))
+
+
+def _time(fn, *args, repeats):
+  import jax
+  jax.block_until_ready(fn(*args))  # compile + warm up
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
+def speed(sizes, block_size, repeats):
+  import jax
+  import jax.numpy as jnp
+  print(f"devices: {jax.devices()}  d={DIM}  (best of {repeats})")
+  print(f"{'n':>6} {'form':>10} {'loss ms':>10} {'matmul ms':>10} {'ratio':>7}")
+  for n in sizes:
+    z, labels = _setup(n)
+    cotangent = jnp.ones((n, n), jnp.float32) / n
+    matmul = _time(_matmul_step(), z, cotangent, repeats=repeats)
+    del cotangent
+    forms = [("dense", 0)] if n <= 4096 else []
+    forms.append((f"block{block_size}", block_size))
+    for name, size in forms:
+      loss = _time(_loss_step(size), z, labels, repeats=repeats)
+      print(f"{n:>6} {name:>10} {loss * 1e3:>10.1f} {matmul * 1e3:>10.1f} {loss / matmul:>7.2f}",
+            flush=True)
+
+
+def _child_peak(rows, block_size, run_loss):
+  """Peak RSS (MiB) of a fresh process that builds the inputs and optionally runs the loss."""
+  code = (
+      "import sys, jax; sys.path.insert(0, '.');"
+      "from benchmarks.bench_losses import _setup, _loss_step;"
+      f"z, y = _setup({rows});"
+      f"out = _loss_step({block_size})(z, y) if {run_loss} else (z, y);"
+      "jax.block_until_ready(out);"
+      "print(float(out[0]) if {run_loss} else 0.0)".replace("{run_loss}", str(run_loss)))
+  before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+  if peak <= before:
+    raise RuntimeError("child peak not above an earlier child's; run the memory check first")
+  return peak / 1024, result.stdout.strip()
+
+
+def memory(rows, block_size):
+  baseline, _ = _child_peak(rows, block_size, run_loss=False)
+  start = time.perf_counter()
+  peak, value = _child_peak(rows, block_size, run_loss=True)
+  elapsed = time.perf_counter() - start
+  dense_gib = rows * rows * 4 / 2**30
+  print(f"blockwise n={rows} d={DIM} block={block_size}: peak RSS {peak:.0f} MiB "
+        f"(inputs-only process {baseline:.0f} MiB; one dense n×n f32 matrix would be "
+        f"{dense_gib:.0f} GiB); loss {value}; forward+backward incl. compile {elapsed:.0f} s")
+  return peak
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--sizes", default="1024,4096,16384")
+  parser.add_argument("--block_size", type=int, default=2048)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--memory_rows", type=int, default=65536, help="0 skips the memory check")
+  args = parser.parse_args()
+  if args.memory_rows:  # first: ru_maxrss of children is a running maximum
+    memory(args.memory_rows, args.block_size)
+  speed([int(s) for s in args.sizes.split(",") if s], args.block_size, args.repeats)
+
+
+if __name__ == "__main__":
+  main()
