@@ -1,0 +1,183 @@
+"""Training-step throughput and model FLOPs utilisation (MFU) on fake data.
+
+    python benchmarks/bench_train_step.py                       # ResNet-18 and ResNet-50, 32 px
+    python benchmarks/bench_train_step.py --models=resnet50 --batch_size=16 --steps=5 --dtype=bfloat16
+
+One step = forward of both views, SCL loss on the normalised projections (``losses.scl``
+when importable, else an in-file NT-Xent), backward, Adam update, BatchNorm statistics.
+No input pipeline: the images are random and stay on the device.
+
+Reported per model: step time (best of --steps after one warm-up step), images/s
+(images = samples x 2 views), the step's FLOPs from XLA's cost analysis of the compiled
+step, the achieved FLOP/s, and MFU = achieved / peak, where the peak is the FLOP/s of a
+large float32 matmul (jnp.dot) measured in the same run: just before each model's timed
+steps and at the end. On a shared machine the peak moves with the load; MFU is reported
+against the highest peak seen (`mfu`) and against the one measured next to the model's
+steps (`mfu_local`), with the 1-minute load average.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from hscl_jax import knn
+from hscl_jax import models
+
+try:
+  from hscl_jax import losses
+except ImportError:  # losses.py not there yet: fall back to a plain NT-Xent.
+  losses = None
+
+VIEWS = 2
+
+
+def contrastive_loss(z, labels, temperature=0.5):
+  """losses.scl on [batch, views, dim], or NT-Xent (UCL) when hscl_jax.losses is missing."""
+  if losses is not None:
+    return losses.scl(z, labels, temperature=temperature)
+  b, v, d = z.shape
+  rows = z.reshape(b * v, d)
+  logits = rows @ rows.T / temperature
+  logits = jnp.where(jnp.eye(b * v, dtype=bool), -jnp.inf, logits)
+  sample = jnp.repeat(jnp.arange(b), v)
+  positive = (sample[:, None] == sample[None, :]) & ~jnp.eye(b * v, dtype=bool)
+  log_prob = logits - jax.nn.logsumexp(logits, axis=1, keepdims=True)
+  return -jnp.sum(jnp.where(positive, log_prob, 0.0)) / jnp.sum(positive)
+
+
+def make_train_step(model, tx):
+  def train_step(params, batch_stats, opt_state, images, labels):
+    b = images.shape[0]
+
+    def loss_fn(params):
+      x = images.reshape(b * VIEWS, *images.shape[2:])
+      (_, z), updates = model.apply(
+          {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
+      )
+      z = knn.l2_normalize(z).reshape(b, VIEWS, -1)
+      return contrastive_loss(z, labels), updates['batch_stats']
+
+    (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), batch_stats, opt_state, loss
+
+  return jax.jit(train_step, donate_argnums=(0, 1, 2))
+
+
+def flops_of(compiled) -> float:
+  """FLOPs of one call from XLA's cost analysis (a dict, or a list of dicts in older JAX)."""
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, (list, tuple)):
+    analysis = analysis[0] if analysis else {}
+  return float(analysis.get('flops', float('nan'))) if analysis else float('nan')
+
+
+def best_time(fn, *args, repeats):
+  """Best wall time of `repeats` calls (after the caller warmed fn up)."""
+  best = float('inf')
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
+def matmul_peak(n: int, repeats: int) -> float:
+  """FLOP/s of an n x n x n float32 jnp.dot (2 n^3 FLOPs)."""
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+  dot = jax.jit(jnp.dot)
+  jax.block_until_ready(dot(a, b))
+  return 2 * n**3 / best_time(dot, a, b, repeats=repeats)
+
+
+def bench_model(name, args):
+  config = ml_collections.ConfigDict(
+      dict(name=name, stem='cifar', head_hidden=512, head_out=128, dtype=args.dtype,
+           bn_momentum=0.9)
+  )
+  model = models.create_model(config)
+  shape = (args.image_size, args.image_size, 3)
+  variables = models.initialize(model, jax.random.key(0), shape)
+  params, batch_stats = variables['params'], variables['batch_stats']
+  tx = optax.adamw(1e-3, weight_decay=1e-6)
+  opt_state = tx.init(params)
+  images = jax.random.normal(jax.random.key(1), (args.batch_size, VIEWS, *shape))
+  labels = jnp.arange(args.batch_size) % 10
+
+  step = make_train_step(model, tx)
+  start = time.perf_counter()
+  compiled = step.lower(params, batch_stats, opt_state, images, labels).compile()
+  compile_seconds = time.perf_counter() - start
+  flops = flops_of(compiled)
+
+  state = (params, batch_stats, opt_state)
+  state = compiled(*state, images, labels)[:3]  # warm-up
+  peak = matmul_peak(args.matmul_size, repeats=3)
+  times = []
+  for _ in range(args.steps):
+    start = time.perf_counter()
+    *state, loss = compiled(*state, images, labels)
+    jax.block_until_ready(loss)
+    times.append(time.perf_counter() - start)
+  seconds = min(times)
+  images_per_step = args.batch_size * VIEWS
+  achieved = flops / seconds
+  return dict(
+      model=name,
+      dtype=args.dtype,
+      image_size=args.image_size,
+      batch_size=args.batch_size,
+      images_per_step=images_per_step,
+      compile_s=round(compile_seconds, 1),
+      step_s_best=round(seconds, 3),
+      step_s_median=round(sorted(times)[len(times) // 2], 3),
+      images_per_s=round(images_per_step / seconds, 2),
+      step_gflop=round(flops / 1e9, 2),
+      gflop_per_image=round(flops / 1e9 / images_per_step, 3),
+      achieved_gflops=round(achieved / 1e9, 2),
+      matmul_peak_local_gflops=round(peak / 1e9, 2),
+      mfu_local=round(achieved / peak, 3),
+      load_average_1min=round(os.getloadavg()[0], 2),
+      loss=float(loss),
+  )
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--models', default='resnet18,resnet50')
+  parser.add_argument('--batch_size', type=int, default=8, help='samples per step (x2 views)')
+  parser.add_argument('--image_size', type=int, default=32)
+  parser.add_argument('--steps', type=int, default=3, help='timed steps after one warm-up')
+  parser.add_argument('--dtype', default='float32', choices=tuple(models.DTYPES))
+  parser.add_argument('--matmul_size', type=int, default=2048)
+  args = parser.parse_args()
+
+  print(f'devices: {jax.devices()}  loss: {"losses.scl" if losses else "fallback NT-Xent"}')
+  peaks = [matmul_peak(args.matmul_size, repeats=5)]
+  print(f'matmul peak ({args.matmul_size}^3 float32 jnp.dot): {peaks[0] / 1e9:.1f} GFLOP/s')
+  results = []
+  for name in args.models.split(','):
+    result = bench_model(name, args)
+    results.append(result)
+    peaks.append(result['matmul_peak_local_gflops'] * 1e9)
+    print(json.dumps(result))
+  peaks.append(matmul_peak(args.matmul_size, repeats=5))
+  peak = max(peaks)
+  print(f'matmul peak seen: {", ".join(f"{p / 1e9:.1f}" for p in peaks)} GFLOP/s; using {peak / 1e9:.1f}')
+  print(f'\n{"model":10s} {"img/s":>7s} {"GFLOP/img":>10s} {"GFLOP/s":>8s} {"peak":>7s} {"MFU":>6s} '
+        f'{"MFU_local":>9s}')
+  for r in results:
+    r['mfu'] = round(r['achieved_gflops'] * 1e9 / peak, 3)
+    print(f'{r["model"]:10s} {r["images_per_s"]:7.2f} {r["gflop_per_image"]:10.3f} '
+          f'{r["achieved_gflops"]:8.2f} {peak / 1e9:7.1f} {r["mfu"]:6.3f} {r["mfu_local"]:9.3f}')
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,293 @@
+"""Backbones (ResNet-18/34/50, a small CNN) and the contrastive model.
+
+The paper's encoder is a ResNet-50 with the CIFAR stem (3x3 convolution, stride 1,
+no max-pool) followed by a projection head 2048 -> 512 (BatchNorm, ReLU) -> 128.
+The loss uses the (normalised) projections; the kNN monitor and the linear
+evaluation use the (normalised) backbone features.
+
+All modules compute in ``dtype`` (float32 or bfloat16) and keep their parameters and
+BatchNorm statistics in float32. BatchNorm takes ``axis_name``: inside
+``jax.shard_map`` over that mesh axis, training-mode statistics are those of the
+global batch.
+"""
+
+from collections.abc import Callable, Sequence
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+ModuleDef = Any
+
+# He initialisation on fan-out, as torchvision's ResNet.
+conv_kernel_init = nn.initializers.variance_scaling(2.0, 'fan_out', 'normal')
+
+STEMS = ('cifar', 'imagenet')
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+
+class BasicBlock(nn.Module):
+  """Two 3x3 convolutions with a residual connection (ResNet-18/34)."""
+
+  filters: int
+  conv: ModuleDef
+  norm: ModuleDef
+  act: Callable
+  strides: int = 1
+
+  expansion = 1
+
+  @nn.compact
+  def __call__(self, x):
+    residual = x
+    y = self.conv(self.filters, (3, 3), self.strides)(x)
+    y = self.act(self.norm()(y))
+    y = self.conv(self.filters, (3, 3))(y)
+    # Zero-initialised last scale: each block starts as the identity.
+    y = self.norm(scale_init=nn.initializers.zeros_init())(y)
+    if residual.shape != y.shape:
+      residual = self.conv(self.filters, (1, 1), self.strides, name='conv_proj')(residual)
+      residual = self.norm(name='norm_proj')(residual)
+    return self.act(residual + y)
+
+
+class Bottleneck(nn.Module):
+  """1x1 -> 3x3 (strided) -> 1x1 convolutions, 4x expansion (ResNet-50)."""
+
+  filters: int
+  conv: ModuleDef
+  norm: ModuleDef
+  act: Callable
+  strides: int = 1
+
+  expansion = 4
+
+  @nn.compact
+  def __call__(self, x):
+    residual = x
+    y = self.conv(self.filters, (1, 1))(x)
+    y = self.act(self.norm()(y))
+    y = self.conv(self.filters, (3, 3), self.strides)(y)
+    y = self.act(self.norm()(y))
+    y = self.conv(self.filters * self.expansion, (1, 1))(y)
+    y = self.norm(scale_init=nn.initializers.zeros_init())(y)
+    if residual.shape != y.shape:
+      residual = self.conv(
+          self.filters * self.expansion, (1, 1), self.strides, name='conv_proj'
+      )(residual)
+      residual = self.norm(name='norm_proj')(residual)
+    return self.act(residual + y)
+
+
+def _norm(train: bool, momentum: float, axis_name: str | None, dtype) -> ModuleDef:
+  return functools.partial(
+      nn.BatchNorm,
+      use_running_average=not train,
+      momentum=momentum,
+      epsilon=1e-5,
+      dtype=dtype,
+      axis_name=axis_name,
+  )
+
+
+class ResNet(nn.Module):
+  """ResNet trunk; returns globally average-pooled features [batch, width]."""
+
+  stage_sizes: Sequence[int]
+  block_cls: ModuleDef
+  num_filters: int = 64
+  stem: str = 'cifar'
+  dtype: Any = jnp.float32
+  bn_momentum: float = 0.9
+  bn_axis_name: str | None = None
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    conv = functools.partial(
+        nn.Conv, use_bias=False, dtype=self.dtype, kernel_init=conv_kernel_init
+    )
+    norm = _norm(train, self.bn_momentum, self.bn_axis_name, self.dtype)
+
+    x = jnp.asarray(x, self.dtype)
+    if self.stem == 'cifar':
+      x = conv(self.num_filters, (3, 3), name='conv_init')(x)
+      x = nn.relu(norm(name='bn_init')(x))
+    elif self.stem == 'imagenet':
+      x = conv(self.num_filters, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], name='conv_init')(x)
+      x = nn.relu(norm(name='bn_init')(x))
+      x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+    else:
+      raise ValueError(f'Unknown stem {self.stem!r}; valid stems: {", ".join(STEMS)}.')
+
+    for i, block_size in enumerate(self.stage_sizes):
+      for j in range(block_size):
+        strides = 2 if i > 0 and j == 0 else 1
+        x = self.block_cls(
+            self.num_filters * 2**i, conv=conv, norm=norm, act=nn.relu, strides=strides
+        )(x)
+    return jnp.mean(x, axis=(1, 2))
+
+
+class SmallCNN(nn.Module):
+  """A few 3x3 conv + BatchNorm + ReLU layers and global average pooling.
+
+  With the default strides (1, 2, 1, 2) an 8x8 digit becomes 2x2 before pooling; any
+  input of at least 4x4 pixels works.
+  """
+
+  widths: Sequence[int] = (32, 64, 128, 128)
+  strides: Sequence[int] = (1, 2, 1, 2)
+  dtype: Any = jnp.float32
+  bn_momentum: float = 0.9
+  bn_axis_name: str | None = None
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    norm = _norm(train, self.bn_momentum, self.bn_axis_name, self.dtype)
+    x = jnp.asarray(x, self.dtype)
+    for width, stride in zip(self.widths, self.strides, strict=True):
+      x = nn.Conv(
+          width, (3, 3), stride, use_bias=False, dtype=self.dtype, kernel_init=conv_kernel_init
+      )(x)
+      x = nn.relu(norm()(x))
+    return jnp.mean(x, axis=(1, 2))
+
+
+# name -> (constructor keyword arguments, feature width)
+BACKBONES: dict[str, tuple[Callable[..., nn.Module], int]] = {
+    'resnet18': (functools.partial(ResNet, stage_sizes=(2, 2, 2, 2), block_cls=BasicBlock), 512),
+    'resnet34': (functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block_cls=BasicBlock), 512),
+    'resnet50': (functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block_cls=Bottleneck), 2048),
+    'small_cnn': (SmallCNN, SmallCNN.widths[-1]),
+}
+
+
+def _check_name(name: str) -> None:
+  if name not in BACKBONES:
+    raise ValueError(
+        f'Unknown backbone {name!r}; valid names: {", ".join(sorted(BACKBONES))}.'
+    )
+
+
+def feature_dim(name: str) -> int:
+  """Width of the backbone's output features (e.g. 2048 for 'resnet50')."""
+  _check_name(name)
+  return BACKBONES[name][1]
+
+
+def make_backbone(
+    name: str,
+    *,
+    stem: str = 'cifar',
+    dtype: Any = jnp.float32,
+    bn_momentum: float = 0.9,
+    bn_axis_name: str | None = None,
+) -> nn.Module:
+  """Builds the backbone `name` (see BACKBONES); `stem` only applies to ResNets."""
+  _check_name(name)
+  build = BACKBONES[name][0]
+  kwargs = dict(dtype=dtype, bn_momentum=bn_momentum, bn_axis_name=bn_axis_name)
+  if name.startswith('resnet'):
+    if stem not in STEMS:
+      raise ValueError(f'Unknown stem {stem!r}; valid stems: {", ".join(STEMS)}.')
+    kwargs['stem'] = stem
+  return build(**kwargs)
+
+
+class ProjectionHead(nn.Module):
+  """Dense -> BatchNorm -> ReLU -> Dense, as in the paper (2048 -> 512 -> 128)."""
+
+  hidden: int = 512
+  out: int = 128
+  dtype: Any = jnp.float32
+  bn_momentum: float = 0.9
+  bn_axis_name: str | None = None
+
+  @nn.compact
+  def __call__(self, x, *, train: bool):
+    x = nn.Dense(self.hidden, use_bias=False, dtype=self.dtype)(x)
+    x = _norm(train, self.bn_momentum, self.bn_axis_name, self.dtype)()(x)
+    x = nn.relu(x)
+    return nn.Dense(self.out, dtype=self.dtype)(x)
+
+
+class ContrastiveModel(nn.Module):
+  """Backbone + projection head.
+
+  Returns ``(features, projections)``: the backbone output [batch, feature_dim(backbone)]
+  and the head output [batch, head_out], both float32 and un-normalised.
+  """
+
+  backbone: str = 'resnet50'
+  stem: str = 'cifar'
+  head_hidden: int = 512
+  head_out: int = 128
+  dtype: Any = jnp.float32
+  bn_axis_name: str | None = None
+  bn_momentum: float = 0.9
+
+  def setup(self):
+    self.encoder = make_backbone(
+        self.backbone,
+        stem=self.stem,
+        dtype=self.dtype,
+        bn_momentum=self.bn_momentum,
+        bn_axis_name=self.bn_axis_name,
+    )
+    self.head = ProjectionHead(
+        hidden=self.head_hidden,
+        out=self.head_out,
+        dtype=self.dtype,
+        bn_momentum=self.bn_momentum,
+        bn_axis_name=self.bn_axis_name,
+    )
+
+  def __call__(self, x, *, train: bool):
+    h = self.encoder(x, train=train)
+    z = self.head(h, train=train)
+    return h.astype(jnp.float32), z.astype(jnp.float32)
+
+  def features(self, x, *, train: bool = False):
+    """Backbone features only (float32, un-normalised): what the kNN monitor uses."""
+    return self.encoder(x, train=train).astype(jnp.float32)
+
+
+def create_model(model_config, *, bn_axis_name: str | None = None) -> ContrastiveModel:
+  """ContrastiveModel from `config.model` (name, stem, head_hidden, head_out, dtype, bn_momentum)."""
+  name = model_config.name
+  _check_name(name)
+  if model_config.stem not in STEMS:
+    raise ValueError(
+        f'Unknown model.stem {model_config.stem!r}; valid stems: {", ".join(STEMS)}.'
+    )
+  if model_config.dtype not in DTYPES:
+    raise ValueError(
+        f'Unknown model.dtype {model_config.dtype!r}; valid dtypes: {", ".join(DTYPES)}.'
+    )
+  if not 0.0 <= model_config.bn_momentum < 1.0:
+    raise ValueError(f'model.bn_momentum must be in [0, 1), got {model_config.bn_momentum}.')
+  for field in ('head_hidden', 'head_out'):
+    if int(model_config[field]) <= 0:
+      raise ValueError(f'model.{field} must be positive, got {model_config[field]}.')
+  return ContrastiveModel(
+      backbone=name,
+      stem=model_config.stem,
+      head_hidden=int(model_config.head_hidden),
+      head_out=int(model_config.head_out),
+      dtype=DTYPES[model_config.dtype],
+      bn_axis_name=bn_axis_name,
+      bn_momentum=float(model_config.bn_momentum),
+  )
+
+
+def initialize(model: nn.Module, key: jax.Array, image_shape: Sequence[int]) -> dict:
+  """Initial variables {'params', 'batch_stats'} for images of shape `image_shape` (H, W, C)."""
+
+  @jax.jit
+  def init(key):
+    return model.init(key, jnp.zeros((1, *image_shape), jnp.float32), train=False)
+
+  variables = init(key)
+  return {'params': variables['params'], 'batch_stats': variables['batch_stats']}

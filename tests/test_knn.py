@@ -1,0 +1,141 @@
+"""Weighted kNN monitor against a brute-force float64 NumPy reference."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hscl_jax import knn
+
+
+def reference_predict(bank, bank_labels, queries, num_classes, k, temperature):
+  """Brute force, float64, one query at a time."""
+  bank = bank.astype(np.float64)
+  bank /= np.linalg.norm(bank, axis=1, keepdims=True)
+  preds = []
+  for q in queries.astype(np.float64):
+    sims = bank @ (q / np.linalg.norm(q))
+    nearest = np.argsort(-sims)[: min(k, len(bank))]
+    votes = np.zeros(num_classes)
+    for j in nearest:
+      votes[bank_labels[j]] += np.exp(sims[j] / temperature)
+    preds.append(np.argmax(votes))
+  return np.array(preds)
+
+
+def make_data(seed, num_bank=300, num_queries=77, dim=16, num_classes=5):
+  """Clustered random features: well-separated enough for a non-trivial accuracy."""
+  rng = np.random.default_rng(seed)
+  centres = rng.normal(size=(num_classes, dim))
+  bank_labels = rng.integers(0, num_classes, num_bank)
+  query_labels = rng.integers(0, num_classes, num_queries)
+  bank = centres[bank_labels] + 1.5 * rng.normal(size=(num_bank, dim))
+  queries = centres[query_labels] + 1.5 * rng.normal(size=(num_queries, dim))
+  return (bank.astype(np.float32), bank_labels, queries.astype(np.float32), query_labels)
+
+
+@pytest.mark.parametrize('k', [1, 10, 200])
+def test_predictions_match_reference(k):
+  bank, bank_labels, queries, query_labels = make_data(0)
+  expected = reference_predict(bank, bank_labels, queries, 5, k, 0.5)
+  got = knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, k=k, chunk_size=32)
+  np.testing.assert_array_equal(np.asarray(got), expected)
+  acc = knn.weighted_knn_accuracy(
+      bank, bank_labels, queries, query_labels, num_classes=5, k=k, chunk_size=32
+  )
+  assert acc == pytest.approx(np.mean(expected == query_labels))
+  assert 0.4 < acc < 1.0  # the data are neither trivial nor random
+
+
+def test_temperature_changes_weights():
+  bank, bank_labels, queries, _ = make_data(1)
+  for temperature in (0.05, 2.0):
+    expected = reference_predict(bank, bank_labels, queries, 5, 50, temperature)
+    got = knn.weighted_knn_predict(
+        bank, bank_labels, queries, num_classes=5, k=50, temperature=temperature
+    )
+    np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+@pytest.mark.parametrize('chunk_size', [1, 7, 77, 1000])
+def test_chunk_size_invariance(chunk_size):
+  bank, bank_labels, queries, query_labels = make_data(2)
+  expected = reference_predict(bank, bank_labels, queries, 5, 20, 0.5)
+  got = knn.weighted_knn_predict(
+      bank, bank_labels, queries, num_classes=5, k=20, chunk_size=chunk_size
+  )
+  np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_k_larger_than_bank_is_clipped():
+  bank, bank_labels, queries, query_labels = make_data(3, num_bank=30)
+  expected = reference_predict(bank, bank_labels, queries, 5, 30, 0.5)
+  acc = knn.weighted_knn_accuracy(
+      bank, bank_labels, queries, query_labels, num_classes=5, k=200
+  )
+  assert acc == pytest.approx(np.mean(expected == query_labels))
+
+
+def test_query_mask_drops_padding():
+  bank, bank_labels, queries, query_labels = make_data(4)
+  expected = reference_predict(bank, bank_labels, queries, 5, 25, 0.5)
+  mask = np.arange(len(queries)) < 50
+  # Padding rows: garbage features and labels that must not count.
+  queries_padded = queries.copy()
+  queries_padded[~mask] = 0.0
+  labels_padded = query_labels.copy()
+  labels_padded[~mask] = -1
+  acc = knn.weighted_knn_accuracy(
+      bank, bank_labels, queries_padded, labels_padded, num_classes=5, k=25,
+      chunk_size=16, query_mask=mask,
+  )
+  assert acc == pytest.approx(np.mean(expected[:50] == query_labels[:50]))
+
+
+def test_bank_mask_excludes_rows():
+  bank, bank_labels, queries, _ = make_data(5)
+  keep = np.arange(len(bank)) % 3 != 0
+  expected = reference_predict(bank[keep], bank_labels[keep], queries, 5, 40, 0.5)
+  got = knn.weighted_knn_predict(
+      bank, bank_labels, queries, num_classes=5, k=40, bank_mask=keep
+  )
+  np.testing.assert_array_equal(np.asarray(got), expected)
+  # k above the number of valid rows: the masked rows add nothing.
+  expected = reference_predict(bank[keep], bank_labels[keep], queries, 5, 1000, 0.5)
+  got = knn.weighted_knn_predict(
+      bank, bank_labels, queries, num_classes=5, k=1000, bank_mask=keep
+  )
+  np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_features_are_normalised_inside():
+  bank, bank_labels, queries, query_labels = make_data(6)
+  scales = np.random.default_rng(0).uniform(0.1, 10.0, size=(len(bank), 1)).astype(np.float32)
+  a = knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, k=30)
+  b = knn.weighted_knn_predict(bank * scales, bank_labels, 3.0 * queries, num_classes=5, k=30)
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_extract_features_drops_masked_rows():
+  rng = np.random.default_rng(7)
+  images = rng.normal(size=(10, 4, 4, 3)).astype(np.float32)
+  labels = np.arange(10, dtype=np.int32)
+  mask = np.ones(10, bool)
+  mask[-3:] = False
+  feature_fn = jax.jit(lambda x: 5.0 * jnp.reshape(x, (x.shape[0], -1)))
+  batches = [
+      {'image': images[:5], 'label': labels[:5], 'mask': mask[:5]},
+      (images[5:], labels[5:], mask[5:]),
+  ]
+  feats, got_labels = knn.extract_features(feature_fn, batches)
+  np.testing.assert_array_equal(got_labels, labels[:7])
+  flat = images[:7].reshape(7, -1)
+  np.testing.assert_allclose(feats, flat / np.linalg.norm(flat, axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_bad_arguments():
+  bank, bank_labels, queries, query_labels = make_data(8)
+  with pytest.raises(ValueError, match='widths differ'):
+    knn.weighted_knn_predict(bank, bank_labels, queries[:, :3], num_classes=5)
+  with pytest.raises(ValueError, match='empty'):
+    knn.weighted_knn_predict(bank[:0], bank_labels[:0], queries, num_classes=5)

@@ -1,0 +1,277 @@
+"""Backbones, projection head, BatchNorm behaviour (incl. cross-device sync)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from jax.sharding import Mesh, PartitionSpec as P
+
+from hscl_jax import models
+
+
+def model_config(**overrides):
+  config = ml_collections.ConfigDict(
+      dict(name='small_cnn', stem='cifar', head_hidden=32, head_out=16, dtype='float32',
+           bn_momentum=0.9)
+  )
+  config.update(overrides)
+  return config
+
+
+def abstract_apply(model, image_shape, batch=2, train=True):
+  """Output and variable shapes/dtypes without compiling (jax.eval_shape)."""
+  x = jax.ShapeDtypeStruct((batch, *image_shape), jnp.float32)
+  variables = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False), x)
+  outputs = jax.eval_shape(
+      lambda v, x: model.apply(v, x, train=train, mutable=['batch_stats']), variables, x
+  )
+  return variables, outputs
+
+
+@pytest.mark.parametrize(
+    'name, stem, image_shape',
+    [
+        ('resnet18', 'cifar', (32, 32, 3)),
+        ('resnet34', 'cifar', (32, 32, 3)),
+        ('resnet50', 'cifar', (32, 32, 3)),
+        ('resnet18', 'imagenet', (96, 96, 3)),
+        ('resnet50', 'imagenet', (96, 96, 3)),
+        ('small_cnn', 'cifar', (8, 8, 3)),
+        ('small_cnn', 'cifar', (32, 32, 3)),
+    ],
+)
+def test_output_shapes(name, stem, image_shape):
+  model = models.create_model(model_config(name=name, stem=stem, head_hidden=512, head_out=128))
+  variables, ((h, z), updates) = abstract_apply(model, image_shape)
+  assert h.shape == (2, models.feature_dim(name)) and h.dtype == jnp.float32
+  assert z.shape == (2, 128) and z.dtype == jnp.float32
+  assert set(variables) == {'params', 'batch_stats'}
+  assert set(updates) == {'batch_stats'}
+
+
+def test_feature_dims():
+  assert models.feature_dim('resnet18') == 512
+  assert models.feature_dim('resnet34') == 512
+  assert models.feature_dim('resnet50') == 2048
+  assert models.feature_dim('small_cnn') == 128
+
+
+def test_initialize():
+  """The compiled flax initialiser (slow to compile on CPU: threefry; other tests avoid it)."""
+  model = models.create_model(model_config())
+  variables = models.initialize(model, jax.random.key(0), (8, 8, 3))
+  shapes, _ = abstract_apply(model, (8, 8, 3))
+  assert jax.tree.structure(variables) == jax.tree.structure(shapes)
+  assert {x.dtype for x in jax.tree.leaves(variables)} == {jnp.dtype(jnp.float32)}
+  stats = variables['batch_stats']['head']['BatchNorm_0']
+  np.testing.assert_array_equal(stats['mean'], 0.0)
+  np.testing.assert_array_equal(stats['var'], 1.0)
+  kernel = variables['params']['encoder']['Conv_0']['kernel']
+  assert kernel.shape == (3, 3, 3, 32) and 0.0 < float(jnp.std(kernel)) < 1.0
+
+
+def test_parameter_counts():
+  """Standard sizes: ResNet-18 11.17M and ResNet-50 23.51M backbone parameters."""
+  counts = {}
+  for name in ('resnet18', 'resnet50'):
+    model = models.make_backbone(name)
+    x = jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32)
+    params = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False), x)['params']
+    counts[name] = sum(p.size for p in jax.tree.leaves(params))
+  # ImageNet counts minus the 1000-way classifier, CIFAR stem (3x3 instead of 7x7).
+  assert counts['resnet18'] == 11_689_512 - 513_000 - 64 * 3 * (49 - 9)
+  assert counts['resnet50'] == 25_557_032 - 2_049_000 - 64 * 3 * (49 - 9)
+
+
+def host_variables(model, image_shape, seed=0):
+  """Random variables built on the host from the abstract shapes (no compiled init).
+
+  Compiling ResNet-50's random initialiser costs more than its training step.
+  """
+  rng = np.random.default_rng(seed)
+  shapes, _ = abstract_apply(model, image_shape)
+
+  def fill(path, leaf):
+    name = path[-1].key
+    if name in ('scale', 'var'):
+      return jnp.ones(leaf.shape, leaf.dtype)
+    if name in ('bias', 'mean'):
+      return jnp.zeros(leaf.shape, leaf.dtype)
+    fan_in = int(np.prod(leaf.shape[:-1]))
+    return jnp.asarray(rng.normal(scale=np.sqrt(1.0 / fan_in), size=leaf.shape), leaf.dtype)
+
+  return jax.tree_util.tree_map_with_path(fill, shapes)
+
+
+def test_resnet50_forward_and_grad_step():
+  """The paper's network: one training forward + gradient, batch 2 at 32x32."""
+  model = models.create_model(model_config(name='resnet50', head_hidden=512, head_out=128))
+  variables = host_variables(model, (32, 32, 3))
+  x = jax.random.normal(jax.random.key(1), (2, 32, 32, 3))
+
+  @jax.jit
+  def step(variables, x):
+    def loss_fn(params):
+      (h, z), updates = model.apply(
+          {'params': params, 'batch_stats': variables['batch_stats']}, x, train=True,
+          mutable=['batch_stats'],
+      )
+      z = z / jnp.linalg.norm(z, axis=-1, keepdims=True)
+      return -jnp.sum(z[0] * z[1]), (h, z, updates)
+
+    (loss, (h, z, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        variables['params']
+    )
+    return loss, h, z, updates, grads
+
+  loss, h, z, updates, grads = step(variables, x)
+  assert h.shape == (2, 2048) and z.shape == (2, 128)
+  assert h.dtype == jnp.float32 and z.dtype == jnp.float32
+  assert np.isfinite(float(loss))
+  leaves = jax.tree.leaves(grads)
+  assert all(bool(jnp.all(jnp.isfinite(g))) for g in leaves)
+  assert sum(float(jnp.sum(jnp.abs(g))) for g in leaves) > 0
+  assert jax.tree.structure(updates['batch_stats']) == jax.tree.structure(variables['batch_stats'])
+
+
+def jit_apply(model, **kwargs):
+  """model.apply(variables, x, **kwargs), compiled (eager flax runs op by op: slow)."""
+  return jax.jit(functools.partial(model.apply, **kwargs))
+
+
+def test_bfloat16_compute_float32_params():
+  model = models.create_model(model_config(dtype='bfloat16'))
+  variables = host_variables(model, (8, 8, 3))
+  assert {x.dtype for x in jax.tree.leaves(variables)} == {jnp.dtype(jnp.float32)}
+  x = jax.random.normal(jax.random.key(1), (4, 8, 8, 3))
+  ((h, z), state) = jit_apply(
+      model, train=True, mutable=['batch_stats', 'intermediates'], capture_intermediates=True
+  )(variables, x)
+  assert h.dtype == jnp.float32 and z.dtype == jnp.float32
+  conv_out = state['intermediates']['encoder']['Conv_0']['__call__'][0]
+  assert conv_out.dtype == jnp.bfloat16
+  assert {x.dtype for x in jax.tree.leaves(state['batch_stats'])} == {jnp.dtype(jnp.float32)}
+  # bf16 is close to the float32 model with the same weights.
+  (h32, _), _ = jit_apply(models.create_model(model_config()), train=True, mutable=['batch_stats'])(
+      variables, x
+  )
+  np.testing.assert_allclose(h, h32, atol=0.1, rtol=0.1)
+  # Abstractly, the same holds for the ResNet-50.
+  model = models.create_model(model_config(name='resnet50', dtype='bfloat16'))
+  variables, ((h, z), _) = abstract_apply(model, (32, 32, 3))
+  assert {x.dtype for x in jax.tree.leaves(variables)} == {jnp.dtype(jnp.float32)}
+  assert h.dtype == jnp.float32 and z.dtype == jnp.float32
+
+
+def test_batchnorm_train_updates_stats_eval_does_not():
+  momentum = 0.8
+  model = models.create_model(model_config(bn_momentum=momentum))
+  variables = host_variables(model, (8, 8, 3))
+  x = 2.0 + jax.random.normal(jax.random.key(1), (8, 8, 8, 3))
+
+  (_, z_train), state = jit_apply(
+      model, train=True, mutable=['batch_stats', 'intermediates'], capture_intermediates=True
+  )(variables, x)
+  stats = state['batch_stats']['encoder']['BatchNorm_0']
+  conv_out = state['intermediates']['encoder']['Conv_0']['__call__'][0]
+  np.testing.assert_allclose(
+      stats['mean'], (1 - momentum) * conv_out.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6
+  )
+  np.testing.assert_allclose(
+      stats['var'], momentum + (1 - momentum) * conv_out.var(axis=(0, 1, 2)), rtol=1e-4
+  )
+  # Eval mode leaves the statistics alone and uses them instead of the batch's.
+  (_, z_eval), eval_state = jit_apply(model, train=False, mutable=['batch_stats'])(variables, x)
+  jax.tree.map(np.testing.assert_array_equal, eval_state['batch_stats'], variables['batch_stats'])
+  assert not np.allclose(z_train, z_eval)
+  # Eval mode needs no mutable collection and is per-example.
+  updated = {'params': variables['params'], 'batch_stats': state['batch_stats']}
+  eval_apply = jit_apply(model, train=False)
+  h1, _ = eval_apply(updated, x)
+  h2, _ = eval_apply(updated, x[:1])
+  np.testing.assert_allclose(h1[:1], h2, rtol=1e-5, atol=1e-6)
+  # `features` is the backbone output alone.
+  h3 = jit_apply(model, method='features')(updated, x)
+  np.testing.assert_allclose(h1, h3, rtol=1e-6)
+
+
+def test_batchnorm_sync_across_devices():
+  """shard_map on 4 devices with bn_axis_name: the same as 1 device on the global batch."""
+  devices = jax.devices()
+  assert len(devices) == 4, 'tests/conftest.py sets 4 fake CPU devices'
+  mesh = Mesh(np.array(devices), ('data',))
+  config = model_config()
+  single = models.create_model(config)
+  synced = models.create_model(config, bn_axis_name='data')
+  variables = host_variables(single, (8, 8, 3))
+  x = jax.random.normal(jax.random.key(1), (16, 8, 8, 3))
+  # Per-device shards with very different statistics: unsynchronised BN would differ.
+  x = x + jnp.repeat(jnp.arange(4.0), 4)[:, None, None, None]
+
+  def loss_fn(params, batch_stats, x, model):
+    (h, z), updates = model.apply(
+        {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
+    )
+    return jnp.sum(z**2) / 16 + jnp.sum(h**2) / 16, (h, z, updates['batch_stats'])
+
+  def single_step(params, batch_stats, x):
+    return jax.value_and_grad(loss_fn, has_aux=True)(params, batch_stats, x, single)
+
+  def local_step(params, batch_stats, x):
+    # Local loss terms; the gradient w.r.t. the replicated params is summed over devices.
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch_stats, x, synced)
+    return (jax.lax.psum(loss, 'data'), aux), grads
+
+  sharded_step = jax.jit(
+      jax.shard_map(
+          local_step,
+          mesh=mesh,
+          in_specs=(P(), P(), P('data')),
+          out_specs=((P(), (P('data'), P('data'), P())), P()),
+      )
+  )
+  (loss1, (h1, z1, stats1)), grads1 = jax.jit(single_step)(
+      variables['params'], variables['batch_stats'], x
+  )
+  (loss4, (h4, z4, stats4)), grads4 = sharded_step(
+      variables['params'], variables['batch_stats'], x
+  )
+  tol = dict(rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(loss4, loss1, **tol)
+  np.testing.assert_allclose(h4, h1, **tol)
+  np.testing.assert_allclose(z4, z1, **tol)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, **tol), stats4, stats1)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5), grads4, grads1)
+
+
+def test_create_model_fields():
+  model = models.create_model(
+      model_config(name='resnet34', stem='imagenet', head_hidden=64, head_out=8,
+                   dtype='bfloat16', bn_momentum=0.99),
+      bn_axis_name='batch',
+  )
+  assert model.backbone == 'resnet34' and model.stem == 'imagenet'
+  assert (model.head_hidden, model.head_out) == (64, 8)
+  assert model.dtype == jnp.bfloat16 and model.bn_momentum == 0.99
+  assert model.bn_axis_name == 'batch'
+
+
+@pytest.mark.parametrize(
+    'overrides, match',
+    [
+        (dict(name='resnet101'), 'resnet18, resnet34, resnet50, small_cnn'),
+        (dict(stem='tiny'), 'model.stem'),
+        (dict(dtype='float16'), 'model.dtype'),
+        (dict(bn_momentum=1.0), 'model.bn_momentum'),
+        (dict(head_out=0), 'model.head_out'),
+    ],
+)
+def test_create_model_rejects_bad_config(overrides, match):
+  with pytest.raises(ValueError, match=match):
+    models.create_model(model_config(**overrides))
+  if 'name' in overrides:
+    with pytest.raises(ValueError, match='valid names'):
+      models.feature_dim(overrides['name'])
