@@ -1,0 +1,13 @@
+"""Errors of the input pipeline, each with a message that says what to do."""
+
+
+class UnknownDatasetError(ValueError):
+  """The dataset name is not one of hscl_jax.data.DATASETS."""
+
+
+class DatasetNotPreparedError(FileNotFoundError):
+  """A TFDS dataset has no prepared array_record files under data_dir."""
+
+
+class ImageFolderError(ValueError):
+  """An image folder is missing, empty, badly laid out or has an unreadable file."""

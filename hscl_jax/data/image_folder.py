@@ -1,0 +1,129 @@
+"""A user's own images: one sub-folder per class (this is also how Tiny-ImageNet is used).
+
+Layouts:
+  root/train/<class>/*.png and root/test/<class>/*.jpg  (given splits), or
+  root/<class>/*                                         (seeded stratified 80/20 split).
+Any format PIL reads is accepted; grayscale, palette and RGBA images become RGB
+(alpha is dropped). Every image is resized (shorter side) and centre-cropped to
+``image_size`` so that batches stack.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import numpy as np
+from PIL import Image
+
+from hscl_jax.data.arrays import stratified_split
+from hscl_jax.data.errors import ImageFolderError
+
+DEFAULT_IMAGE_SIZE = 64
+
+
+@functools.cache
+def image_extensions() -> frozenset[str]:
+  """Lower-case file extensions PIL can open (e.g. '.png', '.jpg', '.webp')."""
+  return frozenset(ext.lower() for ext in Image.registered_extensions())
+
+
+def _visible_entries(path: str) -> list[os.DirEntry]:
+  return sorted((e for e in os.scandir(path) if not e.name.startswith('.')),
+                key=lambda e: e.name)
+
+
+def _class_dirs(root: str) -> list[str]:
+  classes = [e.name for e in _visible_entries(root) if e.is_dir()]
+  if not classes:
+    raise ImageFolderError(f'no class sub-folders in image folder {root} '
+                           '(expected root/<class>/<image> or root/train/<class>/<image>)')
+  return classes
+
+
+def _list_images(root: str, classes: list[str]) -> tuple[list[str], np.ndarray]:
+  """Image paths under root/<class>/ and their class indices (classes order)."""
+  paths, labels = [], []
+  extensions = image_extensions()
+  for label, name in enumerate(classes):
+    class_dir = os.path.join(root, name)
+    if not os.path.isdir(class_dir):
+      continue  # A test split may lack a class.
+    files = [e.path for e in _visible_entries(class_dir)
+             if e.is_file() and os.path.splitext(e.name)[1].lower() in extensions]
+    if not files:
+      raise ImageFolderError(f'class folder {class_dir} has no image files')
+    paths.extend(files)
+    labels.extend([label] * len(files))
+  return paths, np.asarray(labels, np.int32)
+
+
+def _has_given_splits(root: str) -> bool:
+  return os.path.isdir(os.path.join(root, 'train')) and os.path.isdir(os.path.join(root, 'test'))
+
+
+def scan_image_folder(root: str, split: str, seed: int = 0):
+  """(paths, labels, class_names) of one split; raises ImageFolderError on bad layouts."""
+  if split not in ('train', 'test'):
+    raise ValueError(f"image_folder has splits 'train' and 'test', not '{split}'")
+  if not root or not os.path.isdir(root):
+    raise ImageFolderError(f'image folder {root!r} does not exist or is not a directory')
+  if _has_given_splits(root):
+    classes = _class_dirs(os.path.join(root, 'train'))
+    test_only = sorted(set(_class_dirs(os.path.join(root, 'test'))) - set(classes))
+    if test_only:
+      raise ImageFolderError(f'{root}/test has classes missing from train: {test_only}')
+    paths, labels = _list_images(os.path.join(root, split), classes)
+    return paths, labels, classes
+  classes = _class_dirs(root)
+  paths, labels = _list_images(root, classes)
+  indices = stratified_split(labels, seed)[split]
+  return [paths[i] for i in indices], labels[indices], classes
+
+
+def load_rgb(path: str, image_size: int) -> np.ndarray:
+  """Reads one image as uint8 [image_size, image_size, 3]; errors name the file."""
+  try:
+    with Image.open(path) as image:
+      image = image.convert('RGB')
+      image = _resize_shorter_side(image, image_size)
+      return np.asarray(_center_crop(image, image_size), np.uint8)
+  except (OSError, ValueError, SyntaxError) as error:  # PIL raises these for bad files.
+    raise ImageFolderError(f'cannot read image file {path}: {error}') from error
+
+
+def _resize_shorter_side(image: Image.Image, size: int) -> Image.Image:
+  width, height = image.size
+  if min(width, height) == size:
+    return image
+  scale = size / min(width, height)
+  new_size = (max(size, round(width * scale)), max(size, round(height * scale)))
+  return image.resize(new_size, Image.Resampling.BILINEAR)
+
+
+def _center_crop(image: Image.Image, size: int) -> Image.Image:
+  width, height = image.size
+  left, top = (width - size) // 2, (height - size) // 2
+  return image.crop((left, top, left + size, top + size))
+
+
+class ImageFolderSource:
+  """Random-access source over one split of an image folder (images read lazily)."""
+
+  def __init__(self, root: str, split: str, *, seed: int = 0,
+               image_size: int = DEFAULT_IMAGE_SIZE):
+    self.paths, self._labels, self.class_names = scan_image_folder(root, split, seed)
+    if not self.paths:
+      raise ImageFolderError(f"split '{split}' of image folder {root} is empty")
+    self.num_classes = len(self.class_names)
+    self.image_size = image_size
+    self.image_shape = (image_size, image_size, 3)
+
+  def __len__(self) -> int:
+    return len(self.paths)
+
+  def __getitem__(self, index: int) -> dict:
+    return {'image': load_rgb(self.paths[index], self.image_size),
+            'label': int(self._labels[index])}
+
+  def labels(self) -> np.ndarray:
+    return self._labels

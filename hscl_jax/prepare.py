@@ -1,0 +1,71 @@
+"""Prepares a TFDS dataset (download + conversion to array_record), once per data_dir.
+
+  python -m hscl_jax.prepare --dataset=cifar10 [--data_dir=DIR] [--manual_dir=DIR]
+
+Needs TensorFlow, which TFDS uses to write the files: pip install -e '.[prepare]'.
+Training then reads the array_record files without TensorFlow. On a machine
+without internet, put the official archive (e.g. cifar-10-binary.tar.gz) in a
+folder and pass it as --manual_dir.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+
+from hscl_jax.data.tfds_sources import TFDS_DATASETS
+
+NEEDS_TENSORFLOW = ("Preparing a TFDS dataset needs TensorFlow, which is not installed. "
+                    "Install the extra with:  pip install -e '.[prepare]'")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(
+      prog='python -m hscl_jax.prepare',
+      description='Download a TFDS dataset and convert it to array_record for hscl_jax.')
+  parser.add_argument('--dataset', required=True, choices=sorted(TFDS_DATASETS),
+                      help='dataset to prepare (digits and image_folder need no preparation)')
+  parser.add_argument('--data_dir', default=None,
+                      help='TFDS data directory (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)')
+  parser.add_argument('--manual_dir', default=None,
+                      help='folder holding the official archive, for machines without internet')
+  return parser.parse_args(argv)
+
+
+def require_tensorflow() -> None:
+  """Exits with the install command when TensorFlow is missing (checked without importing it)."""
+  if importlib.util.find_spec('tensorflow') is None:
+    raise SystemExit(NEEDS_TENSORFLOW)
+
+
+def check_manual_dir(dataset: str, manual_dir: str | None) -> None:
+  """With --manual_dir, the official archive must be there (else TFDS would try to download)."""
+  if manual_dir is None:
+    return
+  archive = os.path.join(manual_dir, TFDS_DATASETS[dataset].archive)
+  if not os.path.isfile(archive):
+    raise SystemExit(f'--manual_dir={manual_dir} has no {TFDS_DATASETS[dataset].archive}; '
+                     f'expected the official archive at {archive}')
+
+
+def prepare(dataset: str, data_dir: str | None = None, manual_dir: str | None = None) -> dict:
+  """Downloads (or reads from manual_dir) and writes array_record files; returns split sizes."""
+  check_manual_dir(dataset, manual_dir)
+  require_tensorflow()
+  import tensorflow_datasets as tfds
+
+  builder = tfds.builder(dataset, data_dir=data_dir, file_format='array_record')
+  download_config = tfds.download.DownloadConfig(manual_dir=manual_dir)
+  builder.download_and_prepare(download_config=download_config, file_format='array_record')
+  return {split: info.num_examples for split, info in builder.info.splits.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+  args = parse_args(argv)
+  sizes = prepare(args.dataset, args.data_dir, args.manual_dir)
+  print(f'{args.dataset} is ready (array_record), split sizes: {sizes}')
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])

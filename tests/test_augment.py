@@ -1,0 +1,205 @@
+"""Properties of the JAX augmentations (small images: every distinct params is one compile)."""
+import colorsys
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hscl_jax import augment
+
+SIZE = 8
+# Params are traced, so every test with this batch shape shares one compile.
+BATCH_SHAPE = (300, 2, SIZE, SIZE, 3)
+NO_NORMALISATION = dict(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+# blur_min_size=0 keeps the blur step in the program (static); blur_prob turns it off.
+IDENTITY = augment.AugmentParams(
+    image_size=SIZE, crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0,
+    jitter_prob=0.0, grayscale_prob=0.0, blur_prob=0.0, blur_min_size=0)
+DEFAULTS_WITH_BLUR = augment.AugmentParams(image_size=SIZE, blur_min_size=0, **NO_NORMALISATION)
+
+
+@functools.cache
+def jitted_two_views():
+  return jax.jit(augment.two_views)
+
+
+def random_images(shape=BATCH_SHAPE, seed=0):
+  return jnp.asarray(np.random.default_rng(seed).integers(0, 256, shape, np.uint8))
+
+
+def binomial_tolerance(prob, count, sigmas=4.5):
+  return sigmas * np.sqrt(prob * (1 - prob) / count)
+
+
+def test_identity_params_give_normalised_input():
+  images = random_images()
+  out = jitted_two_views()(jax.random.key(0), images, IDENTITY)
+  flat = images.reshape(-1, SIZE, SIZE, 3)
+  expected = augment.preprocess_eval(flat, IDENTITY)
+  np.testing.assert_allclose(out.reshape(flat.shape), expected, atol=1e-5)
+  manual = (np.asarray(images, np.float32) / 255 - np.array(augment.IMAGENET_MEAN)) / np.array(
+      augment.IMAGENET_STD)
+  np.testing.assert_allclose(out, manual, atol=1e-5)
+  # Static params with zero probabilities skip the jitter and blur steps entirely.
+  static = jax.jit(augment.two_views, static_argnames='params')
+  np.testing.assert_allclose(static(jax.random.key(0), images[:2], IDENTITY), out[:2], atol=1e-6)
+
+
+def test_preprocess_eval_resizes_and_normalises():
+  images = random_images((2, 12, 12, 3))
+  params = augment.AugmentParams(image_size=SIZE, **NO_NORMALISATION)
+  out = augment.preprocess_eval(images, params)
+  assert out.shape == (2, SIZE, SIZE, 3) and out.dtype == jnp.float32
+  # Bilinear resizing keeps the mean and stays in range.
+  np.testing.assert_allclose(out.mean(), np.asarray(images).mean() / 255, atol=0.02)
+  assert 0.0 <= float(out.min()) and float(out.max()) <= 1.0
+
+
+def two_halves_image():
+  """A colourful image whose left half differs from its right half."""
+  image = np.zeros((SIZE, SIZE, 3), np.uint8)
+  image[:, : SIZE // 2] = (250, 20, 20)
+  image[:, SIZE // 2:] = (20, 20, 250)
+  return image
+
+
+def test_flip_and_grayscale_frequencies_match_probabilities():
+  flip_prob, gray_prob = 0.5, 0.3
+  params = dataclasses.replace(IDENTITY, flip_prob=flip_prob, grayscale_prob=gray_prob,
+                               **NO_NORMALISATION)
+  image = two_halves_image()
+  images = jnp.broadcast_to(jnp.asarray(image), BATCH_SHAPE)
+  out = np.asarray(jitted_two_views()(jax.random.key(1), images, params))
+  out = out.reshape(-1, SIZE, SIZE, 3)
+  views = len(out)
+  is_gray = np.all(out == out[..., :1], axis=(1, 2, 3))
+  left_sum, right_sum = out[:, :, : SIZE // 2].sum((1, 2, 3)), out[:, :, SIZE // 2:].sum((1, 2, 3))
+  is_flipped = np.where(is_gray, left_sum < right_sum, out[:, 0, 0, 0] < out[:, 0, 0, 2])
+  assert abs(is_gray.mean() - gray_prob) < binomial_tolerance(gray_prob, views)
+  assert abs(is_flipped.mean() - flip_prob) < binomial_tolerance(flip_prob, views)
+  # A flipped view is the exact mirror image; a gray one the exact luma.
+  flipped = out[~is_gray & is_flipped]
+  np.testing.assert_allclose(flipped, np.broadcast_to(image[:, ::-1] / 255, flipped.shape),
+                             atol=1e-6)
+  luma = image.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32) / 255
+  gray_views = out[is_gray & ~is_flipped][..., 0]
+  np.testing.assert_allclose(gray_views, np.broadcast_to(luma, gray_views.shape), atol=1e-5)
+
+
+def test_jitter_probability_and_strength():
+  jitter_prob = 0.4
+  params = dataclasses.replace(IDENTITY, jitter_prob=jitter_prob, brightness=0.4, contrast=0.0,
+                               saturation=0.0, hue=0.0, **NO_NORMALISATION)
+  images = jnp.full(BATCH_SHAPE, 100, jnp.uint8)
+  out = np.asarray(jitted_two_views()(jax.random.key(6), images, params))
+  factors = out.reshape(-1, SIZE * SIZE * 3).mean(axis=1) / (100 / 255)
+  changed = np.abs(factors - 1) > 1e-4
+  assert abs(changed.mean() - jitter_prob) < binomial_tolerance(jitter_prob, len(factors))
+  # Brightness factors are uniform on [0.6, 1.4].
+  assert 0.6 - 1e-4 <= factors.min() and factors.max() <= 1.4 + 1e-4
+  assert abs(np.median(factors[changed]) - 1.0) < 0.08
+
+
+def test_default_augmentations_shapes_ranges_and_determinism():
+  params = DEFAULTS_WITH_BLUR
+  assert params.blur_enabled and params.jitter_random_order
+  images = random_images()
+  two_views = jitted_two_views()
+  out = two_views(jax.random.key(2), images, params)
+  assert out.shape == BATCH_SHAPE and out.dtype == jnp.float32
+  # All steps are convex combinations or clipped, so [0, 1] images stay in range.
+  assert float(out.min()) >= -1e-5 and float(out.max()) <= 1 + 1e-5
+  np.testing.assert_array_equal(out, two_views(jax.random.key(2), images, params))
+  other = two_views(jax.random.key(3), images, params)
+  assert float(jnp.abs(out - other).mean()) > 0.01
+  # The two views of one image differ (independent per-view keys).
+  assert float(jnp.abs(out[:, 0] - out[:, 1]).mean()) > 0.01
+
+
+def test_jit_equals_no_jit_and_static_params():
+  images = random_images(seed=4)
+  jitted = jitted_two_views()(jax.random.key(5), images, DEFAULTS_WITH_BLUR)
+  # Eager execution compiles every primitive on its own: one sample keeps it quick.
+  # Per-view keys are fold_in(key, view number), so sample 0 is the same in both.
+  with jax.disable_jit():
+    eager = augment.two_views(jax.random.key(5), images[:1], DEFAULTS_WITH_BLUR)
+  np.testing.assert_allclose(jitted[:1], eager, atol=1e-5)
+  static = jax.jit(augment.two_views, static_argnames='params')
+  np.testing.assert_allclose(static(jax.random.key(5), images[:1], DEFAULTS_WITH_BLUR), eager,
+                             atol=1e-5)
+
+
+def test_crop_boxes_respect_scale_and_ratio():
+  height, width, count = 20, 30, 2000
+  uniforms = jax.random.uniform(jax.random.key(7), (count, 22))
+  box = jax.vmap(lambda u: augment.sample_crop_box(
+      height, width, (0.08, 1.0), (3 / 4, 4 / 3), u[:10], u[10:20], u[20:]))(uniforms)
+  top, left, crop_h, crop_w = map(np.asarray, box)
+  assert np.all(top >= 0) and np.all(left >= 0)
+  assert np.all(top + crop_h <= height + 1e-4) and np.all(left + crop_w <= width + 1e-4)
+  area = crop_h * crop_w / (height * width)
+  assert area.min() >= 0.08 - 1e-4 and area.max() <= 1 + 1e-4
+  ratio = crop_w / crop_h
+  assert ratio.min() >= 3 / 4 - 1e-4 and ratio.max() <= 4 / 3 + 1e-4
+
+
+def test_crop_without_fitting_candidate_falls_back_to_centre():
+  # Ratio 4 cannot fit a 10x10 image at full area: centred box clipped to the image.
+  u = jnp.full((22,), 0.5)
+  top, left, crop_h, crop_w = augment.sample_crop_box(10, 10, (1.0, 1.0), (4.0, 4.0),
+                                                      u[:10], u[10:20], u[20:])
+  np.testing.assert_allclose([top, left, crop_h, crop_w], [3.75, 0, 2.5, 10], atol=1e-5)
+
+
+def test_crop_and_resize_picks_the_box():
+  image = jnp.tile(jnp.arange(16.0)[None, :, None], (16, 1, 3))  # Value = column.
+  out = augment.crop_and_resize(image, (jnp.float32(2), jnp.float32(4), jnp.float32(8),
+                                        jnp.float32(8)), 8)
+  np.testing.assert_allclose(out[0, :, 0], np.arange(4.0, 12.0), atol=1e-5)
+
+
+@jax.jit
+def _hsv_checks(pixels):
+  hsv = augment.rgb_to_hsv(pixels)
+  return jnp.stack(hsv, -1), augment.hsv_to_rgb(*hsv), augment.adjust_hue(pixels, 1 / 3)
+
+
+def test_hsv_round_trip_and_reference():
+  pixels = jax.random.uniform(jax.random.key(8), (200, 3))
+  pixels = pixels.at[0].set(jnp.array([1.0, 0.0, 0.0]))  # Pure red.
+  hsv, round_trip, shifted = _hsv_checks(pixels)
+  reference = np.array([colorsys.rgb_to_hsv(*p) for p in np.asarray(pixels, np.float64)])
+  np.testing.assert_allclose(hsv, reference, atol=1e-5)
+  np.testing.assert_allclose(round_trip, pixels, atol=1e-5)
+  np.testing.assert_allclose(shifted[0], [0.0, 1.0, 0.0], atol=1e-5)  # Red -> green.
+
+
+def test_gaussian_blur_keeps_constants_and_smooths():
+  blur = jax.jit(jax.vmap(augment.gaussian_blur, in_axes=(0, 0, None)), static_argnums=2)
+  noise = jax.random.uniform(jax.random.key(9), (12, 12, 3))
+  images = jnp.stack([jnp.full((12, 12, 3), 0.3), noise, noise])
+  constant, blurred, barely = blur(images, jnp.array([1.5, 2.0, 0.1]), 5)
+  np.testing.assert_allclose(constant, images[0], atol=1e-6)
+  assert float(blurred.std()) < 0.6 * float(noise.std())
+  np.testing.assert_allclose(barely, noise, atol=1e-4)
+
+
+def test_blur_kernel_size_and_default_small_image_rule():
+  assert augment.AugmentParams(image_size=96).blur_kernel_size == 9
+  assert augment.AugmentParams(image_size=224).blur_kernel_size == 23
+  assert augment.AugmentParams(image_size=32).blur_kernel_size == 3
+  assert not augment.AugmentParams(image_size=32).blur_enabled
+  assert augment.AugmentParams(image_size=96).blur_enabled
+
+
+def test_params_from_config_accepts_lists_and_rejects_unknown_keys():
+  params = augment.AugmentParams.from_config(
+      {'image_size': 32, 'crop_scale': [0.2, 1.0], 'mean': [0.5, 0.5, 0.5]})
+  assert params.crop_scale == (0.2, 1.0) and hash(params)
+  with pytest.raises(ValueError, match='unknown augment fields'):
+    augment.AugmentParams.from_config({'image_size': 32, 'flip_probability': 0.5})
+  with pytest.raises(ValueError, match='flip_prob'):
+    augment.AugmentParams(image_size=32, flip_prob=1.5)
