@@ -342,9 +342,11 @@ def _global_loss(features, labels, *, candidates, positives, hardening, pair_los
   if block is None:
     total, count = _loss_sums(q, k, None, **kwargs)
   else:
-    k = _pad_rows(k, block)
-    q_blocks = _blocks(_pad_rows(q, block), block)
-    sums = jax.lax.map(lambda q_block: _loss_sums(q_block, k, block, **kwargs), q_blocks)
+    # Blocks no larger than the rows they cut, so small batches are not padded up.
+    k_block, q_block = min(block, k.index.shape[0]), min(block, q.index.shape[0])
+    k = _pad_rows(k, k_block)
+    q_blocks = _blocks(_pad_rows(q, q_block), q_block)
+    sums = jax.lax.map(lambda rows: _loss_sums(rows, k, k_block, **kwargs), q_blocks)
     total, count = jnp.sum(sums[0]), jnp.sum(sums[1])
   if axis_name is not None:
     total, count = jax.lax.psum((total, count), axis_name)
