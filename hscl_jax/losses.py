@@ -17,7 +17,8 @@ in log space, ``log E_i = LSE_j(log η + g) - LSE_j(log η)``, so nothing overfl
 any temperature or β. The loss is the flat mean of ℓ_ip over all ordered positive pairs
 of the (global) batch. Hardening functions are given as ``g -> log η(g)``.
 
-Rules for the edge cases (never NaN):
+Rules for the edge cases (never NaN for finite inputs; non-finite features give NaN, so
+a diverged model is not mistaken for a batch without negatives):
   * An anchor with no negative (all labels equal; or, for a threshold hardening, no
     negative at or above the threshold) has an empty negative sum, so E_i := 0 and each
     of its pairs contributes ℓ_ip = log(1 + 0) = 0 (with zero gradient). The pair still
@@ -227,7 +228,7 @@ def _lse_merge(a, b):
 def _lse_finish(partial):
   """-> (lse, nonempty); lse is 0 (not -inf) for an empty set so gradients stay finite."""
   m, s = partial
-  nonempty = s > 0
+  nonempty = s != 0  # NaN counts as non-empty, so it propagates instead of reading as "empty"
   return jnp.log(jnp.where(nonempty, s, 1.0)) + jnp.where(nonempty, m, 0.0), nonempty
 
 
@@ -348,6 +349,9 @@ def _global_loss(features, labels, *, candidates, positives, hardening, pair_los
     q_blocks = _blocks(_pad_rows(q, q_block), q_block)
     sums = jax.lax.map(lambda rows: _loss_sums(rows, k, k_block, **kwargs), q_blocks)
     total, count = jnp.sum(sums[0]), jnp.sum(sums[1])
+  # A diverged model must not look like a batch without negatives: NaN in, NaN out
+  # (checked on the local rows, before the sum that spreads it to every device).
+  total = jnp.where(jnp.all(jnp.isfinite(q.z)), total, jnp.nan)
   if axis_name is not None:
     total, count = jax.lax.psum((total, count), axis_name)
   return total / jnp.maximum(count, 1.0)

@@ -346,6 +346,17 @@ class EdgeCaseTest(parameterized.TestCase):
           lambda f: losses.hucl(f * scale, beta=5.0, tau_plus=0.1, temperature=0.05), features)
 
 
+  @parameterized.parameters(*sorted(LOSSES))
+  def test_non_finite_inputs_give_nan(self, name):
+    """A diverged model must not look like a batch without negatives (loss 0)."""
+    features, labels = random_batch(25)
+    kernel, _ = LOSSES[name]
+    for bad in (jnp.nan, jnp.inf):
+      self.assertTrue(bool(jnp.isnan(kernel(features.at[2, 1, 0].set(bad), labels))))
+    self.assertTrue(bool(jnp.isnan(
+        losses.hscl(features, labels, hardening=losses.exponential(jnp.nan)))))
+
+
 class InputValidationTest(parameterized.TestCase):
 
   def test_errors_name_the_problem(self):

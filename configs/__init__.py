@@ -1,0 +1,1 @@
+"""Training configurations: `python -m hscl_jax.main --config=configs/<name>.py`."""

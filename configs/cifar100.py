@@ -1,0 +1,10 @@
+"""CIFAR-100, the paper's protocol: ResNet-50 (CIFAR stem), batch 512, 200 epochs, H-SCL(beta=1)."""
+
+from configs import default
+
+
+def get_config():
+  config = default.get_config()
+  config.dataset = 'cifar100'
+  config.augment.mean, config.augment.std = default.CIFAR100_MEAN, default.CIFAR100_STD
+  return config

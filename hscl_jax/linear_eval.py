@@ -1,0 +1,309 @@
+"""Linear evaluation of a trained encoder, read from the run's Orbax checkpoint.
+
+    python -m hscl_jax.linear_eval --workdir=DIR [--checkpoint_step=N] [--protocol=augmented]
+
+Reads the run's resolved config (DIR/config.json, or --config=FILE), restores only the
+encoder's parameters and BatchNorm statistics from DIR/checkpoints/<step> (latest by
+default), freezes them (BatchNorm in eval mode) and trains a linear classifier on the
+L2-normalised backbone features, then reports top-1/top-5 on the test split and writes
+DIR/linear_eval.json. Nothing else in DIR is touched. Protocols (config.linear_eval):
+  * features  (default, fast): features extracted once, the classifier trained on them.
+  * augmented (the paper's): random resized crop + flip on the fly through the frozen
+    encoder, Adam lr 1e-3, weight decay 1e-6, 100 epochs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+from absl import app
+from absl import flags
+from absl import logging
+from etils import epath
+import jax
+import jax.numpy as jnp
+from ml_collections import config_dict
+from ml_collections import config_flags
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from hscl_jax import augment
+from hscl_jax import checkpointing
+from hscl_jax import data
+from hscl_jax import knn
+from hscl_jax import metrics
+from hscl_jax import models
+
+PROTOCOLS = ('features', 'augmented')
+RESULT_FILE = 'linear_eval.json'
+CHECKPOINT_DIR = 'checkpoints'
+
+
+class LinearEvalError(RuntimeError):
+  """A workdir, config or checkpoint that linear evaluation cannot use (names the path)."""
+
+
+# ----------------------------------------------------------------------------------------
+# Reading the run.
+
+
+def load_run_config(workdir: str) -> config_dict.ConfigDict:
+  path = os.path.join(workdir, metrics.CONFIG_FILE)
+  if not os.path.isfile(path):
+    raise LinearEvalError(
+        f'{path} not found: --workdir must be the directory of a training run '
+        '(python -m hscl_jax.main --workdir=DIR writes it), or pass --config=FILE.')
+  with open(path) as f:
+    return config_dict.ConfigDict(json.load(f))
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  """Finished checkpoint steps (Orbax renames a checkpoint to its step once complete)."""
+  directory = epath.Path(workdir) / CHECKPOINT_DIR
+  if not directory.exists():
+    return []
+  return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+def resolve_step(workdir: str, step: int | None) -> int:
+  steps = checkpoint_steps(workdir)
+  where = os.path.join(workdir, CHECKPOINT_DIR)
+  if not steps:
+    raise LinearEvalError(f'no checkpoint in {where}: train first (python -m hscl_jax.main).')
+  if step is None:
+    return steps[-1]
+  if step not in steps:
+    raise LinearEvalError(f'no checkpoint for step {step} in {where}; available: {steps}.')
+  return step
+
+
+def restore_encoder(workdir: str, step: int, model: models.ContrastiveModel,
+                    image_shape: tuple[int, int, int]) -> dict[str, Any]:
+  """{'params', 'batch_stats'} of the encoder only, restored onto the default device."""
+  abstract = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), image_shape))
+  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  target = {'params': {'encoder': abstract['params']['encoder']},
+            'batch_stats': {'encoder': abstract['batch_stats']['encoder']}}
+  restore_args = jax.tree.map(
+      lambda x: ocp.ArrayRestoreArgs(sharding=sharding, global_shape=x.shape, dtype=x.dtype),
+      target)
+  path = epath.Path(workdir) / CHECKPOINT_DIR / str(step) / checkpointing.STATE
+  try:
+    with ocp.PyTreeCheckpointer() as checkpointer:
+      restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
+          item=target, restore_args=restore_args, partial_restore=True))
+  except Exception as e:  # Orbax raises many types; all mean "this path is unusable"
+    raise LinearEvalError(
+        f'cannot restore the encoder from {path}: {type(e).__name__}: {e}. The checkpoint is '
+        'missing or corrupt, or was written by a run with a different model config.') from e
+  _check_shapes(restored, target, path)
+  return {'params': restored['params']['encoder'],
+          'batch_stats': restored['batch_stats']['encoder']}
+
+
+def _check_shapes(restored, target, path) -> None:
+  """Partial restore leaves keys absent from the checkpoint unrestored: name the mismatch."""
+  restored_leaves = jax.tree_util.tree_leaves_with_path(restored)
+  missing = [jax.tree_util.keystr(k) for k, v in restored_leaves if not isinstance(v, jax.Array)]
+  got = jax.tree.map(lambda x: tuple(x.shape), restored)
+  want = jax.tree.map(lambda x: tuple(x.shape), target)
+  if missing or got != want:
+    detail = f'it lacks {missing[0]}' if missing else 'the parameter shapes differ'
+    raise LinearEvalError(
+        f'{path} holds another encoder than config.model describes ({detail}): the workdir '
+        'is from a different model; pass the run\'s own config (DIR/config.json).')
+
+
+# ----------------------------------------------------------------------------------------
+# Features and the linear classifier.
+
+
+def make_encoder_fn(model: models.ContrastiveModel, encoder_variables, params: augment.AugmentParams):
+  """Jitted images -> un-normalised backbone features (BatchNorm in eval mode).
+
+  uint8 images are preprocessed for evaluation first; float images are taken as already
+  augmented and normalised.
+  """
+
+  @jax.jit
+  def encode(images):
+    x = augment.preprocess_eval(images, params) if images.dtype == jnp.uint8 else images
+    return model.apply(
+        {'params': {'encoder': encoder_variables['params']},
+         'batch_stats': {'encoder': encoder_variables['batch_stats']}},
+        x, train=False, method='features')
+
+  return encode
+
+
+def _cross_entropy(classifier, features, labels):
+  logits = features @ classifier['w'] + classifier['b']
+  return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def _topk_correct(logits, labels, k):
+  return jnp.any(jax.lax.top_k(logits, k)[1] == labels[:, None], axis=1)
+
+
+def evaluate(classifier, features, labels) -> dict[str, float]:
+  logits = features @ classifier['w'] + classifier['b']
+  top5 = min(5, logits.shape[1])
+  return {'top1': float(jnp.mean(_topk_correct(logits, labels, 1))),
+          'top5': float(jnp.mean(_topk_correct(logits, labels, top5)))}
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearSetup:
+  num_classes: int
+  feature_dim: int
+  cfg: config_dict.ConfigDict  # config.linear_eval
+
+  def init(self):
+    return {'w': jnp.zeros((self.feature_dim, self.num_classes)), 'b': jnp.zeros(self.num_classes)}
+
+  def optimizer(self):
+    # Adam with coupled L2 as torch.optim.Adam(weight_decay=...) in the paper's code.
+    return optax.chain(optax.add_decayed_weights(self.cfg.weight_decay),
+                       optax.scale_by_adam(), optax.scale(-self.cfg.learning_rate))
+
+
+def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
+  """Minibatch Adam for config.linear_eval.num_epochs; batch_fn(indices, epoch, i) -> (x, y)."""
+  cfg = setup.cfg
+  batch = min(cfg.batch_size, num_examples)
+  steps = max(num_examples // batch, 1)
+  optimizer = setup.optimizer()
+  classifier = setup.init()
+  opt_state = optimizer.init(classifier)
+
+  @jax.jit
+  def step(classifier, opt_state, x, y):
+    loss, grads = jax.value_and_grad(_cross_entropy)(classifier, x, y)
+    updates, opt_state = optimizer.update(grads, opt_state, classifier)
+    return optax.apply_updates(classifier, updates), opt_state, loss
+
+  rng = np.random.default_rng(seed)
+  start = time.time()
+  for epoch in range(1, cfg.num_epochs + 1):
+    order = rng.permutation(num_examples)
+    for i in range(steps):
+      x, y = batch_fn(order[i * batch:(i + 1) * batch], epoch, i)
+      classifier, opt_state, loss = step(classifier, opt_state, x, y)
+    if epoch == 1 or epoch % max(cfg.num_epochs // 10, 1) == 0 or epoch == cfg.num_epochs:
+      elapsed = time.time() - start
+      eta = elapsed / epoch * (cfg.num_epochs - epoch)
+      logging.info('linear eval epoch %d/%d  loss %.4f  %.0fs elapsed, ETA %.0fs',
+                   epoch, cfg.num_epochs, float(loss), elapsed, eta)
+  return classifier
+
+
+def _extract(encode, source, batch_size):
+  loader = data.eval_loader(source, global_batch_size=batch_size, shard_index=0, shard_count=1)
+  return knn.extract_features(encode, loader)
+
+
+def _augmented_batches(model, encoder_variables, source, params: augment.AugmentParams, seed):
+  """Random resized crop + flip of raw images, encoded on the fly by the frozen encoder."""
+  crop_flip = dataclasses.replace(params, jitter_prob=0.0, grayscale_prob=0.0, blur_prob=0.0)
+  encode = make_encoder_fn(model, encoder_variables, crop_flip)
+  images = np.stack([source[i]['image'] for i in range(len(source))])
+  labels = np.asarray([source[i]['label'] for i in range(len(source))], np.int32)
+  key = jax.random.key(seed)
+
+  @jax.jit
+  def view(batch_key, raw):
+    pair = jnp.stack([raw, raw], axis=1)
+    return augment.two_views(batch_key, pair, crop_flip)[:, 0]
+
+  def batch_fn(indices, epoch, i):
+    batch_key = jax.random.fold_in(jax.random.fold_in(key, epoch), i)
+    features = knn.l2_normalize(encode(view(batch_key, jnp.asarray(images[indices]))))
+    return features, jnp.asarray(labels[indices])
+
+  return batch_fn
+
+
+def linear_evaluate(config: config_dict.ConfigDict, workdir: str, *,
+                    checkpoint_step: int | None = None) -> dict[str, Any]:
+  """Runs the configured protocol on the checkpoint and writes DIR/linear_eval.json."""
+  cfg = config.linear_eval
+  if cfg.protocol not in PROTOCOLS:
+    raise ValueError(f'linear_eval.protocol must be one of {PROTOCOLS}, got {cfg.protocol!r}.')
+  step = resolve_step(workdir, checkpoint_step)
+  info = data.dataset_info(config.dataset, data_dir=config.data_dir, folder=config.folder,
+                           seed=config.split_seed)
+  model = models.create_model(config.model)
+  params = augment.AugmentParams.from_config(config.augment)
+  image_size = params.image_size
+  encoder = restore_encoder(workdir, step, model, (image_size, image_size, 3))
+  encode = make_encoder_fn(model, encoder, params)
+  sources = {split: data.get_source(config.dataset, split, data_dir=config.data_dir,
+                                    folder=config.folder, seed=config.split_seed)
+             for split in (config.train_split, config.test_split)}
+  logging.info('linear eval (%s protocol) of %s step %d', cfg.protocol, workdir, step)
+  train_x, train_y = _extract(encode, sources[config.train_split], cfg.batch_size)
+  test_x, test_y = _extract(encode, sources[config.test_split], cfg.batch_size)
+  setup = LinearSetup(num_classes=info.num_classes, feature_dim=train_x.shape[1], cfg=cfg)
+  if cfg.protocol == 'features':
+    train_x, train_y = jnp.asarray(train_x), jnp.asarray(train_y)
+    batch_fn = lambda idx, epoch, i: (train_x[idx], train_y[idx])
+  else:
+    batch_fn = _augmented_batches(model, encoder, sources[config.train_split], params, config.seed)
+  classifier = _train_loop(setup, len(train_y), batch_fn, config.seed)
+  result = {
+      'protocol': cfg.protocol,
+      **evaluate(classifier, jnp.asarray(test_x), jnp.asarray(test_y)),
+      'checkpoint_step': step,
+      'num_train': int(len(train_y)),
+      'num_test': int(len(test_y)),
+      'num_epochs': cfg.num_epochs,
+      'learning_rate': cfg.learning_rate,
+      'weight_decay': cfg.weight_decay,
+      'dataset': config.dataset,
+      'method': config.method,
+  }
+  with open(os.path.join(workdir, RESULT_FILE), 'w') as f:
+    json.dump(result, f, indent=2)
+    f.write('\n')
+  return result
+
+
+# ----------------------------------------------------------------------------------------
+# Command line.
+
+def _define_flags():
+  """Command-line flags, defined only when run as a program (the module is also a library)."""
+  flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
+  config_flags.DEFINE_config_file(
+      'config', None, 'Config file (default: the run\'s DIR/config.json).', lock_config=False)
+  flags.DEFINE_integer('checkpoint_step', None, 'Checkpoint step (default: latest).')
+  flags.DEFINE_enum('protocol', None, PROTOCOLS, 'Override config.linear_eval.protocol.')
+  flags.DEFINE_integer('num_epochs', None, 'Override config.linear_eval.num_epochs.')
+
+
+def main(argv):
+  del argv
+  FLAGS = flags.FLAGS
+  config = FLAGS.config if FLAGS.config is not None else load_run_config(FLAGS.workdir)
+  if FLAGS.protocol is not None:
+    config.linear_eval.protocol = FLAGS.protocol
+  if FLAGS.num_epochs is not None:
+    config.linear_eval.num_epochs = FLAGS.num_epochs
+  try:
+    result = linear_evaluate(config, FLAGS.workdir, checkpoint_step=FLAGS.checkpoint_step)
+  except LinearEvalError as e:
+    raise app.UsageError(str(e)) from None
+  print(f"linear eval ({result['protocol']} protocol, checkpoint step {result['checkpoint_step']}): "
+        f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  "
+        f"({result['num_train']} train / {result['num_test']} test) -> "
+        f"{os.path.join(FLAGS.workdir, RESULT_FILE)}")
+
+
+if __name__ == '__main__':
+  _define_flags()
+  app.run(main)

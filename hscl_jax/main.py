@@ -1,0 +1,66 @@
+r"""Trains a contrastive model (UCL/SimCLR, H-UCL, SCL, H-SCL) and monitors it with kNN.
+
+  python -m hscl_jax.main --config=configs/digits.py --workdir=/tmp/hscl_digits
+  python -m hscl_jax.main --config=configs/cifar10.py --workdir=DIR \
+      --config.method=hscl --config.hardening=exp --config.beta=1.0 --config.num_epochs=50
+
+An existing DIR resumes from its latest checkpoint. On several hosts, run the same command
+on every host: jax.distributed is started from the cluster environment (SLURM, multi-host
+TPU) or from --coordinator_address/--num_processes/--process_id (hscl_jax.distributed).
+"""
+
+import logging as std_logging
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from hscl_jax import distributed
+from hscl_jax import train
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Training configuration file (configs/<dataset>.py).', lock_config=True)
+_COORDINATOR = flags.DEFINE_string(
+    'coordinator_address', None, 'host:port of process 0 (explicit multi-process set-up).')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Number of processes (explicit).')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process (explicit set-up).')
+_MULTIHOST = flags.DEFINE_bool(
+    'multihost', None, 'Force (True) or forbid (False) jax.distributed; default: detect.')
+_LIBRARY_LOGS = flags.DEFINE_bool(
+    'library_logs', False, 'Show the INFO logs of JAX and Orbax (checkpoint I/O details).')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def _only_own_info(record) -> bool:
+  """Keeps warnings and errors from everyone, INFO lines only from hscl_jax.
+
+  Orbax logs a dozen INFO lines per checkpoint; they would drown the progress line.
+  """
+  return record.levelno >= std_logging.WARNING or f'{os.sep}hscl_jax{os.sep}' in record.pathname
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  if not _LIBRARY_LOGS.value:
+    logging.get_absl_handler().addFilter(_only_own_info)
+  # First JAX call of the program: jax.distributed must start before devices are touched.
+  setup = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                                 multihost=_MULTIHOST.value)
+  logging.info('JAX %s', distributed.describe(setup))
+  try:
+    result = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (train.ConfigError, train.NonFiniteLossError) as e:
+    logging.error('%s', e)
+    sys.exit(1)
+  if result.preempted:
+    # 128 + SIGTERM, as a process killed by the signal: the run is not finished.
+    sys.exit(143)
+
+
+if __name__ == '__main__':
+  app.run(main)

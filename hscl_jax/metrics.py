@@ -1,0 +1,161 @@
+"""Run outputs: DIR/metrics.jsonl, TensorBoard events, DIR/config.json, a progress line.
+
+Only process 0 writes (`enabled=False` elsewhere), so a multi-host run produces one copy.
+"""
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+from absl import logging
+from etils import epath
+import ml_collections
+import numpy as np
+import tensorboardX
+
+METRICS_FILE = 'metrics.jsonl'
+CONFIG_FILE = 'config.json'
+EVENTS_DIR = 'tensorboard'
+
+
+def _to_python(value: Any) -> Any:
+  """JSON-friendly Python scalars (NaN/inf stay floats; json writes them as NaN/Infinity)."""
+  if isinstance(value, (np.ndarray, np.generic)) or hasattr(value, '__array__'):
+    value = np.asarray(value)
+    return value.item() if value.ndim == 0 else value.tolist()
+  return value
+
+
+def write_config(workdir: str, config: ml_collections.ConfigDict, *, enabled: bool = True) -> None:
+  """Writes the resolved config (after command-line overrides) to DIR/config.json."""
+  if not enabled:
+    return
+  directory = epath.Path(workdir)
+  directory.mkdir(parents=True, exist_ok=True)
+  text = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=_to_python)
+  (directory / CONFIG_FILE).write_text(text + '\n')
+
+
+def read_metrics(workdir: str) -> list[dict[str, Any]]:
+  """All records of DIR/metrics.jsonl (an empty list if there is none)."""
+  path = epath.Path(workdir) / METRICS_FILE
+  if not path.exists():
+    return []
+  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class MetricWriter:
+  """Writes one JSON object per epoch to DIR/metrics.jsonl and scalars to TensorBoard.
+
+  The file is rewritten whole at each epoch (it has one short line per epoch), which works
+  on storage without appends (e.g. gs:// workdirs through etils.epath). On resume from a
+  checkpoint at `resume_step`, records written after that step (by a run that died before
+  its next checkpoint) are dropped, so the file keeps one record per epoch.
+  """
+
+  def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int = 0):
+    self._enabled = enabled
+    self._path = epath.Path(workdir) / METRICS_FILE
+    self._tensorboard = None
+    self._lines = []
+    if not enabled:
+      return
+    epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+    kept = [r for r in read_metrics(workdir) if r.get('step', 0) <= resume_step]
+    self._lines = [json.dumps(r) for r in kept]
+    self._path.write_text(''.join(line + '\n' for line in self._lines))
+    # purge_step hides events a dead run wrote after the checkpoint we resume from.
+    self._tensorboard = tensorboardX.SummaryWriter(
+        logdir=os.path.join(workdir, EVENTS_DIR), purge_step=resume_step or None, flush_secs=30
+    )
+
+  def write(self, step: int, scalars: dict[str, Any]) -> None:
+    if not self._enabled:
+      return
+    record = {'step': int(step), **{k: _to_python(v) for k, v in scalars.items()}}
+    self._lines.append(json.dumps(record))
+    self._path.write_text(''.join(line + '\n' for line in self._lines))
+    for name, value in record.items():
+      if name != 'step' and isinstance(value, (int, float)):
+        self._tensorboard.add_scalar(name, value, global_step=int(step))
+    self._tensorboard.flush()
+
+  def close(self) -> None:
+    if self._tensorboard is not None:
+      self._tensorboard.close()
+      self._tensorboard = None
+
+
+def format_duration(seconds: float) -> str:
+  """Seconds as e.g. '42s', '3m05s', '2h07m'."""
+  if not math.isfinite(seconds):
+    return '?'
+  seconds = int(round(seconds))
+  if seconds < 60:
+    return f'{seconds}s'
+  if seconds < 3600:
+    return f'{seconds // 60}m{seconds % 60:02d}s'
+  return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m'
+
+
+class Progress:
+  """Logs a one-line training progress report with throughput and ETA.
+
+  The ETA extrapolates the training-step rate measured since the first step of this process
+  (excluding its compilation) and adds the last kNN evaluation's time for each remaining one.
+  """
+
+  def __init__(self, *, total_steps: int, start_step: int, steps_per_epoch: int,
+               images_per_step: int, enabled: bool = True):
+    self._total_steps = total_steps
+    self._steps_per_epoch = steps_per_epoch
+    self._images_per_step = images_per_step
+    self._enabled = enabled
+    self._start_step = start_step
+    self._train_seconds = 0.0
+    self._mark = None
+    self.eval_seconds_per_epoch = 0.0
+
+  def resume_timer(self) -> None:
+    """Starts timing training steps (call after anything that is not training)."""
+    self._mark = time.perf_counter()
+
+  def restart(self, step: int) -> None:
+    """Measures rates from `step` on (call after the first step, which compiles)."""
+    self._start_step = step
+    self._train_seconds = 0.0
+    self._mark = time.perf_counter()
+
+  def pause_timer(self) -> None:
+    if self._mark is not None:
+      self._train_seconds += time.perf_counter() - self._mark
+      self._mark = None
+
+  def _seconds_per_step(self, step: int) -> float:
+    elapsed = self._train_seconds
+    if self._mark is not None:
+      elapsed += time.perf_counter() - self._mark
+    done = step - self._start_step
+    return elapsed / done if done > 0 else float('nan')
+
+  def eta_seconds(self, step: int) -> float:
+    remaining_steps = self._total_steps - step
+    remaining_epochs = math.ceil(remaining_steps / self._steps_per_epoch)
+    return remaining_steps * self._seconds_per_step(step) + (
+        remaining_epochs * self.eval_seconds_per_epoch)
+
+  def line(self, step: int, loss: float) -> str:
+    epoch = (step - 1) // self._steps_per_epoch + 1
+    num_epochs = math.ceil(self._total_steps / self._steps_per_epoch)
+    rate = self._images_per_step / self._seconds_per_step(step)
+    return (
+        f'epoch {epoch}/{num_epochs}  step {step}/{self._total_steps} '
+        f'({100 * step / self._total_steps:.0f}%)  loss {loss:.4f}  '
+        f'{rate:.0f} img/s  ETA {format_duration(self.eta_seconds(step))}'
+    )
+
+  def log(self, step: int, loss: float) -> None:
+    if self._enabled:
+      logging.info('%s', self.line(step, loss))

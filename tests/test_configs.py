@@ -1,0 +1,183 @@
+"""The configs: paper defaults, the field schema, command-line overrides, validation errors."""
+
+import json
+import os
+import pathlib
+import re
+import sys
+
+from absl import flags
+from ml_collections import config_flags
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
+
+from configs import cifar10, cifar100, default, digits, stl10  # noqa: E402
+from hscl_jax import train  # noqa: E402
+
+ALL_CONFIGS = {'digits': digits, 'cifar10': cifar10, 'cifar100': cifar100, 'stl10': stl10}
+
+
+def _parse(*args):
+  """Loads a config file with overrides exactly as hscl_jax.main does."""
+  argv = ['prog', *args]
+  flag_values = flags.FlagValues()
+  # sys_argv: the override flags (--config.x) are defined from the --config file named there.
+  config_flags.DEFINE_config_file('config', None, flag_values=flag_values, lock_config=True,
+                                  sys_argv=argv)
+  flag_values(argv)
+  return flag_values.config
+
+
+@pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
+def test_configs_are_valid_on_1_and_4_devices(name):
+  config = ALL_CONFIGS[name].get_config()
+  assert config.dataset == name
+  for devices in (1, 4):
+    train.validate_config(config, num_devices=devices)
+
+
+@pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
+def test_configs_define_exactly_the_fields_the_program_reads(name):
+  config = ALL_CONFIGS[name].get_config()
+  for section, fields in train.CONFIG_FIELDS.items():
+    node = config[section] if section else config
+    assert sorted(node.keys()) == sorted(fields), section
+
+
+@pytest.mark.parametrize('name', ['cifar10', 'cifar100', 'stl10'])
+def test_paper_protocol_defaults(name):
+  config = ALL_CONFIGS[name].get_config()
+  assert (config.model.name, config.model.stem) == ('resnet50', 'cifar')
+  assert (config.model.head_hidden, config.model.head_out) == (512, 128)
+  assert config.optimizer.name == 'adam'
+  assert config.optimizer.learning_rate == 1e-3 and config.optimizer.weight_decay == 1e-6
+  assert config.optimizer.schedule == 'constant' and config.optimizer.warmup_epochs == 0
+  assert (config.batch_size, config.num_epochs, config.temperature) == (512, 200, 0.5)
+  assert config.M is None  # n - 2
+  assert (config.method, config.hardening, config.beta) == ('hscl', 'exp', 1.0)
+  assert (config.knn.k, config.knn.temperature) == (200, 0.5)
+  assert config.augment.jitter_prob == 0.8 and config.augment.grayscale_prob == 0.2
+  assert (config.augment.brightness, config.augment.hue) == (0.4, 0.1)
+  assert config.augment.crop_scale == (0.08, 1.0) and config.augment.flip_prob == 0.5
+  size, blur = (96, 0.5) if name == 'stl10' else (32, 0.0)
+  assert (config.augment.image_size, config.augment.blur_prob) == (size, blur)
+
+
+# ml_collections loads config files with importlib's deprecated load_module().
+_LOAD_MODULE_WARNING = 'ignore:the load_module:DeprecationWarning'
+
+
+@pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
+def test_command_line_overrides():
+  config = _parse(f'--config={REPO}/configs/cifar10.py', '--config.method=scl',
+                  '--config.M=100', '--config.num_epochs=50', '--config.optimizer.name=lars',
+                  '--config.model.dtype=bfloat16', '--config.augment.crop_scale=(0.2,1.0)')
+  assert (config.method, config.M, config.num_epochs) == ('scl', 100, 50)
+  assert (config.optimizer.name, config.model.dtype) == ('lars', 'bfloat16')
+  assert tuple(config.augment.crop_scale) == (0.2, 1.0)
+  train.validate_config(config, num_devices=4)
+
+
+@pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
+def test_unknown_override_is_rejected_by_the_flag_parser():
+  with pytest.raises((flags.Error, AttributeError, KeyError), match="lerning_rate"):
+    _parse(f'--config={REPO}/configs/cifar10.py', '--config.optimizer.lerning_rate=0.1')
+
+
+def _invalid(mutate, *, devices=4):
+  config = default.get_config()
+  mutate(config)
+  with pytest.raises(train.ConfigError) as info:
+    train.validate_config(config, num_devices=devices)
+  return str(info.value)
+
+
+def _setitem(path, value):
+  def mutate(config):
+    *parents, leaf = path.split('.')
+    node = config
+    for parent in parents:
+      node = node[parent]
+    with node.unlocked():
+      node[leaf] = value
+  return mutate
+
+
+@pytest.mark.parametrize('path, value, expected', [
+    ('lerning_rate', 0.1, r'config\.lerning_rate: unknown field'),
+    ('optimizer.lerning_rate', 0.1, r'config\.optimizer\.lerning_rate: unknown field'),
+    ('augment.colour', 0.1, r'config\.augment\.colour: unknown field'),
+    ('method', 'simclr', r"config\.method: unknown value 'simclr'.*'ucl', 'hucl', 'scl', 'hscl'"),
+    ('hardening', 'linear', r"config\.hardening: unknown value 'linear'.*'exp', 'threshold'"),
+    ('model.name', 'vit', r'config\.model\.name: unknown value'),
+    ('optimizer.name', 'rmsprop', r'config\.optimizer\.name: unknown value'),
+    ('dataset', 'imagenet', r'config\.dataset: unknown value'),
+    ('temperature', -0.5, r'config\.temperature: must be positive.*--config\.temperature=0\.5'),
+    ('temperature', 0.0, r'config\.temperature: must be positive'),
+    ('batch_size', 510, r'config\.batch_size: 510 does not split evenly over the 4 devices'
+                        r'.*--config\.batch_size=512'),
+    ('knn.batch_size', 6, r'config\.knn\.batch_size: 6 does not split evenly.*=8'),
+    ('beta', -1.0, r'config\.beta: must be >= 0'),
+    ('M', 0, r'config\.M: must be positive'),
+    ('num_epochs', 0, r'config\.num_epochs'),
+    ('optimizer.warmup_epochs', 500.0, r'config\.optimizer\.warmup_epochs'),
+    ('augment.flip_prob', 2.0, r'config\.augment: flip_prob must be in \[0, 1\]'),
+    ('keep_checkpoints', 0, r'config\.keep_checkpoints'),
+])
+def test_invalid_configs_name_the_field_and_the_fix(path, value, expected):
+  message = _invalid(_setitem(path, value))
+  assert 'Fix:' in message
+  assert re.search(expected, message), message
+
+
+def test_config_errors_are_value_errors():
+  assert issubclass(train.ConfigError, ValueError)
+
+
+def test_invalid_config_stops_before_touching_data_or_workdir(tmp_path):
+  config = digits.get_config()
+  config.temperature = -1.0
+  with pytest.raises(train.ConfigError, match='temperature'):
+    train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not os.path.exists(tmp_path / 'run')
+
+
+def test_batch_larger_than_the_training_split_is_reported(tmp_path):
+  config = digits.get_config()
+  config.batch_size = 4096
+  with pytest.raises(train.ConfigError, match=r'config\.batch_size: 4096 exceeds the \d+ training'):
+    train.train_and_evaluate(config, str(tmp_path / 'run'))
+
+
+def test_loss_hyperparameters_follow_the_schedules():
+  config = default.get_config()
+  config.num_epochs, config.tau_start, config.tau_end = 11, -0.5, 0.0
+  first, last = (train.loss_hyperparameters(config, e) for e in (1, 11))
+  assert first['tau'] == pytest.approx(2.718281828 ** (-0.5 / 0.5))
+  assert last['tau'] == pytest.approx(1.0)
+  assert first['beta'] == last['beta'] == 1.0
+  config.beta_anneal_steps = 2  # HCL: beta, then beta/2 from epoch 6, then 0 at the end
+  betas = [float(train.loss_hyperparameters(config, e)['beta']) for e in (1, 5, 6, 11)]
+  assert betas == [1.0, 1.0, 0.5, 0.0]
+
+
+def test_learning_rate_schedule_warmup_then_cosine():
+  config = default.get_config()
+  config.optimizer.schedule, config.optimizer.warmup_epochs = 'cosine', 1.0
+  schedule = train.create_learning_rate_schedule(config.optimizer, steps_per_epoch=10,
+                                                 total_steps=110)
+  assert float(schedule(0)) == 0.0
+  assert float(schedule(10)) == pytest.approx(1e-3)
+  assert float(schedule(60)) == pytest.approx(0.5e-3, rel=1e-3)
+  assert float(schedule(110)) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_config_json_round_trips(tmp_path):
+  from hscl_jax import metrics
+  config = stl10.get_config()
+  metrics.write_config(str(tmp_path), config)
+  saved = json.loads((tmp_path / 'config.json').read_text())
+  assert saved['augment']['image_size'] == 96 and saved['M'] is None
+  assert saved['model']['name'] == 'resnet50'

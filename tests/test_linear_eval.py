@@ -1,0 +1,168 @@
+"""Linear evaluation from Orbax checkpoints, and the comparison report."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import digits  # noqa: E402
+from hscl_jax import linear_eval, train  # noqa: E402
+from hscl_jax.experiments import compare  # noqa: E402
+
+RESULT_KEYS = ('protocol', 'top1', 'top5', 'checkpoint_step', 'num_train', 'num_test')
+
+
+def one_epoch_config():
+  config = digits.get_config()
+  config.num_epochs = 1
+  config.optimizer.warmup_epochs = 0.0
+  config.knn.every_epochs = 0
+  config.linear_eval.num_epochs = 30
+  return config
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """One epoch on digits over the 4 fake devices of the test process."""
+  workdir = tmp_path_factory.mktemp('run')
+  config = one_epoch_config()
+  train.train_and_evaluate(config, str(workdir))
+  return workdir, config
+
+
+def _snapshot(directory):
+  return {p: p.stat().st_mtime_ns for p in pathlib.Path(directory).rglob('*')}
+
+
+def test_pipeline_from_another_process_on_one_device(trained):
+  """Checkpoint written with 4 devices, read by `linear_eval` in a 1-device process."""
+  workdir, _ = trained
+  before = _snapshot(workdir)
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  env['JAX_PLATFORMS'] = 'cpu'
+  out = subprocess.run(
+      [sys.executable, '-m', 'hscl_jax.linear_eval', f'--workdir={workdir}',
+       '--num_epochs=30'], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert 'features protocol' in out.stdout
+  result = json.loads((workdir / linear_eval.RESULT_FILE).read_text())
+  assert set(RESULT_KEYS) <= set(result)
+  assert result['protocol'] == 'features'
+  assert result['checkpoint_step'] == max(linear_eval.checkpoint_steps(str(workdir)))
+  assert result['num_train'] + result['num_test'] == 1797
+  assert result['top1'] > 0.6, result  # chance is 0.1 on 10 classes
+  assert result['top5'] >= result['top1']
+  after = _snapshot(workdir)
+  changed = {p for p in after if before.get(p) != after[p]}
+  assert changed == {workdir / linear_eval.RESULT_FILE}
+
+
+def test_augmented_protocol(trained, tmp_path):
+  workdir, config = trained
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  config.linear_eval.protocol = 'augmented'
+  config.linear_eval.num_epochs = 3
+  result = linear_eval.linear_evaluate(config, str(copy))
+  assert result['protocol'] == 'augmented'
+  assert result['top1'] > 0.3, result
+
+
+def test_clear_errors_name_the_path(trained, tmp_path):
+  workdir, config = trained
+  with pytest.raises(linear_eval.LinearEvalError, match=str(tmp_path / 'config.json')):
+    linear_eval.load_run_config(str(tmp_path))
+  with pytest.raises(linear_eval.LinearEvalError, match='no checkpoint in'):
+    linear_eval.linear_evaluate(config, str(tmp_path))
+  with pytest.raises(linear_eval.LinearEvalError, match='no checkpoint for step 12345'):
+    linear_eval.linear_evaluate(config, str(workdir), checkpoint_step=12345)
+
+  other_model = one_epoch_config()
+  other_model.model.head_hidden = 64  # head differs: still fine, only the encoder is read
+  other_model.model.name = 'resnet18'
+  with pytest.raises(linear_eval.LinearEvalError, match='checkpoints'):
+    linear_eval.linear_evaluate(other_model, str(workdir))
+
+  corrupt = tmp_path / 'corrupt'
+  shutil.copytree(workdir, corrupt)
+  (corrupt / linear_eval.RESULT_FILE).unlink(missing_ok=True)
+  step = max(linear_eval.checkpoint_steps(str(corrupt)))
+  state_dir = corrupt / 'checkpoints' / str(step) / 'state'
+  for path in state_dir.rglob('*'):
+    if path.is_file() and path.stat().st_size > 100:
+      path.write_bytes(b'garbage')
+  with pytest.raises(linear_eval.LinearEvalError, match=str(state_dir)):
+    linear_eval.linear_evaluate(config, str(corrupt))
+  assert not (corrupt / linear_eval.RESULT_FILE).exists()
+
+
+def test_unknown_protocol(trained):
+  workdir, config = trained
+  config.linear_eval.protocol = 'knn'
+  with pytest.raises(ValueError, match='linear_eval.protocol'):
+    linear_eval.linear_evaluate(config, str(workdir))
+
+
+# ----------------------------------------------------------------------------------------
+# The comparison report.
+
+
+def test_settings_cover_the_paper_grids():
+  config = digits.get_config()
+  plain = compare.settings(config, set())
+  assert [s.method for s in plain] == list(compare.METHODS)
+  grid = compare.settings(config, {'beta', 'tau'})
+  by_method = {m: [s for s in grid if s.method == m] for m in compare.METHODS}
+  assert len(by_method['H-SCL(β)']) == len(by_method['H-UCL']) == 5
+  assert len(by_method['H-SCL(τ)']) == 9
+  assert len({s.slug for s in grid}) == len(grid)  # one workdir per setting
+  for setting in grid:  # every setting is a valid training config
+    train.validate_config(compare.run_config(config, setting, seed=1), num_devices=1,
+                          num_processes=1)
+
+
+def _fake_run(setting, seed, top1):
+  history = [{'epoch': e, 'knn_top1': 0.5 + 0.1 * e, 'assumption1_fraction': 0.9,
+              'loss_ucl': 3.0, 'loss_hucl': 2.9, 'loss_scl': 2.5, 'loss_hscl': 2.4}
+             for e in (1, 2)]
+  return {'setting': setting, 'seed': seed, 'history': history,
+          'linear': {'top1': top1, 'top5': 1.0}}
+
+
+def test_report_table_and_plots(tmp_path):
+  config = digits.get_config()
+  plan = compare.settings(config, {'beta'})
+  runs = [_fake_run(s, seed, 0.5 + 0.01 * i + 0.001 * seed)
+          for i, s in enumerate(plan) for seed in (0, 1)]
+  summary = compare.summarise(runs)
+  best = compare.best_per_method(summary)
+  assert best['H-SCL(β)'].overrides[-1] == ('beta', 5.0)  # the highest top-1 of the grid
+  plots = compare.plot_report(summary, best, str(tmp_path))
+  assert all((tmp_path / p).stat().st_size > 1000 for p in plots)
+  report = compare.markdown_report(summary, best, config, [0, 1], 'features', {'beta'}, plots)
+  row = next(line for line in report.splitlines() if line.startswith('| UCL |'))
+  values = 100 * np.array([0.5, 0.501])
+  assert f'{values.mean():.2f} ± {values.std(ddof=1):.2f}' in row
+  assert 'Ranking by mean linear top-1: H-SCL(τ) > H-SCL(β) > SCL > H-UCL > UCL.' in report
+
+
+@pytest.mark.slow  # the fast tests above cover each piece; this runs them end to end
+def test_compare_end_to_end(tmp_path):
+  out = subprocess.run(
+      [sys.executable, '-m', 'hscl_jax.experiments.compare', '--config=configs/digits.py',
+       '--config.num_epochs=1', '--config.optimizer.warmup_epochs=0',
+       '--config.steps_per_epoch_limit=2',
+       '--config.linear_eval.num_epochs=2', '--seeds=1', f'--workdir={tmp_path}'],
+      cwd=REPO, capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stderr[-3000:]
+  report = (tmp_path / 'report.md').read_text()
+  for method in compare.METHODS:
+    assert f'| {method} |' in report

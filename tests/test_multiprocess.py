@@ -1,0 +1,339 @@
+"""Several JAX processes on 127.0.0.1 (gloo CPU collectives) equal one process.
+
+Each case starts worker processes (this file run as a script) with fake CPU devices:
+2 processes x 2 devices, joined through `hscl_jax.distributed.initialize` with explicit
+coordinator flags, against 1 process x 4 devices (no jax.distributed). The workers
+write their results to .npz files; the test compares them here.
+
+  * the cross-process loss: jax.shard_map over all 4 devices of both processes,
+    losses.hscl with axis_name (negatives gathered across processes) and its gradient
+    w.r.t. replicated weights equal the single-process values (and the unsharded loss);
+  * (slow) the training program: train.train_and_evaluate on digits (small CNN, a few
+    steps, Orbax checkpoints written collectively by both processes) ends with the
+    parameters of the single-process run on the same global batches, and a 2-process
+    checkpoint resumes with 1 process x 4 devices.
+
+Every worker is killed if the test fails or times out (try/finally, Popen.kill).
+"""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+WORKER = pathlib.Path(__file__).resolve()
+TIMEOUT_SECONDS = 150  # per group of workers; the cases take well under a minute each
+
+
+# ----------------------------------------------------------------------------------------
+# Parent side: start, wait for, and clean up workers.
+
+
+def _free_port() -> int:
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def _worker_env(devices_per_process: int) -> dict[str, str]:
+  # Not a cluster job, even when the tests run inside one (SLURM / TPU auto-detection).
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(('SLURM_', 'TPU_', 'MEGASCALE_', 'JAX_COORDINATOR'))}
+  flags = [f for f in env.get('XLA_FLAGS', '').split()
+           if not f.startswith('--xla_force_host_platform_device_count')]
+  flags.append(f'--xla_force_host_platform_device_count={devices_per_process}')
+  env.update(XLA_FLAGS=' '.join(flags), JAX_PLATFORMS='cpu',
+             PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep))
+  return env
+
+
+def _tail(path: pathlib.Path, lines: int = 40) -> str:
+  try:
+    return '\n'.join(path.read_text(errors='replace').splitlines()[-lines:])
+  except OSError:
+    return '(no log)'
+
+
+class Workers:
+  """A group of worker processes of one task (one JAX cluster, or one lone process)."""
+
+  def __init__(self, task: str, out_dir: pathlib.Path, *, num_processes: int,
+               devices_per_process: int, args: dict):
+    self.task, self.out_dir, self.num_processes = task, out_dir, num_processes
+    self.procs, self.logs = [], []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    coordinator = f'127.0.0.1:{_free_port()}' if num_processes > 1 else None
+    env = _worker_env(devices_per_process)
+    try:
+      for process_id in range(num_processes):
+        spec = dict(args, task=task, out=str(out_dir / f'process_{process_id}.npz'),
+                    coordinator_address=coordinator,
+                    num_processes=num_processes if coordinator else None,
+                    process_id=process_id if coordinator else None)
+        log = out_dir / f'process_{process_id}.log'
+        self.logs.append(log)
+        with open(log, 'w') as f:
+          self.procs.append(subprocess.Popen(
+              [sys.executable, str(WORKER), json.dumps(spec)], env=env, cwd=REPO, stdout=f,
+              stderr=subprocess.STDOUT))
+    except BaseException:
+      self.kill()
+      raise
+
+  def kill(self) -> None:
+    for proc in self.procs:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+  def wait(self, deadline: float) -> list[dict]:
+    """The workers' .npz results; fails (after killing them all) on error or timeout."""
+    try:
+      for process_id, proc in enumerate(self.procs):
+        try:
+          code = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+          pytest.fail(f'{self.task}: process {process_id} still running at the deadline:\n'
+                      + _tail(self.logs[process_id]))
+        if code != 0:
+          pytest.fail(f'{self.task}: process {process_id} exited with {code}:\n'
+                      + _tail(self.logs[process_id]))
+    finally:
+      self.kill()
+    return [dict(np.load(self.out_dir / f'process_{i}.npz')) for i in range(self.num_processes)]
+
+
+def run_concurrently(*groups: dict, timeout: float = TIMEOUT_SECONDS) -> list[list[dict]]:
+  """Starts every group (kwargs of Workers) at once; returns each group's results."""
+  started = []
+  try:
+    for group in groups:
+      started.append(Workers(**group))
+    deadline = time.monotonic() + timeout
+    return [workers.wait(deadline) for workers in started]
+  finally:
+    for workers in started:
+      workers.kill()
+
+
+def _assert_same(actual: dict, expected: dict, *, rtol: float, atol: float, skip=()):
+  names = sorted(set(expected) - set(skip))
+  assert set(names) <= set(actual), sorted(set(names) - set(actual))
+  for name in names:
+    np.testing.assert_allclose(actual[name], expected[name], rtol=rtol, atol=atol,
+                               err_msg=name)
+
+
+# ----------------------------------------------------------------------------------------
+# hscl_jax.distributed.decide: which start-up, from the flags and the environment.
+
+
+def test_decide_modes():
+  from hscl_jax import distributed as d
+
+  assert d.decide(env={}).mode == d.SINGLE
+  assert d.decide(env={}, multihost=True).mode == d.FORCED
+  explicit = d.decide('10.0.0.1:1234', 2, 1, env={'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '4',
+                                                   'SLURM_PROCID': '0'})
+  assert (explicit.mode, explicit.num_processes, explicit.process_id) == (d.EXPLICIT, 2, 1)
+  slurm = {'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '2', 'SLURM_PROCID': '1',
+           'SLURM_STEP_NUM_NODES': '2', 'SLURM_GPUS_ON_NODE': '4'}
+  per_node = d.decide(env=slurm)
+  assert per_node.mode == d.SLURM and per_node.local_device_ids == (0, 1, 2, 3)
+  per_gpu = d.decide(env={**slurm, 'SLURM_STEP_NUM_NODES': '1'})  # 2 tasks on one node
+  assert per_gpu.mode == d.SLURM and per_gpu.local_device_ids is None  # JAX: GPU LOCALID
+  assert d.decide(env={**slurm, 'JAX_LOCAL_DEVICE_IDS': '0,1'}).local_device_ids is None
+  assert d.decide(env={**slurm, 'SLURM_NTASKS': '1'}).mode == d.SINGLE  # sbatch, no srun -n
+  assert d.decide(env=slurm, multihost=False).mode == d.SINGLE
+  assert d.decide(env={'TPU_WORKER_HOSTNAMES': 'h0,h1'}).mode == d.TPU
+  assert d.decide(env={'TPU_WORKER_HOSTNAMES': 'h0'}).mode == d.SINGLE
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(coordinator_address='h:1'), 'num_processes, process_id missing'),
+    (dict(num_processes=2, process_id=0), 'coordinator_address missing'),
+    (dict(coordinator_address='h:1', num_processes=2, process_id=2), 'in [0, 2)'),
+    (dict(coordinator_address='h', num_processes=2, process_id=0), 'HOST:PORT'),
+])
+def test_decide_rejects_incomplete_or_bad_flags(kwargs, message):
+  from hscl_jax import distributed as d
+
+  with pytest.raises(ValueError, match=re.escape(message)):
+    d.decide(env={}, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------
+# The cases.
+
+
+def test_cross_process_hscl_gradient_equals_single_process(tmp_path):
+  """2 processes x 2 devices == 1 process x 4 devices == unsharded, loss and gradient."""
+  multi, (single,) = run_concurrently(
+      dict(task='grad', out_dir=tmp_path / 'multi', num_processes=2, devices_per_process=2,
+           args={}),
+      dict(task='grad', out_dir=tmp_path / 'single', num_processes=1, devices_per_process=4,
+           args={}))
+  for result in multi:
+    assert int(result['process_count']) == 2 and int(result['device_count']) == 4
+  assert int(single['process_count']) == 1 and int(single['device_count']) == 4
+  info = ('process_count', 'process_index', 'device_count', 'local_device_count')
+  # Both processes hold the same (replicated) values, equal to one process's.
+  _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=info)
+  _assert_same(multi[0], single, rtol=1e-5, atol=1e-6,
+               skip=info + ('loss_unsharded', 'grad_unsharded'))
+  np.testing.assert_allclose(single['loss'], single['loss_unsharded'], rtol=1e-5)
+  np.testing.assert_allclose(single['grad'], single['grad_unsharded'], rtol=1e-4, atol=1e-6)
+  assert np.abs(single['grad']).max() > 1e-3  # a real gradient, not zeros
+
+
+TRAIN_ARGS = {'num_epochs': 2, 'steps_per_epoch_limit': 2, 'batch_size': 16}
+TRAIN_INFO = ('process_count', 'process_index', 'device_count', 'local_device_count',
+              'knn_top1', 'resumed_from')
+
+
+@pytest.mark.slow  # ~1 min of CPU per run; the gradient test above covers the collectives
+def test_two_processes_train_like_one_and_resume_with_one(tmp_path):
+  """train_and_evaluate with 2 processes x 2 devices (one shared workdir, collective
+  checkpoints) == 1 process x 4 devices on the same global batches; then the 2-process
+  checkpoint of epoch 1 resumed by 1 process x 4 devices ends at the same parameters."""
+  args = dict(TRAIN_ARGS, compilation_cache=str(tmp_path / 'jax_cache'))
+  multi_workdir = tmp_path / 'multi_workdir'
+  multi, (single,) = run_concurrently(
+      dict(task='train', out_dir=tmp_path / 'multi', num_processes=2, devices_per_process=2,
+           args=dict(args, workdir=str(multi_workdir))),
+      dict(task='train', out_dir=tmp_path / 'single', num_processes=1, devices_per_process=4,
+           args=dict(args, workdir=str(tmp_path / 'single_workdir'))))
+  for result in multi:
+    assert int(result['process_count']) == 2 and int(result['device_count']) == 4
+  _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=('process_index',))
+  # Same global batches, synced BN, global negatives and gradients: same parameters.
+  _assert_same(multi[0], single, rtol=1e-4, atol=1e-5, skip=TRAIN_INFO)
+  np.testing.assert_allclose(multi[0]['knn_top1'], single['knn_top1'], atol=2e-3)
+  assert int(multi[0]['step']) == TRAIN_ARGS['num_epochs'] * TRAIN_ARGS['steps_per_epoch_limit']
+  # One collective checkpoint per epoch, and only process 0 wrote the metrics.
+  steps = sorted(int(p.name) for p in (multi_workdir / 'checkpoints').iterdir()
+                 if p.name.isdigit())
+  assert steps == [2, 4]
+  records = (multi_workdir / 'metrics.jsonl').read_text().splitlines()
+  assert [json.loads(r)['epoch'] for r in records] == [1, 2]
+
+  # Resume the epoch-1 (step 2) checkpoint of the 2-process run with 1 process.
+  resumed = tmp_path / 'resumed_workdir'
+  shutil.copytree(multi_workdir, resumed)
+  shutil.rmtree(resumed / 'checkpoints' / '4')
+  (resumed / 'metrics.jsonl').write_text(records[0] + '\n')
+  (result,), = run_concurrently(
+      dict(task='train', out_dir=tmp_path / 'resumed', num_processes=1, devices_per_process=4,
+           args=dict(args, workdir=str(resumed))))
+  assert int(result['resumed_from']) == 2
+  _assert_same(result, single, rtol=1e-4, atol=1e-5, skip=TRAIN_INFO)
+
+
+# ----------------------------------------------------------------------------------------
+# Worker side (this file run as a script with a JSON spec).
+
+
+def _local_value(x) -> np.ndarray:
+  """The value of a replicated (possibly multi-process) array, from this process."""
+  return np.asarray(x.addressable_data(0))
+
+
+def _process_info(jax) -> dict:
+  return {'process_count': jax.process_count(), 'process_index': jax.process_index(),
+          'device_count': jax.device_count(), 'local_device_count': jax.local_device_count()}
+
+
+def _grad_worker(spec) -> dict:
+  import jax
+  from jax.sharding import NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  from hscl_jax import losses
+
+  mesh = jax.make_mesh((jax.device_count(),), ('data',),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  rng = np.random.default_rng(0)
+  batch, d_in, d_out = 16, 12, 8
+  x = rng.standard_normal((batch, 2, d_in)).astype(np.float32)
+  labels = rng.integers(0, 3, (batch,)).astype(np.int32)  # repeated labels: SCL positives
+  w = (0.3 * rng.standard_normal((d_in, d_out))).astype(np.float32)
+
+  def loss_fn(w, x, labels, axis_name):
+    z = x @ w
+    z = z / jax.numpy.linalg.norm(z, axis=-1, keepdims=True)
+    return losses.hscl(z, labels, hardening=losses.exponential(1.0), axis_name=axis_name)
+
+  def per_device(w, x, labels):
+    return jax.value_and_grad(loss_fn)(w, x, labels, 'data')
+
+  step = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P('data'), P('data')),
+                               out_specs=(P(), P())))
+
+  def global_array(value, spec):
+    sharding = NamedSharding(mesh, spec)
+    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+  loss, grad = step(global_array(w, P()), global_array(x, P('data')),
+                    global_array(labels, P('data')))
+  out = {'loss': _local_value(loss), 'grad': _local_value(grad)}
+  if jax.process_count() == 1:
+    loss_u, grad_u = jax.jit(jax.value_and_grad(loss_fn), static_argnums=3)(w, x, labels, None)
+    out.update(loss_unsharded=np.asarray(loss_u), grad_unsharded=np.asarray(grad_u))
+  return out
+
+
+def _train_worker(spec) -> dict:
+  import jax
+
+  # The runs of one test share compiled programs (the resumed run reuses the 1-process one).
+  jax.config.update('jax_compilation_cache_dir', spec['compilation_cache'])
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+  from configs import digits
+  from hscl_jax import train
+
+  config = digits.get_config()
+  config.batch_size = spec['batch_size']
+  config.num_epochs = spec['num_epochs']
+  config.steps_per_epoch_limit = spec['steps_per_epoch_limit']
+  config.optimizer.warmup_epochs = 0.0
+  # SGD: Adam's first steps are ~lr*sign(g) and would magnify summation-order noise.
+  config.optimizer.name, config.optimizer.learning_rate = 'sgd', 0.1
+  config.knn.every_epochs = config.num_epochs  # once, at the end (cross-process gather)
+  config.knn.batch_size = 256
+  config.checkpoint_every_epochs = 1
+  config.log_every_steps = 1
+  ckpt_dir = pathlib.Path(spec['workdir']) / 'checkpoints'
+  existing = [int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit()] if ckpt_dir.exists() else []
+  result = train.train_and_evaluate(config, spec['workdir'])
+  out = {'/'.join(str(getattr(k, 'key', k)) for k in path): _local_value(leaf)
+         for path, leaf in jax.tree_util.tree_leaves_with_path(
+             {'params': result.state.params, 'batch_stats': result.state.batch_stats})}
+  out['step'] = _local_value(result.state.step)
+  out['knn_top1'] = np.float64(result.last_record['knn_top1'])
+  out['resumed_from'] = max(existing, default=0)
+  return out
+
+
+def _worker_main(spec: dict) -> None:
+  from hscl_jax import distributed
+
+  # Before any other JAX call: joins the other processes (gloo collectives on CPU).
+  distributed.initialize(spec['coordinator_address'], spec['num_processes'],
+                         spec['process_id'], initialization_timeout=60)
+  import jax
+  out = {'grad': _grad_worker, 'train': _train_worker}[spec['task']](spec)
+  out.update(_process_info(jax))
+  np.savez(spec['out'], **out)
+
+
+if __name__ == '__main__':
+  _worker_main(json.loads(sys.argv[1]))

@@ -1,0 +1,338 @@
+"""The training program: device-count invariance, preemption/resume, outputs, failures.
+
+Every run uses the small CNN on 8x8 digits with a few steps. The tests share one
+persistent compilation cache, so a configuration compiled once (e.g. the uninterrupted
+run) is reused by the runs that must reproduce it.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import sys
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import digits  # noqa: E402
+from hscl_jax import augment, metrics, models, train  # noqa: E402
+
+EPOCH_KEYS = ('epoch', 'step', 'train_loss', 'knn_top1', 'assumption1_fraction',
+              'images_per_second', 'learning_rate', 'epoch_time', 'loss_ucl', 'loss_hucl',
+              'loss_scl', 'loss_hscl')
+
+
+@pytest.fixture(scope='module', autouse=True)
+def compilation_cache_dir(tmp_path_factory):
+  previous = (jax.config.jax_compilation_cache_dir,
+              jax.config.jax_persistent_cache_min_compile_time_secs)
+  jax.config.update('jax_compilation_cache_dir', str(tmp_path_factory.mktemp('jax_cache')))
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+  compilation_cache.reset_cache()
+  yield
+  jax.config.update('jax_compilation_cache_dir', previous[0])
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', previous[1])
+  compilation_cache.reset_cache()
+
+
+def tiny_config():
+  """2 epochs x 3 steps of 32 digits on 4 devices; a checkpoint every epoch."""
+  config = digits.get_config()
+  config.batch_size = 32
+  config.num_epochs = 2
+  config.steps_per_epoch_limit = 3
+  config.optimizer.warmup_epochs = 0.0
+  config.knn.batch_size = 256
+  config.checkpoint_every_epochs = 1
+  config.keep_checkpoints = 3
+  config.log_every_steps = 2
+  return config
+
+
+def _leaves(tree):
+  return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
+
+
+def _assert_trees_equal(a, b):
+  for x, y in zip(_leaves(a), _leaves(b), strict=True):
+    np.testing.assert_array_equal(x, y)
+
+
+def _checkpoint_steps(workdir):
+  return sorted(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
+
+
+# ----------------------------------------------------------------------------------------
+# 4 devices == 1 device.
+
+
+def _three_steps(config, num_devices, batch):
+  mesh = train.make_mesh(jax.devices()[:num_devices])
+  model = models.create_model(config.model, bn_axis_name=train.AXIS)
+  schedule = train.create_learning_rate_schedule(config.optimizer, steps_per_epoch=3,
+                                                 total_steps=3)
+  optimizer = train.create_optimizer(config.optimizer, schedule)
+  params = augment.AugmentParams.from_config(config.augment)
+  state = train.create_train_state(config, model, optimizer, params.image_size, mesh)
+  step = train.make_train_step(config, model, optimizer, params, mesh)
+  hyper = train.loss_hyperparameters(config, 1)
+  losses = []
+  for _ in range(3):
+    state, loss = step(state, train.global_batch(batch, mesh, ('image', 'label')), hyper)
+    losses.append(float(loss))
+  return jax.device_get(state), losses
+
+
+def test_four_devices_match_one_device():
+  """Global negatives, synced BatchNorm and the global gradient: sharding changes nothing.
+
+  Plain SGD with a large step: a gradient off by the device count (or BN statistics of
+  the local shard only) would move the parameters visibly differently.
+  """
+  assert jax.device_count() == 4
+  config = tiny_config()
+  config.batch_size = 16
+  config.optimizer.name, config.optimizer.learning_rate = 'sgd', 0.5
+  config.optimizer.momentum = 0.0
+  rng = np.random.default_rng(0)
+  batch = {'image': rng.integers(0, 256, (16, 2, 8, 8, 3), dtype=np.uint8),
+           'label': rng.integers(0, 3, (16,), dtype=np.int32)}  # repeated labels: SCL positives
+
+  four, four_losses = _three_steps(config, 4, batch)
+  one, one_losses = _three_steps(config, 1, batch)
+
+  np.testing.assert_allclose(four_losses, one_losses, rtol=1e-5)
+  assert four_losses[0] != four_losses[2]  # the parameters did move
+  for x, y in zip(_leaves(four.params), _leaves(one.params), strict=True):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+  for x, y in zip(_leaves(four.batch_stats), _leaves(one.batch_stats), strict=True):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+  for name in four.metric_sums:
+    np.testing.assert_allclose(four.metric_sums[name], one.metric_sums[name], rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------
+# End to end, preemption and resume.
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('uninterrupted')
+  result = train.train_and_evaluate(tiny_config(), str(workdir))
+  return workdir, result
+
+
+def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted):
+  workdir, result = uninterrupted
+  assert not result.preempted
+  assert int(result.state.step) == 6
+  assert _checkpoint_steps(workdir) == [3, 6]
+
+  records = metrics.read_metrics(str(workdir))
+  assert [r['epoch'] for r in records] == [1, 2]
+  assert [r['step'] for r in records] == [3, 6]
+  for record in records:
+    assert set(EPOCH_KEYS) <= set(record)
+    assert all(np.isfinite(record[k]) for k in EPOCH_KEYS)
+    assert 0.0 <= record['assumption1_fraction'] <= 1.0
+  assert records[-1]['knn_top1'] > 0.5  # chance is 0.1
+  assert records[-1]['train_loss'] < records[0]['train_loss']
+  assert result.last_record == records[-1]
+
+  saved = json.loads((workdir / 'config.json').read_text())
+  assert saved == json.loads(json.dumps(tiny_config().to_dict()))
+  events = list((workdir / 'tensorboard').iterdir())
+  assert events and events[0].name.startswith('events.out.tfevents')
+
+
+def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(uninterrupted, tmp_path, monkeypatch):
+  reference_dir, reference = uninterrupted
+  make_train_step = train.make_train_step
+
+  def make_train_step_sending_sigterm(*args, **kwargs):
+    step = make_train_step(*args, **kwargs)
+
+    def step_then_sigterm(state, batch, hyper):
+      new_state, loss = step(state, batch, hyper)
+      if int(new_state.step) == 4:  # the first step of epoch 2
+        os.kill(os.getpid(), signal.SIGTERM)
+      return new_state, loss
+
+    return step_then_sigterm
+
+  workdir = tmp_path / 'run'
+  with monkeypatch.context() as patch:
+    patch.setattr(train, 'make_train_step', make_train_step_sending_sigterm)
+    stopped = train.train_and_evaluate(tiny_config(), str(workdir))
+  assert stopped.preempted and int(stopped.state.step) == 4
+  assert _checkpoint_steps(workdir) == [3, 4]
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
+
+  resumed = train.train_and_evaluate(tiny_config(), str(workdir))
+  assert not resumed.preempted
+  assert _checkpoint_steps(workdir) == [3, 4, 6]
+  _assert_trees_equal(resumed.state.params, reference.state.params)
+  _assert_trees_equal(resumed.state.batch_stats, reference.state.batch_stats)
+  _assert_trees_equal(resumed.state.opt_state, reference.state.opt_state)
+
+  # The interrupted epoch's means cover all its steps (partial sums are checkpointed).
+  deterministic = ('epoch', 'step', 'train_loss', 'knn_top1', 'assumption1_fraction',
+                   'loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl', 'learning_rate', 'tau')
+  records = metrics.read_metrics(str(workdir))
+  expected = metrics.read_metrics(str(reference_dir))
+  assert len(records) == len(expected) == 2
+  for got, want in zip(records, expected):
+    assert {k: got[k] for k in deterministic} == {k: want[k] for k in deterministic}
+
+
+def test_finished_run_is_not_retrained(uninterrupted):
+  workdir, reference = uninterrupted
+  again = train.train_and_evaluate(tiny_config(), str(workdir))
+  assert int(again.state.step) == 6 and again.last_record is None
+  _assert_trees_equal(again.state.params, reference.state.params)
+  assert len(metrics.read_metrics(str(workdir))) == 2
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+  make_train_step = train.make_train_step
+
+  def make_train_step_diverging_in_epoch_2(*args, **kwargs):
+    step = make_train_step(*args, **kwargs)
+
+    def diverging_step(state, batch, hyper):
+      if int(state.step) == 3:  # simulate a divergence: NaN weights from step 4 on
+        state = state.replace(params=jax.tree.map(lambda p: p * np.nan, state.params))
+      return step(state, batch, hyper)
+
+    return diverging_step
+
+  monkeypatch.setattr(train, 'make_train_step', make_train_step_diverging_in_epoch_2)
+  workdir = tmp_path / 'run'
+  with pytest.raises(train.NonFiniteLossError,
+                     match=r'Non-finite training loss or gradient .* in epoch 2.*last good checkpoint '
+                           r'is step 3'):
+    train.train_and_evaluate(tiny_config(), str(workdir))
+  assert _checkpoint_steps(workdir) == [3]
+  assert [r['epoch'] for r in metrics.read_metrics(str(workdir))] == [1]
+
+
+# ----------------------------------------------------------------------------------------
+# TFDS datasets through tfds.testing.mock_data (random images; no download, no TensorFlow).
+
+
+def _write_tfds_metadata(data_dir, name):
+  """dataset_info.json of `name` (no records): what mock_data's USE_FILES policy reads."""
+  import tensorflow_datasets as tfds
+  from tensorflow_datasets.core import splits as splits_lib
+
+  builder = tfds.builder(name, data_dir=str(data_dir), file_format='array_record')
+  builder.data_path.mkdir(parents=True, exist_ok=True)
+  builder.info.set_splits(splits_lib.SplitDict([
+      splits_lib.SplitInfo(name=split, shard_lengths=[24], num_bytes=0)
+      for split in ('train', 'test')]))
+  builder.info.write_to_directory(builder.data_path)
+
+
+@pytest.mark.parametrize('name', ['cifar10', 'stl10'])
+def test_mock_tfds_dataset_one_short_epoch(name, tmp_path):
+  import tensorflow_datasets as tfds
+  from configs import cifar10, stl10
+
+  config = {'cifar10': cifar10, 'stl10': stl10}[name].get_config()
+  config.model.name = 'small_cnn'  # a tiny backbone: this tests the pipeline, not ResNet-50
+  config.model.head_hidden, config.model.head_out = 32, 16
+  config.augment.image_size = 32  # stl10: random resized crops of the 96-px images to 32 px
+  config.batch_size, config.num_epochs, config.steps_per_epoch_limit = 8, 1, 2
+  config.knn.batch_size = 16
+  _write_tfds_metadata(tmp_path / 'tfds', name)
+  with tfds.testing.mock_data(num_examples=24, policy=tfds.testing.MockPolicy.USE_FILES,
+                              data_dir=str(tmp_path / 'tfds')):
+    result = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert int(result.state.step) == 2
+  assert _checkpoint_steps(tmp_path / 'run') == [2]
+  (record,) = metrics.read_metrics(str(tmp_path / 'run'))
+  assert set(EPOCH_KEYS) <= set(record)
+  assert 0.0 <= record['knn_top1'] <= 1.0 and np.isfinite(record['train_loss'])
+
+
+# ----------------------------------------------------------------------------------------
+# Options: optimizers, methods, bf16; the command line.
+
+
+@pytest.mark.parametrize('name', train.OPTIMIZERS)
+@pytest.mark.parametrize('exclude_rank1', [False, True])
+def test_optimizers_take_a_step(name, exclude_rank1):
+  config = digits.get_config()
+  config.optimizer.name = name
+  config.optimizer.exclude_rank1_from_decay = exclude_rank1
+  optimizer = train.create_optimizer(config.optimizer, 0.1)
+  params = {'kernel': np.ones((3, 2), np.float32), 'bias': np.ones((2,), np.float32)}
+  grads = jax.tree.map(np.ones_like, params)
+  updates, _ = optimizer.update(grads, optimizer.init(params), params)
+  for update in jax.tree.leaves(updates):
+    assert np.all(np.asarray(update) < 0)
+
+
+@pytest.mark.slow  # one compilation per variant (~20 s each on 2 cores)
+@pytest.mark.parametrize('overrides', [
+    {'method': 'ucl'}, {'method': 'hucl', 'tau_plus': 0.1, 'beta_anneal_steps': 1},
+    {'method': 'scl', 'positive_mode': 'label'},
+    {'method': 'hscl', 'hardening': 'threshold', 'stop_gradient_weights': True},
+    {'model.dtype': 'bfloat16', 'optimizer.name': 'lars', 'optimizer.schedule': 'cosine'},
+])
+def test_method_and_option_variants_train(overrides, tmp_path):
+  config = tiny_config()
+  config.num_epochs, config.knn.every_epochs = 1, 0
+  for path, value in overrides.items():
+    node, *rest = path.split('.')
+    if rest:
+      config[node][rest[0]] = value
+    else:
+      config[node] = value
+  result = train.train_and_evaluate(config, str(tmp_path))
+  (record,) = metrics.read_metrics(str(tmp_path))
+  assert int(result.state.step) == 3 and np.isfinite(record['train_loss'])
+
+
+def _main(workdir, *flags, timeout=300):
+  import subprocess
+  return subprocess.Popen(
+      [sys.executable, '-m', 'hscl_jax.main', f'--config={REPO}/configs/digits.py',
+       f'--workdir={workdir}', *flags], cwd=REPO, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+
+
+def test_main_rejects_an_invalid_config_before_compiling(tmp_path):
+  process = _main(tmp_path / 'run', '--config.temperature=-0.5')
+  output, _ = process.communicate(timeout=120)
+  assert process.returncode == 1, output
+  assert 'config.temperature: must be positive' in output
+  assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.slow  # a separate JAX process that compiles the step (~40 s)
+def test_main_saves_on_sigterm_and_resumes(tmp_path):
+  import time
+  workdir = tmp_path / 'run'
+  flags = ('--config.num_epochs=3', '--config.steps_per_epoch_limit=2',
+           '--config.batch_size=32', '--config.checkpoint_every_epochs=1')
+  process = _main(workdir, *flags)
+  try:
+    while not (workdir / 'checkpoints' / '2').exists():  # the first checkpoint
+      assert process.poll() is None, process.communicate()[0]
+      time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=120)
+  finally:
+    process.kill()
+  assert process.returncode == 143, output
+  assert 'SIGTERM: saved the checkpoint' in output
+  resumed = _main(workdir, *flags)
+  output, _ = resumed.communicate(timeout=300)
+  assert resumed.returncode == 0, output
+  assert [r['epoch'] for r in metrics.read_metrics(str(workdir))] == [1, 2, 3]
