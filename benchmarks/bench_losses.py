@@ -56,13 +56,9 @@ def _matmul_step():
 
 def _time(fn, *args, repeats):
   import jax
+  from bench_train_step import best_time  # a sibling script: same timing rule
   jax.block_until_ready(fn(*args))  # compile + warm up
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    best = min(best, time.perf_counter() - start)
-  return best
+  return best_time(fn, *args, repeats=repeats)
 
 
 def speed(sizes, block_size, repeats):

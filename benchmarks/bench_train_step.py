@@ -3,8 +3,8 @@
     python benchmarks/bench_train_step.py                       # ResNet-18 and ResNet-50, 32 px
     python benchmarks/bench_train_step.py --models=resnet50 --batch_size=16 --steps=5 --dtype=bfloat16
 
-One step = forward of both views, SCL loss on the normalised projections (``losses.scl``
-when importable, else an in-file NT-Xent), backward, Adam update, BatchNorm statistics.
+One step = forward of both views, SCL loss on the normalised projections (``losses.scl``),
+backward, Adam update, BatchNorm statistics.
 No input pipeline: the images are random and stay on the device.
 
 Reported per model: step time (best of --steps after one warm-up step), images/s
@@ -27,28 +27,10 @@ import ml_collections
 import optax
 
 from hscl_jax import knn
+from hscl_jax import losses
 from hscl_jax import models
 
-try:
-  from hscl_jax import losses
-except ImportError:  # losses.py not there yet: fall back to a plain NT-Xent.
-  losses = None
-
 VIEWS = 2
-
-
-def contrastive_loss(z, labels, temperature=0.5):
-  """losses.scl on [batch, views, dim], or NT-Xent (UCL) when hscl_jax.losses is missing."""
-  if losses is not None:
-    return losses.scl(z, labels, temperature=temperature)
-  b, v, d = z.shape
-  rows = z.reshape(b * v, d)
-  logits = rows @ rows.T / temperature
-  logits = jnp.where(jnp.eye(b * v, dtype=bool), -jnp.inf, logits)
-  sample = jnp.repeat(jnp.arange(b), v)
-  positive = (sample[:, None] == sample[None, :]) & ~jnp.eye(b * v, dtype=bool)
-  log_prob = logits - jax.nn.logsumexp(logits, axis=1, keepdims=True)
-  return -jnp.sum(jnp.where(positive, log_prob, 0.0)) / jnp.sum(positive)
 
 
 def make_train_step(model, tx):
@@ -61,7 +43,7 @@ def make_train_step(model, tx):
           {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
       )
       z = knn.l2_normalize(z).reshape(b, VIEWS, -1)
-      return contrastive_loss(z, labels), updates['batch_stats']
+      return losses.scl(z, labels), updates['batch_stats']
 
     (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     updates, opt_state = tx.update(grads, opt_state, params)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -289,15 +290,17 @@ def _define_flags():
 def main(argv):
   del argv
   FLAGS = flags.FLAGS
-  config = FLAGS.config if FLAGS.config is not None else load_run_config(FLAGS.workdir)
-  if FLAGS.protocol is not None:
-    config.linear_eval.protocol = FLAGS.protocol
-  if FLAGS.num_epochs is not None:
-    config.linear_eval.num_epochs = FLAGS.num_epochs
+  metrics.show_only_own_info_logs()
   try:
+    config = FLAGS.config if FLAGS.config is not None else load_run_config(FLAGS.workdir)
+    if FLAGS.protocol is not None:
+      config.linear_eval.protocol = FLAGS.protocol
+    if FLAGS.num_epochs is not None:
+      config.linear_eval.num_epochs = FLAGS.num_epochs
     result = linear_evaluate(config, FLAGS.workdir, checkpoint_step=FLAGS.checkpoint_step)
   except LinearEvalError as e:
-    raise app.UsageError(str(e)) from None
+    logging.error('%s', e)
+    sys.exit(1)
   print(f"linear eval ({result['protocol']} protocol, checkpoint step {result['checkpoint_step']}): "
         f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  "
         f"({result['num_train']} train / {result['num_test']} test) -> "

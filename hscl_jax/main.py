@@ -9,8 +9,6 @@ on every host: jax.distributed is started from the cluster environment (SLURM, m
 TPU) or from --coordinator_address/--num_processes/--process_id (hscl_jax.distributed).
 """
 
-import logging as std_logging
-import os
 import sys
 
 from absl import app
@@ -19,6 +17,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from hscl_jax import distributed
+from hscl_jax import metrics
 from hscl_jax import train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
@@ -35,19 +34,11 @@ _LIBRARY_LOGS = flags.DEFINE_bool(
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def _only_own_info(record) -> bool:
-  """Keeps warnings and errors from everyone, INFO lines only from hscl_jax.
-
-  Orbax logs a dozen INFO lines per checkpoint; they would drown the progress line.
-  """
-  return record.levelno >= std_logging.WARNING or f'{os.sep}hscl_jax{os.sep}' in record.pathname
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   if not _LIBRARY_LOGS.value:
-    logging.get_absl_handler().addFilter(_only_own_info)
+    metrics.show_only_own_info_logs()
   # First JAX call of the program: jax.distributed must start before devices are touched.
   setup = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                  multihost=_MULTIHOST.value)

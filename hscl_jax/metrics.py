@@ -4,6 +4,7 @@ Only process 0 writes (`enabled=False` elsewhere), so a multi-host run produces 
 """
 
 import json
+import logging as std_logging
 import math
 import os
 import time
@@ -159,3 +160,15 @@ class Progress:
   def log(self, step: int, loss: float) -> None:
     if self._enabled:
       logging.info('%s', self.line(step, loss))
+
+
+def _own_info_or_warning(record) -> bool:
+  return record.levelno >= std_logging.WARNING or f'{os.sep}hscl_jax{os.sep}' in record.pathname
+
+
+def show_only_own_info_logs() -> None:
+  """Keeps warnings and errors from everyone, INFO lines only from hscl_jax.
+
+  Orbax logs a dozen INFO lines per checkpoint; they would drown the progress line.
+  """
+  logging.get_absl_handler().addFilter(_own_info_or_warning)

@@ -218,6 +218,7 @@ def _define_flags():
 def main(argv):
   del argv
   FLAGS = flags.FLAGS
+  metrics.show_only_own_info_logs()
   grids = set(FLAGS.grid)
   if grids - {'beta', 'tau'}:
     raise app.UsageError(f'--grid takes beta and/or tau, got {sorted(grids - {"beta", "tau"})}.')
