@@ -8,7 +8,8 @@ write their results to .npz files; the test compares them here.
   * the cross-process loss: jax.shard_map over all 4 devices of both processes,
     losses.hscl with axis_name (negatives gathered across processes) and its gradient
     w.r.t. replicated weights equal the single-process values (and the unsharded loss);
-  * (slow) the training program: train.train_and_evaluate on digits (small CNN, a few
+  * the training program (~1 min on 2 cores, in the default run: it is the only test of
+    train.py's multi-process paths): train.train_and_evaluate on digits (small CNN, a few
     steps, Orbax checkpoints written collectively by both processes) ends with the
     parameters of the single-process run on the same global batches, and a 2-process
     checkpoint resumes with 1 process x 4 devices.
@@ -200,7 +201,6 @@ TRAIN_INFO = ('process_count', 'process_index', 'device_count', 'local_device_co
               'knn_top1', 'resumed_from')
 
 
-@pytest.mark.slow  # ~1 min of CPU per run; the gradient test above covers the collectives
 def test_two_processes_train_like_one_and_resume_with_one(tmp_path):
   """train_and_evaluate with 2 processes x 2 devices (one shared workdir, collective
   checkpoints) == 1 process x 4 devices on the same global batches; then the 2-process
