@@ -166,3 +166,8 @@ def test_compare_end_to_end(tmp_path):
   report = (tmp_path / 'report.md').read_text()
   for method in compare.METHODS:
     assert f'| {method} |' in report
+
+
+def test_ranking_marks_ties():
+  scores = {'UCL': 0.90, 'SCL': 0.95, 'H-UCL': 0.90}
+  assert compare._ranking(list(scores), scores.get) == 'SCL > UCL = H-UCL'

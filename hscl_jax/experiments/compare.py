@@ -101,8 +101,20 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict
 
 
 def _mean_std(values) -> str:
+  """'mean ± std' in %, or just the value for a single seed (no spread to show)."""
   values = 100 * np.asarray(values, np.float64)
-  return f'{values.mean():.2f} ± {values.std(ddof=1) if len(values) > 1 else 0.0:.2f}'
+  if len(values) == 1:
+    return f'{values[0]:.2f}'
+  return f'{values.mean():.2f} ± {values.std(ddof=1):.2f}'
+
+
+def _ranking(methods, score) -> str:
+  """'A > B = C': methods by decreasing score, ties (equal to 1e-9) joined by '='."""
+  ordered = sorted(methods, key=lambda m: -score(m))
+  text = ordered[0]
+  for previous, method in zip(ordered, ordered[1:]):
+    text += (' = ' if abs(score(previous) - score(method)) < 1e-9 else ' > ') + method
+  return text
 
 
 def _final(run, key):
@@ -180,11 +192,12 @@ def markdown_report(summary, best, config, seeds, protocol, grids, plots) -> str
   dataset = config.dataset
   lines = [
       f'# H-SCL comparison on {dataset}', '',
-      f'{len(seeds)} seeds ({", ".join(map(str, seeds))}), {config.num_epochs} epochs, batch '
+      f'Seeds: {", ".join(map(str, seeds))}; {config.num_epochs} epochs, batch '
       f'{config.batch_size}, model {config.model.name}, temperature {config.temperature}; '
       f'linear evaluation: `{protocol}` protocol, {config.linear_eval.num_epochs} epochs. '
-      f'Grids searched: {", ".join(sorted(grids)) or "none"}.', '',
-      f'## Table I (top-1 %, linear; mean ± std over seeds)', '',
+      f'Grids searched: {", ".join(sorted(grids)) or "none"} (best setting by mean linear '
+      'top-1; ties go to the first in grid order).', '',
+      '## Table I (top-1 %, linear; mean ± std over seeds)', '',
       f'| Method | setting | {dataset} linear top-1 | linear top-5 | kNN top-1 (last epoch) |',
       '|---|---|---|---|---|',
   ]
@@ -193,9 +206,9 @@ def markdown_report(summary, best, config, seeds, protocol, grids, plots) -> str
       stats = summary[best[method]]
       lines.append(f'| {method} | {best[method].label} | {_mean_std(stats["top1"])} | '
                    f'{_mean_std(stats["top5"])} | {_mean_std(stats["knn"])} |')
-  ranking = sorted((m for m in METHODS if m in best),
-                   key=lambda m: -np.mean(summary[best[m]]['top1']))
-  lines += ['', f'Ranking by mean linear top-1: {" > ".join(ranking)}.', '']
+  ranking = _ranking([m for m in METHODS if m in best],
+                     lambda m: np.mean(summary[best[m]]['top1']))
+  lines += ['', f'Ranking by mean linear top-1: {ranking}.', '']
   if len(summary) > len(best):
     lines += ['## Every setting', '', '| setting | linear top-1 | kNN top-1 |', '|---|---|---|']
     for setting, stats in summary.items():
