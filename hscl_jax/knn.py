@@ -10,13 +10,10 @@ similarity matrix held in memory is [chunk_size, bank_size], and the function co
 once per (bank size, query count) and never per chunk.
 """
 
-from collections.abc import Callable, Iterable
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 
 def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
@@ -141,35 +138,3 @@ def weighted_knn_accuracy(
   total = jnp.sum(query_mask)
   hits = jnp.sum(correct & query_mask)
   return float(hits / total) if int(total) else float('nan')
-
-
-def extract_features(
-    feature_fn: Callable[[Any], jax.Array], batches: Iterable[Any]
-) -> tuple[np.ndarray, np.ndarray]:
-  """L2-normalised features and labels of a whole (padded) dataset.
-
-  Args:
-    feature_fn: images [b, H, W, C] -> features [b, d] (e.g. a jitted
-      `model.apply(variables, x, method='features')`).
-    batches: iterable of dicts {'image', 'label', 'mask'} (as `data.eval_loader`
-      yields) or of tuples (images, labels, mask); rows with mask False are dropped.
-
-  Returns:
-    (features float32 [n, d], labels int32 [n]) as NumPy arrays on the host.
-  """
-  feats, labels = [], []
-  for batch in batches:
-    if isinstance(batch, dict):
-      images, batch_labels, mask = batch['image'], batch['label'], batch.get('mask')
-    else:
-      images, batch_labels, mask = batch
-    f = np.asarray(l2_normalize(feature_fn(images)))
-    batch_labels = np.asarray(batch_labels, np.int32)
-    if mask is not None:
-      mask = np.asarray(mask, bool)
-      f, batch_labels = f[mask], batch_labels[mask]
-    feats.append(f)
-    labels.append(batch_labels)
-  if not feats:
-    raise ValueError('extract_features got no batches.')
-  return np.concatenate(feats), np.concatenate(labels)

@@ -39,6 +39,7 @@ from hscl_jax import data
 from hscl_jax import knn
 from hscl_jax import metrics
 from hscl_jax import models
+from hscl_jax import train
 
 PROTOCOLS = ('features', 'augmented')
 RESULT_FILE = 'linear_eval.json'
@@ -85,7 +86,7 @@ def resolve_step(workdir: str, step: int | None) -> int:
 
 def restore_encoder(workdir: str, step: int, model: models.ContrastiveModel,
                     image_shape: tuple[int, int, int]) -> dict[str, Any]:
-  """{'params', 'batch_stats'} of the encoder only, restored onto the default device."""
+  """Model variables holding only the encoder's entries, restored onto the default device."""
   abstract = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), image_shape))
   sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   target = {'params': {'encoder': abstract['params']['encoder']},
@@ -103,8 +104,7 @@ def restore_encoder(workdir: str, step: int, model: models.ContrastiveModel,
         f'cannot restore the encoder from {path}: {type(e).__name__}: {e}. The checkpoint is '
         'missing or corrupt, or was written by a run with a different model config.') from e
   _check_shapes(restored, target, path)
-  return {'params': restored['params']['encoder'],
-          'batch_stats': restored['batch_stats']['encoder']}
+  return restored
 
 
 def _check_shapes(restored, target, path) -> None:
@@ -124,20 +124,12 @@ def _check_shapes(restored, target, path) -> None:
 # Features and the linear classifier.
 
 
-def make_encoder_fn(model: models.ContrastiveModel, encoder_variables, params: augment.AugmentParams):
-  """Jitted images -> un-normalised backbone features (BatchNorm in eval mode).
-
-  uint8 images are preprocessed for evaluation first; float images are taken as already
-  augmented and normalised.
-  """
+def make_encoder_fn(model: models.ContrastiveModel, variables):
+  """Jitted augmented, normalised images -> backbone features (BatchNorm in eval mode)."""
 
   @jax.jit
   def encode(images):
-    x = augment.preprocess_eval(images, params) if images.dtype == jnp.uint8 else images
-    return model.apply(
-        {'params': {'encoder': encoder_variables['params']},
-         'batch_stats': {'encoder': encoder_variables['batch_stats']}},
-        x, train=False, method='features')
+    return model.apply(variables, images, train=False, method='features')
 
   return encode
 
@@ -203,15 +195,18 @@ def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
   return classifier
 
 
-def _extract(encode, source, batch_size):
-  loader = data.eval_loader(source, global_batch_size=batch_size, shard_index=0, shard_count=1)
-  return knn.extract_features(encode, loader)
+def _extract(model, variables, params: augment.AugmentParams, source, batch_size):
+  """Normalised features and labels of a split (the training program's kNN path, 1 device)."""
+  mesh = train.make_mesh(jax.devices()[:1])
+  feature_fn = train.make_feature_fn(model, params, mesh)
+  features, labels, mask = train.extract_features(feature_fn, variables, source, batch_size, mesh)
+  return features[mask], labels[mask]
 
 
-def _augmented_batches(model, encoder_variables, source, params: augment.AugmentParams, seed):
+def _augmented_batches(model, variables, source, params: augment.AugmentParams, seed):
   """Random resized crop + flip of raw images, encoded on the fly by the frozen encoder."""
   crop_flip = dataclasses.replace(params, jitter_prob=0.0, grayscale_prob=0.0, blur_prob=0.0)
-  encode = make_encoder_fn(model, encoder_variables, crop_flip)
+  encode = make_encoder_fn(model, variables)
   images = np.stack([source[i]['image'] for i in range(len(source))])
   labels = np.asarray([source[i]['label'] for i in range(len(source))], np.int32)
   key = jax.random.key(seed)
@@ -241,20 +236,21 @@ def linear_evaluate(config: config_dict.ConfigDict, workdir: str, *,
   model = models.create_model(config.model)
   params = augment.AugmentParams.from_config(config.augment)
   image_size = params.image_size
-  encoder = restore_encoder(workdir, step, model, (image_size, image_size, 3))
-  encode = make_encoder_fn(model, encoder, params)
+  variables = restore_encoder(workdir, step, model, (image_size, image_size, 3))
   sources = {split: data.get_source(config.dataset, split, data_dir=config.data_dir,
                                     folder=config.folder, seed=config.split_seed)
              for split in (config.train_split, config.test_split)}
   logging.info('linear eval (%s protocol) of %s step %d', cfg.protocol, workdir, step)
-  train_x, train_y = _extract(encode, sources[config.train_split], cfg.batch_size)
-  test_x, test_y = _extract(encode, sources[config.test_split], cfg.batch_size)
+  train_x, train_y = _extract(model, variables, params, sources[config.train_split],
+                              cfg.batch_size)
+  test_x, test_y = _extract(model, variables, params, sources[config.test_split], cfg.batch_size)
   setup = LinearSetup(num_classes=info.num_classes, feature_dim=train_x.shape[1], cfg=cfg)
   if cfg.protocol == 'features':
     train_x, train_y = jnp.asarray(train_x), jnp.asarray(train_y)
     batch_fn = lambda idx, epoch, i: (train_x[idx], train_y[idx])
   else:
-    batch_fn = _augmented_batches(model, encoder, sources[config.train_split], params, config.seed)
+    batch_fn = _augmented_batches(model, variables, sources[config.train_split], params,
+                                  config.seed)
   classifier = _train_loop(setup, len(train_y), batch_fn, config.seed)
   result = {
       'protocol': cfg.protocol,

@@ -472,10 +472,12 @@ def _to_host(x: jax.Array) -> np.ndarray:
   return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
-def extract_features(feature_fn, state: TrainState, source, batch_size: int,
+def extract_features(feature_fn, variables, source, batch_size: int,
                      mesh: jax.sharding.Mesh) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(features, labels, mask) of a whole split on the host (padded rows have mask False)."""
-  variables = {'params': state.params, 'batch_stats': state.batch_stats}
+  """(features, labels, mask) of a whole split on the host (padded rows have mask False).
+
+  `feature_fn` is `make_feature_fn`'s; `variables` need only the encoder's entries.
+  """
   loader = data.eval_loader(source, global_batch_size=batch_size,
                             shard_index=jax.process_index(), shard_count=jax.process_count())
   parts = [feature_fn(variables, global_batch(b, mesh, ('image', 'label', 'mask')))
@@ -484,10 +486,11 @@ def extract_features(feature_fn, state: TrainState, source, batch_size: int,
 
 
 def knn_accuracy(config, feature_fn, state, bank_source, query_source, num_classes, mesh) -> float:
+  variables = {'params': state.params, 'batch_stats': state.batch_stats}
   bank, bank_labels, bank_mask = extract_features(
-      feature_fn, state, bank_source, config.knn.batch_size, mesh)
+      feature_fn, variables, bank_source, config.knn.batch_size, mesh)
   queries, query_labels, query_mask = extract_features(
-      feature_fn, state, query_source, config.knn.batch_size, mesh)
+      feature_fn, variables, query_source, config.knn.batch_size, mesh)
   return knn.weighted_knn_accuracy(
       bank, bank_labels, queries, query_labels, num_classes=num_classes, k=config.knn.k,
       temperature=config.knn.temperature, chunk_size=config.knn.chunk_size,

@@ -116,23 +116,6 @@ def test_features_are_normalised_inside():
   np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_extract_features_drops_masked_rows():
-  rng = np.random.default_rng(7)
-  images = rng.normal(size=(10, 4, 4, 3)).astype(np.float32)
-  labels = np.arange(10, dtype=np.int32)
-  mask = np.ones(10, bool)
-  mask[-3:] = False
-  feature_fn = jax.jit(lambda x: 5.0 * jnp.reshape(x, (x.shape[0], -1)))
-  batches = [
-      {'image': images[:5], 'label': labels[:5], 'mask': mask[:5]},
-      (images[5:], labels[5:], mask[5:]),
-  ]
-  feats, got_labels = knn.extract_features(feature_fn, batches)
-  np.testing.assert_array_equal(got_labels, labels[:7])
-  flat = images[:7].reshape(7, -1)
-  np.testing.assert_allclose(feats, flat / np.linalg.norm(flat, axis=1, keepdims=True), rtol=1e-5)
-
-
 def test_bad_arguments():
   bank, bank_labels, queries, query_labels = make_data(8)
   with pytest.raises(ValueError, match='widths differ'):
