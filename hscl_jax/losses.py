@@ -52,6 +52,7 @@ from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 Hardening = Callable[[Array], Array]  # g -> log η(g), η non-negative and non-decreasing
@@ -62,13 +63,39 @@ _NEG_INF = -jnp.inf
 
 
 # --------------------------------------------------------------------------------------
+# Checks of values known at trace time (traced values cannot be checked).
+
+
+def _check_value(name: str, value, valid: Callable[[np.ndarray], np.ndarray], requirement: str):
+  """Raises if ``value`` is concrete (a Python or NumPy number, a non-traced array) and
+  any of its entries fails ``valid``; NaN fails every requirement."""
+  if isinstance(value, jax.core.Tracer):
+    return
+  try:
+    concrete = np.asarray(value, np.float64)
+  except (TypeError, ValueError):
+    raise TypeError(f'{name} must be a number, got {value!r}.') from None
+  with np.errstate(invalid='ignore'):
+    if not np.all(valid(concrete)):
+      raise ValueError(f'{name} must be {requirement}, got {value}.')
+
+
+def _finite_at_least_zero(x):
+  return np.isfinite(x) & (x >= 0)
+
+
+def _finite_positive(x):
+  return np.isfinite(x) & (x > 0)
+
+
+# --------------------------------------------------------------------------------------
 # Hardening functions and schedules.
 
 
 def exponential(beta) -> Hardening:
   """η_exp(g) = e^{βg} (Definition 1; H-SCL(β)). ``beta`` may be a traced array."""
-  if isinstance(beta, (int, float)) and beta < 0:
-    raise ValueError(f"beta must be >= 0 (a non-decreasing hardening), got {beta}.")
+  _check_value('beta', beta, _finite_at_least_zero,
+               'finite and >= 0 (a non-decreasing hardening)')
   return lambda g: beta * g
 
 
@@ -77,8 +104,7 @@ def threshold(tau) -> Hardening:
 
   τ -> 0 keeps every negative (SCL); see ``tau_schedule`` for eq. (4).
   """
-  if isinstance(tau, (int, float)) and tau < 0:
-    raise ValueError(f"tau must be >= 0 (it thresholds e^g > 0), got {tau}.")
+  _check_value('tau', tau, _finite_at_least_zero, 'finite and >= 0 (it thresholds e^g > 0)')
   log_tau = jnp.log(jnp.asarray(tau, jnp.float32))
   return lambda g: jnp.where(g >= log_tau, 0.0, _NEG_INF)
 
@@ -93,6 +119,9 @@ def tau_schedule(epoch, *, start: float, end: float, num_epochs: int, temperatur
   l = start + (epoch - 1) / (num_epochs - 1) · (end - start). A single-epoch run uses
   ``start``. The paper's grid: start ∈ {-0.5, -0.3, -0.1}, end ∈ {-0.1, 0, 0.1}.
   """
+  for name, value in (('start', start), ('end', end)):
+    _check_value(name, value, np.isfinite, 'finite')
+  _check_temperature(temperature)
   progress = (jnp.asarray(epoch, jnp.float32) - 1.0) / max(num_epochs - 1, 1)
   level = start + progress * (end - start)
   return jnp.exp(level / temperature)
@@ -106,6 +135,7 @@ def beta_schedule(epoch, *, beta: float, num_epochs: int, num_steps: int):
   """
   if num_steps < 1:
     raise ValueError(f"num_steps (ℓ, the number of β changes) must be >= 1, got {num_steps}.")
+  _check_value('beta', beta, _finite_at_least_zero, 'finite and >= 0')
   drops = jnp.floor(jnp.asarray(epoch, jnp.float32) * num_steps / num_epochs)
   return beta * jnp.clip(1.0 - drops / num_steps, 0.0, 1.0)
 
@@ -127,6 +157,9 @@ class _Rows:
 
 
 def _check_inputs(features, labels):
+  """(features, labels) as arrays (array-likes such as lists are accepted), checked."""
+  features = jnp.asarray(features)
+  labels = None if labels is None else jnp.asarray(labels)
   if features.ndim != 3:
     raise ValueError(
         f"features must have shape [batch, views, dim], got shape {features.shape}; "
@@ -138,7 +171,7 @@ def _check_inputs(features, labels):
   if not jnp.issubdtype(features.dtype, jnp.floating):
     raise TypeError(f"features must be floating point, got dtype {features.dtype}.")
   if labels is None:
-    return
+    return features, labels
   if labels.ndim != 1:
     raise ValueError(f"labels must have shape [batch], got shape {labels.shape}.")
   if not jnp.issubdtype(labels.dtype, jnp.integer):
@@ -149,6 +182,7 @@ def _check_inputs(features, labels):
     raise ValueError(
         f"labels has {labels.shape[0]} entries but features has batch size "
         f"{features.shape[0]}: there must be one label per sample (not per view).")
+  return features, labels
 
 
 def _rows(features, labels, axis_name) -> tuple[_Rows, _Rows]:
@@ -369,8 +403,8 @@ def _log_m(M, features, axis_name):
     M = batch * views * devices - 2
     if M <= 0:
       raise ValueError(f"M = n - 2 = {M} is not positive: the batch has too few rows; pass M.")
-  elif isinstance(M, (int, float)) and M <= 0:
-    raise ValueError(f"M must be positive, got {M}.")
+  else:
+    _check_value('M', M, _finite_positive, 'positive and finite')
   return jnp.log(jnp.asarray(M, jnp.float32))
 
 
@@ -399,8 +433,7 @@ def _debiased_pair_loss(log_m, tau_plus, temperature, clamp):
 
 
 def _check_temperature(temperature):
-  if isinstance(temperature, (int, float)) and not temperature > 0:
-    raise ValueError(f"temperature must be positive, got {temperature}.")
+  _check_value('temperature', temperature, _finite_positive, 'positive and finite')
 
 
 # --------------------------------------------------------------------------------------
@@ -411,7 +444,7 @@ def ucl(features: Array, *, temperature=0.5, M=None, axis_name: Optional[str] = 
         block_size: Optional[int] = None) -> Array:
   """UCL (SimCLR / NT-Xent): positives are the other views of the same sample, negatives
   every row of another sample, η ≡ 1; eq. (3). With M = n - 2 this is NT-Xent exactly."""
-  _check_inputs(features, None)
+  features, _ = _check_inputs(features, None)
   _check_temperature(temperature)
   return _global_loss(
       features, None, candidates=_other_sample, positives=_same_sample, hardening=_no_hardening,
@@ -426,10 +459,9 @@ def hucl(features: Array, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp:
   q_i ∝ e^{β g_ij} (Sec. III-C), and τ⁺ debiasing with the negative mass floored at
   M·e^{-1/γ} (``clamp=True``, HCL's rule) or at 0 (``clamp=False``). τ⁺ = 0 and
   β = 0 give UCL (on unit-norm features, where the floor never binds)."""
-  _check_inputs(features, None)
+  features, _ = _check_inputs(features, None)
   _check_temperature(temperature)
-  if isinstance(tau_plus, (int, float)) and not 0 <= tau_plus < 1:
-    raise ValueError(f"tau_plus (class prior) must be in [0, 1), got {tau_plus}.")
+  _check_value('tau_plus', tau_plus, lambda x: (x >= 0) & (x < 1), 'in [0, 1) (a class prior)')
   log_m = _log_m(M, features, axis_name)
   return _global_loss(
       features, None, candidates=_other_sample, positives=_same_sample,
@@ -455,7 +487,7 @@ def hscl(features: Array, labels: Array, *, hardening: Hardening, temperature=0.
   ``threshold(tau)`` for H-SCL(τ), or any function of a non-decreasing η >= 0.
   Gradients flow through the weights unless ``stop_gradient_weights``.
   """
-  _check_inputs(features, labels)
+  features, labels = _check_inputs(features, labels)
   _check_temperature(temperature)
   return _global_loss(
       features, labels, candidates=_other_label, positives=_same_label, hardening=hardening,
@@ -476,7 +508,7 @@ def log_alphas(features: Array, labels: Array, *, hardening: Hardening, temperat
   (H-SCL) or the same label (Hcol), so α_HUCL = α_HSCL + α_Hcol exactly. An empty set
   gives log α = -inf.
   """
-  _check_inputs(features, labels)
+  features, labels = _check_inputs(features, labels)
   q, k = _rows(features, labels, axis_name)
   log_eta = hardening(_similarity(q, k, temperature))
   ucl_negatives = _other_sample(q, k)
@@ -501,7 +533,7 @@ def assumption1(features: Array, labels: Array, *, hardening: Hardening, tempera
   label. Where either set is empty the conclusion of Lemma 1 holds with equality for that
   anchor (E_HUCL = E_HSCL, or ℓ_HSCL = 0), so it counts as satisfied.
   """
-  _check_inputs(features, labels)
+  features, labels = _check_inputs(features, labels)
   q, k = _rows(features, labels, axis_name)
   kwargs = dict(hardening=hardening, temperature=temperature, stop_gradient_weights=False)
   log_e_col, has_col = _log_expectations(q, k, None, candidates=_label_collision, **kwargs)
@@ -519,8 +551,7 @@ def batch_diagnostics(features: Array, labels: Array, *, hardening: Hardening, t
   H-UCL uses the same hardening as H-SCL and τ⁺ = 0, so Lemma 1 reads
   loss_hscl <= loss_hucl whenever assumption1_fraction == 1. Values carry no gradient.
   """
-  features, labels = jax.lax.stop_gradient((features, labels))
-  _check_inputs(features, labels)
+  features, labels = jax.lax.stop_gradient(_check_inputs(features, labels))
   _check_temperature(temperature)
   positive_set = {"sample": _same_sample, "label": _same_label}.get(positives)
   if positive_set is None:

@@ -353,8 +353,9 @@ class EdgeCaseTest(parameterized.TestCase):
     kernel, _ = LOSSES[name]
     for bad in (jnp.nan, jnp.inf):
       self.assertTrue(bool(jnp.isnan(kernel(features.at[2, 1, 0].set(bad), labels))))
-    self.assertTrue(bool(jnp.isnan(
-        losses.hscl(features, labels, hardening=losses.exponential(jnp.nan)))))
+    traced_beta = jax.jit(
+        lambda beta: losses.hscl(features, labels, hardening=losses.exponential(beta)))
+    self.assertTrue(bool(jnp.isnan(traced_beta(jnp.nan))))
 
 
 class InputValidationTest(parameterized.TestCase):
@@ -377,6 +378,45 @@ class InputValidationTest(parameterized.TestCase):
     for fn, error, message in cases:
       with self.assertRaisesRegex(error, message):
         fn()
+
+  def test_concrete_values_of_any_type_are_checked(self):
+    """Zero/NaN/inf as Python, NumPy or (non-traced) JAX scalars are refused alike."""
+    features, labels = random_batch(26)
+    for make in (float, np.float32, jnp.float32, lambda x: jnp.array([x, 1.0])):
+      for bad in (0.0, np.nan, np.inf):
+        with self.assertRaisesRegex(ValueError, "temperature must be positive and finite"):
+          losses.ucl(features, temperature=make(bad))
+        with self.assertRaisesRegex(ValueError, "temperature"):
+          losses.scl(features, labels, temperature=make(bad))
+        with self.assertRaisesRegex(ValueError, "M must be positive"):
+          losses.ucl(features, M=make(bad))
+      for bad in (np.nan, np.inf, -1.0):
+        with self.assertRaisesRegex(ValueError, "beta must be finite"):
+          losses.exponential(make(bad))
+        with self.assertRaisesRegex(ValueError, "tau must be finite"):
+          losses.threshold(make(bad))
+        with self.assertRaisesRegex(ValueError, "tau_plus"):
+          losses.hucl(features, beta=1.0, tau_plus=make(bad))
+    with self.assertRaisesRegex(ValueError, "start must be finite"):
+      losses.tau_schedule(1, start=np.nan, end=0.1, num_epochs=4)
+    with self.assertRaisesRegex(ValueError, "beta must be finite"):
+      losses.beta_schedule(1, beta=np.nan, num_epochs=4, num_steps=2)
+    # Valid concrete values of every type still work (and zero thresholds are allowed).
+    expected = losses.scl(features, labels)
+    for make in (np.float32, jnp.float32):
+      chex.assert_trees_all_close(losses.hscl(features, labels, hardening=losses.threshold(
+          make(0.0)), temperature=make(0.5)), expected, rtol=1e-6)
+
+  def test_array_likes_are_accepted(self):
+    features, labels = random_batch(27)
+    as_lists = np.asarray(features).tolist(), np.asarray(labels).tolist()
+    for name, (kernel, _) in LOSSES.items():
+      chex.assert_trees_all_close(kernel(*as_lists), kernel(features, labels), rtol=1e-6,
+                                  custom_message=name)
+    chex.assert_trees_all_close(
+        losses.batch_diagnostics(*as_lists, hardening=losses.exponential(1.0)),
+        losses.batch_diagnostics(features, labels, hardening=losses.exponential(1.0)),
+        rtol=1e-6)
 
   def test_errors_at_trace_time(self):
     features, labels = random_batch(23)
