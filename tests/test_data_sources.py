@@ -1,5 +1,7 @@
 """Digits and image-folder sources, the stratified split, and error messages."""
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -110,11 +112,18 @@ def test_image_folder_errors_name_the_bad_path(tmp_path):
     data.get_source('image_folder', 'train')
 
 
-def test_unreadable_image_is_named_even_through_the_loader(tmp_path):
+def test_unreadable_images_are_named(tmp_path):
+  """A file that is not an image stops the split from opening; one whose header reads but
+  whose data is cut is named when the loader reaches it."""
   for i in range(4):
     save_image(str(tmp_path / 'train' / 'only' / f'{i}.png'), 'RGB', (8, 8), (1, 2, 3))
   save_image(str(tmp_path / 'test' / 'only' / '0.png'), 'RGB', (8, 8), (1, 2, 3))
-  (tmp_path / 'train' / 'only' / '9_broken.png').write_bytes(b'definitely not a png')
+  broken = tmp_path / 'train' / 'only' / '9_broken.png'
+  broken.write_bytes(b'definitely not a png')
+  with pytest.raises(data.ImageFolderError, match='cannot read image file .*9_broken.png'):
+    data.get_source('image_folder', 'train', folder=str(tmp_path), folder_image_size=8)
+  save_image(str(broken), 'RGB', (64, 64), (1, 2, 3))
+  broken.write_bytes(broken.read_bytes()[:60])  # header intact, pixel data cut
   source = data.get_source('image_folder', 'train', folder=str(tmp_path), folder_image_size=8)
   with pytest.raises(data.ImageFolderError, match='9_broken.png'):
     source[4]
@@ -122,3 +131,25 @@ def test_unreadable_image_is_named_even_through_the_loader(tmp_path):
                                 num_threads=1)
   with pytest.raises(data.ImageFolderError, match='9_broken.png'):
     list(everything)
+
+
+def test_elongated_image_is_cropped_before_resizing(tmp_path):
+  """A 1 x 40000 image becomes its centre pixel without scaling the whole strip up
+  (which took GBs): the process's peak memory grows by far less than that."""
+  strip = np.zeros((40000, 1, 3), np.uint8)
+  strip[19990:20010] = (10, 200, 30)  # the centre (resampling reads a neighbour or two)
+  path = tmp_path / 'strip.png'
+  Image.fromarray(strip).save(path)
+  script = (
+      'import resource, sys\n'
+      'from hscl_jax.data.image_folder import load_rgb\n'
+      'before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n'
+      'image = load_rgb(sys.argv[1], 64)\n'
+      'grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n'
+      'print(grown, *image.reshape(-1, 3).mean(0), image.shape)\n')
+  result = subprocess.run([sys.executable, '-c', script, str(path)], capture_output=True,
+                          text=True, check=True)
+  grown_kib, *mean, shape = result.stdout.split(maxsplit=4)
+  assert int(grown_kib) < 100_000, result.stdout  # 64 x 40000 x 64 px would be ~500 MB
+  np.testing.assert_allclose([float(m) for m in mean], [10, 200, 30], atol=1)
+  assert shape.strip() == '(64, 64, 3)'

@@ -4,11 +4,13 @@ Layouts:
   root/train/<class>/*.png and root/test/<class>/*.jpg  (given splits), or
   root/<class>/*                                         (seeded stratified 80/20 split).
 Any format PIL reads is accepted; grayscale, palette and RGBA images become RGB
-(alpha is dropped). Every image is resized (shorter side) and centre-cropped to
-``image_size`` so that batches stack.
+(alpha is dropped). Every image is centre-cropped to a square and resized to
+``image_size`` so that batches stack. Every file's header is read when a split is opened,
+so a file that is not an image stops the run before training, naming it.
 """
 from __future__ import annotations
 
+from concurrent import futures
 import functools
 import os
 
@@ -80,30 +82,48 @@ def scan_image_folder(root: str, split: str, seed: int = 0):
   return [paths[i] for i in indices], labels[indices], classes
 
 
+_PIL_ERRORS = (OSError, ValueError, SyntaxError)  # what PIL raises for bad files
+
+
 def load_rgb(path: str, image_size: int) -> np.ndarray:
   """Reads one image as uint8 [image_size, image_size, 3]; errors name the file."""
   try:
     with Image.open(path) as image:
       image = image.convert('RGB')
-      image = _resize_shorter_side(image, image_size)
-      return np.asarray(_center_crop(image, image_size), np.uint8)
-  except (OSError, ValueError, SyntaxError) as error:  # PIL raises these for bad files.
+      return np.asarray(_center_square_resized(image, image_size), np.uint8)
+  except _PIL_ERRORS as error:
     raise ImageFolderError(f'cannot read image file {path}: {error}') from error
 
 
-def _resize_shorter_side(image: Image.Image, size: int) -> Image.Image:
+def _center_square_resized(image: Image.Image, size: int) -> Image.Image:
+  """The centre square resized to size x size: resizing only the cropped box keeps a
+  very elongated image (e.g. 1 x 40000) from being scaled up whole first."""
   width, height = image.size
-  if min(width, height) == size:
-    return image
-  scale = size / min(width, height)
-  new_size = (max(size, round(width * scale)), max(size, round(height * scale)))
-  return image.resize(new_size, Image.Resampling.BILINEAR)
+  side = min(width, height)
+  left, top = (width - side) // 2, (height - side) // 2
+  box = (left, top, left + side, top + side)
+  if side == size:
+    return image.crop(box)
+  return image.resize((size, size), Image.Resampling.BILINEAR, box=box)
 
 
-def _center_crop(image: Image.Image, size: int) -> Image.Image:
-  width, height = image.size
-  left, top = (width - size) // 2, (height - size) // 2
-  return image.crop((left, top, left + size, top + size))
+def _header_error(path: str) -> str | None:
+  try:
+    with Image.open(path):  # reads the header only
+      return None
+  except _PIL_ERRORS as error:
+    return f'{path}: {error}'
+
+
+@functools.cache
+def _check_headers(paths: tuple[str, ...]) -> None:
+  """Raises naming the files whose header PIL cannot read (I/O-bound: threads)."""
+  with futures.ThreadPoolExecutor(max_workers=16) as pool:
+    errors = [e for e in pool.map(_header_error, paths) if e is not None]
+  if errors:
+    more = f' (and {len(errors) - 1} more)' if len(errors) > 1 else ''
+    raise ImageFolderError(f'cannot read image file {errors[0]}{more}; '
+                           'remove or replace the unreadable files')
 
 
 class ImageFolderSource:
@@ -114,6 +134,7 @@ class ImageFolderSource:
     self.paths, self._labels, self.class_names = scan_image_folder(root, split, seed)
     if not self.paths:
       raise ImageFolderError(f"split '{split}' of image folder {root} is empty")
+    _check_headers(tuple(self.paths))
     self.num_classes = len(self.class_names)
     self.image_size = image_size
     self.image_shape = (image_size, image_size, 3)
