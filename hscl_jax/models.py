@@ -6,13 +6,18 @@ The loss uses the (normalised) projections; the kNN monitor and the linear
 evaluation use the (normalised) backbone features.
 
 All modules compute in ``dtype`` (float32 or bfloat16) and keep their parameters and
-BatchNorm statistics in float32. BatchNorm takes ``axis_name``: inside
-``jax.shard_map`` over that mesh axis, training-mode statistics are those of the
-global batch.
+BatchNorm statistics in float32. Normalisation layers (``norm``): ``batch`` (the paper's;
+BatchNorm with ``axis_name``: inside ``jax.shard_map`` over that mesh axis,
+training-mode statistics are those of the global batch), ``group`` (GroupNorm, 32
+groups or fewer when the width is not a multiple of 32) or ``layer`` (LayerNorm over
+the channels). Group and layer normalisation never mix samples, so a sample's output
+does not depend on the rest of the batch (what exact gradient caching needs) and the
+model has no ``batch_stats``.
 """
 
 from collections.abc import Callable, Sequence
 import functools
+import math
 from typing import Any
 
 import flax.linen as nn
@@ -25,6 +30,8 @@ ModuleDef = Any
 conv_kernel_init = nn.initializers.variance_scaling(2.0, 'fan_out', 'normal')
 
 STEMS = ('cifar', 'imagenet')
+NORMS = ('batch', 'group', 'layer')
+MAX_GROUPS = 32
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
@@ -81,7 +88,27 @@ class Bottleneck(nn.Module):
     return self.act(residual + y)
 
 
-def _norm(train: bool, momentum: float, axis_name: str | None, dtype) -> ModuleDef:
+class GroupNorm(nn.Module):
+  """GroupNorm with gcd(MAX_GROUPS, channels) groups, so every width is accepted."""
+
+  epsilon: float = 1e-5
+  dtype: Any = jnp.float32
+  scale_init: Callable = nn.initializers.ones_init()
+
+  @nn.compact
+  def __call__(self, x):
+    groups = math.gcd(MAX_GROUPS, x.shape[-1])
+    return nn.GroupNorm(num_groups=groups, epsilon=self.epsilon, dtype=self.dtype,
+                        scale_init=self.scale_init, name='norm')(x)
+
+
+def _norm(kind: str, train: bool, momentum: float, axis_name: str | None, dtype) -> ModuleDef:
+  if kind == 'group':
+    return functools.partial(GroupNorm, epsilon=1e-5, dtype=dtype)
+  if kind == 'layer':
+    return functools.partial(nn.LayerNorm, epsilon=1e-5, dtype=dtype)
+  if kind != 'batch':
+    raise ValueError(f'Unknown norm {kind!r}; valid norms: {", ".join(NORMS)}.')
   return functools.partial(
       nn.BatchNorm,
       use_running_average=not train,
@@ -100,6 +127,7 @@ class ResNet(nn.Module):
   num_filters: int = 64
   stem: str = 'cifar'
   dtype: Any = jnp.float32
+  norm: str = 'batch'
   bn_momentum: float = 0.9
   bn_axis_name: str | None = None
 
@@ -108,7 +136,7 @@ class ResNet(nn.Module):
     conv = functools.partial(
         nn.Conv, use_bias=False, dtype=self.dtype, kernel_init=conv_kernel_init
     )
-    norm = _norm(train, self.bn_momentum, self.bn_axis_name, self.dtype)
+    norm = _norm(self.norm, train, self.bn_momentum, self.bn_axis_name, self.dtype)
 
     x = jnp.asarray(x, self.dtype)
     if self.stem == 'cifar':
@@ -140,12 +168,13 @@ class SmallCNN(nn.Module):
   widths: Sequence[int] = (32, 64, 128, 128)
   strides: Sequence[int] = (1, 2, 1, 2)
   dtype: Any = jnp.float32
+  norm: str = 'batch'
   bn_momentum: float = 0.9
   bn_axis_name: str | None = None
 
   @nn.compact
   def __call__(self, x, *, train: bool):
-    norm = _norm(train, self.bn_momentum, self.bn_axis_name, self.dtype)
+    norm = _norm(self.norm, train, self.bn_momentum, self.bn_axis_name, self.dtype)
     x = jnp.asarray(x, self.dtype)
     for width, stride in zip(self.widths, self.strides, strict=True):
       x = nn.Conv(
@@ -182,13 +211,14 @@ def make_backbone(
     *,
     stem: str = 'cifar',
     dtype: Any = jnp.float32,
+    norm: str = 'batch',
     bn_momentum: float = 0.9,
     bn_axis_name: str | None = None,
 ) -> nn.Module:
   """Builds the backbone `name` (see BACKBONES); `stem` only applies to ResNets."""
   _check_name(name)
   build = BACKBONES[name][0]
-  kwargs = dict(dtype=dtype, bn_momentum=bn_momentum, bn_axis_name=bn_axis_name)
+  kwargs = dict(dtype=dtype, norm=norm, bn_momentum=bn_momentum, bn_axis_name=bn_axis_name)
   if name.startswith('resnet'):
     if stem not in STEMS:
       raise ValueError(f'Unknown stem {stem!r}; valid stems: {", ".join(STEMS)}.')
@@ -197,18 +227,19 @@ def make_backbone(
 
 
 class ProjectionHead(nn.Module):
-  """Dense -> BatchNorm -> ReLU -> Dense, as in the paper (2048 -> 512 -> 128)."""
+  """Dense -> norm (BatchNorm by default) -> ReLU -> Dense, as in the paper (2048 -> 512 -> 128)."""
 
   hidden: int = 512
   out: int = 128
   dtype: Any = jnp.float32
+  norm: str = 'batch'
   bn_momentum: float = 0.9
   bn_axis_name: str | None = None
 
   @nn.compact
   def __call__(self, x, *, train: bool):
     x = nn.Dense(self.hidden, use_bias=False, dtype=self.dtype)(x)
-    x = _norm(train, self.bn_momentum, self.bn_axis_name, self.dtype)()(x)
+    x = _norm(self.norm, train, self.bn_momentum, self.bn_axis_name, self.dtype)()(x)
     x = nn.relu(x)
     return nn.Dense(self.out, dtype=self.dtype)(x)
 
@@ -225,6 +256,7 @@ class ContrastiveModel(nn.Module):
   head_hidden: int = 512
   head_out: int = 128
   dtype: Any = jnp.float32
+  norm: str = 'batch'
   bn_axis_name: str | None = None
   bn_momentum: float = 0.9
 
@@ -233,6 +265,7 @@ class ContrastiveModel(nn.Module):
         self.backbone,
         stem=self.stem,
         dtype=self.dtype,
+        norm=self.norm,
         bn_momentum=self.bn_momentum,
         bn_axis_name=self.bn_axis_name,
     )
@@ -240,6 +273,7 @@ class ContrastiveModel(nn.Module):
         hidden=self.head_hidden,
         out=self.head_out,
         dtype=self.dtype,
+        norm=self.norm,
         bn_momentum=self.bn_momentum,
         bn_axis_name=self.bn_axis_name,
     )
@@ -255,9 +289,13 @@ class ContrastiveModel(nn.Module):
 
 
 def create_model(model_config, *, bn_axis_name: str | None = None) -> ContrastiveModel:
-  """ContrastiveModel from `config.model` (name, stem, head_hidden, head_out, dtype, bn_momentum)."""
+  """ContrastiveModel from `config.model` (name, stem, norm, head_hidden, head_out, dtype,
+  bn_momentum)."""
   name = model_config.name
   _check_name(name)
+  norm = model_config.get('norm', 'batch')
+  if norm not in NORMS:
+    raise ValueError(f'Unknown model.norm {norm!r}; valid norms: {", ".join(NORMS)}.')
   if model_config.stem not in STEMS:
     raise ValueError(
         f'Unknown model.stem {model_config.stem!r}; valid stems: {", ".join(STEMS)}.'
@@ -277,17 +315,21 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> Contrastiv
       head_hidden=int(model_config.head_hidden),
       head_out=int(model_config.head_out),
       dtype=DTYPES[model_config.dtype],
+      norm=norm,
       bn_axis_name=bn_axis_name,
       bn_momentum=float(model_config.bn_momentum),
   )
 
 
 def initialize(model: nn.Module, key: jax.Array, image_shape: Sequence[int]) -> dict:
-  """Initial variables {'params', 'batch_stats'} for images of shape `image_shape` (H, W, C)."""
+  """Initial variables {'params', 'batch_stats'} for images of shape `image_shape` (H, W, C).
+
+  ``batch_stats`` is empty ({}) for a model without BatchNorm.
+  """
 
   @jax.jit
   def init(key):
     return model.init(key, jnp.zeros((1, *image_shape), jnp.float32), train=False)
 
   variables = init(key)
-  return {'params': variables['params'], 'batch_stats': variables['batch_stats']}
+  return {'params': variables['params'], 'batch_stats': variables.get('batch_stats', {})}

@@ -14,8 +14,8 @@ from hscl_jax import models
 
 def model_config(**overrides):
   config = ml_collections.ConfigDict(
-      dict(name='small_cnn', stem='cifar', head_hidden=32, head_out=16, dtype='float32',
-           bn_momentum=0.9)
+      dict(name='small_cnn', stem='cifar', norm='batch', head_hidden=32, head_out=16,
+           dtype='float32', bn_momentum=0.9)
   )
   config.update(overrides)
   return config
@@ -247,6 +247,32 @@ def test_batchnorm_sync_across_devices():
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5), grads4, grads1)
 
 
+@pytest.mark.parametrize('norm', ['group', 'layer'])
+def test_group_and_layer_norm_are_per_sample(norm):
+  """No batch statistics, each sample normalised on its own: its output ignores the batch."""
+  for name in ('resnet18', 'resnet50'):  # shapes only: every width gets a valid group count
+    variables, ((h, z), updates) = abstract_apply(
+        models.create_model(model_config(name=name, norm=norm)), (32, 32, 3))
+    assert set(variables) == {'params'} and not updates
+  model = models.create_model(model_config(norm=norm), bn_axis_name=None)
+  variables = host_variables(model, (8, 8, 3))
+  assert set(variables) == {'params'}
+  x = 3.0 + 2.0 * jax.random.normal(jax.random.key(1), (4, 8, 8, 3))
+  (h, z), state = jit_apply(model, train=True, mutable=['intermediates'],
+                            capture_intermediates=True)(variables, x)
+  h1, z1 = jit_apply(model, train=True)(variables, x[1:2])
+  np.testing.assert_allclose(h[1:2], h1, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(z[1:2], z1, rtol=1e-5, atol=1e-6)
+  # The first norm layer (unit scale, zero bias) standardises each sample's channel groups:
+  # 32 channels -> 32 groups of one channel over the pixels (group) or all channels per pixel.
+  inner = state['intermediates']['encoder']
+  layer = inner['GroupNorm_0']['norm'] if norm == 'group' else inner['LayerNorm_0']
+  y = np.asarray(layer['__call__'][0], np.float64)
+  axes = (1, 2) if norm == 'group' else (3,)
+  np.testing.assert_allclose(y.mean(axis=axes), 0.0, atol=1e-4)
+  np.testing.assert_allclose(y.var(axis=axes), 1.0, atol=2e-3)
+
+
 def test_create_model_fields():
   model = models.create_model(
       model_config(name='resnet34', stem='imagenet', head_hidden=64, head_out=8,
@@ -264,6 +290,7 @@ def test_create_model_fields():
     [
         (dict(name='resnet101'), 'resnet18, resnet34, resnet50, small_cnn'),
         (dict(stem='tiny'), 'model.stem'),
+        (dict(norm='instance'), 'model.norm'),
         (dict(dtype='float16'), 'model.dtype'),
         (dict(bn_momentum=1.0), 'model.bn_momentum'),
         (dict(head_out=0), 'model.head_out'),
