@@ -29,6 +29,14 @@ def _to_python(value: Any) -> Any:
   return value
 
 
+def write_text_atomically(path: epath.Path, text: str) -> None:
+  """Writes a temporary file beside ``path`` and renames it over ``path``, so a crash
+  leaves the old contents or the new ones, never a torn file."""
+  temporary = path.with_name(f'.{path.name}.tmp')
+  temporary.write_text(text)
+  temporary.replace(path)
+
+
 def write_config(workdir: str, config: ml_collections.ConfigDict, *, enabled: bool = True) -> None:
   """Writes the resolved config (after command-line overrides) to DIR/config.json."""
   if not enabled:
@@ -36,22 +44,37 @@ def write_config(workdir: str, config: ml_collections.ConfigDict, *, enabled: bo
   directory = epath.Path(workdir)
   directory.mkdir(parents=True, exist_ok=True)
   text = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=_to_python)
-  (directory / CONFIG_FILE).write_text(text + '\n')
+  write_text_atomically(directory / CONFIG_FILE, text + '\n')
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
-  """All records of DIR/metrics.jsonl (an empty list if there is none)."""
+  """All records of DIR/metrics.jsonl (an empty list if there is none).
+
+  A torn last line (a copy or a filesystem that cut the file) is dropped with a warning;
+  a bad line elsewhere raises ValueError naming it.
+  """
   path = epath.Path(workdir) / METRICS_FILE
   if not path.exists():
     return []
-  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  lines = [line for line in path.read_text().splitlines() if line.strip()]
+  records = []
+  for number, line in enumerate(lines, start=1):
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError:
+      if number < len(lines):
+        raise ValueError(f'{path} line {number} is not a JSON record: {line[:80]!r}. '
+                         'Fix: repair or delete that line.') from None
+      logging.warning('Dropping the torn last line of %s: %r', path, line[:80])
+  return records
 
 
 class MetricWriter:
   """Writes one JSON object per epoch to DIR/metrics.jsonl and scalars to TensorBoard.
 
   The file is rewritten whole at each epoch (it has one short line per epoch), which works
-  on storage without appends (e.g. gs:// workdirs through etils.epath). On resume from a
+  on storage without appends (e.g. gs:// workdirs through etils.epath), through a
+  temporary file and a rename, so a crash never leaves it torn. On resume from a
   checkpoint at `resume_step`, records written after that step (by a run that died before
   its next checkpoint) are dropped, so the file keeps one record per epoch.
   """
@@ -66,7 +89,7 @@ class MetricWriter:
     epath.Path(workdir).mkdir(parents=True, exist_ok=True)
     kept = [r for r in read_metrics(workdir) if r.get('step', 0) <= resume_step]
     self._lines = [json.dumps(r) for r in kept]
-    self._path.write_text(''.join(line + '\n' for line in self._lines))
+    self._rewrite()
     # purge_step hides events a dead run wrote after the checkpoint we resume from.
     self._tensorboard = tensorboardX.SummaryWriter(
         logdir=os.path.join(workdir, EVENTS_DIR), purge_step=resume_step or None, flush_secs=30
@@ -77,11 +100,14 @@ class MetricWriter:
       return
     record = {'step': int(step), **{k: _to_python(v) for k, v in scalars.items()}}
     self._lines.append(json.dumps(record))
-    self._path.write_text(''.join(line + '\n' for line in self._lines))
+    self._rewrite()
     for name, value in record.items():
       if name != 'step' and isinstance(value, (int, float)):
         self._tensorboard.add_scalar(name, value, global_step=int(step))
     self._tensorboard.flush()
+
+  def _rewrite(self) -> None:
+    write_text_atomically(self._path, ''.join(line + '\n' for line in self._lines))
 
   def close(self) -> None:
     if self._tensorboard is not None:
