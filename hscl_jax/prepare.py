@@ -58,7 +58,7 @@ def prepare(dataset: str, data_dir: str | None = None, manual_dir: str | None = 
   builder = tfds.builder(dataset, data_dir=data_dir, file_format='array_record')
   download_config = tfds.download.DownloadConfig(manual_dir=manual_dir)
   builder.download_and_prepare(download_config=download_config, file_format='array_record')
-  return {split: info.num_examples for split, info in builder.info.splits.items()}
+  return {str(split): info.num_examples for split, info in builder.info.splits.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
