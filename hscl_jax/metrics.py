@@ -37,13 +37,18 @@ def write_text_atomically(path: epath.Path, text: str) -> None:
   temporary.replace(path)
 
 
+def config_as_json(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The config as DIR/config.json stores it (tuples as lists, NumPy numbers as Python's)."""
+  return json.loads(json.dumps(config.to_dict(), default=_to_python))
+
+
 def write_config(workdir: str, config: ml_collections.ConfigDict, *, enabled: bool = True) -> None:
   """Writes the resolved config (after command-line overrides) to DIR/config.json."""
   if not enabled:
     return
   directory = epath.Path(workdir)
   directory.mkdir(parents=True, exist_ok=True)
-  text = json.dumps(config.to_dict(), indent=2, sort_keys=True, default=_to_python)
+  text = json.dumps(config_as_json(config), indent=2, sort_keys=True)
   write_text_atomically(directory / CONFIG_FILE, text + '\n')
 
 

@@ -1,0 +1,77 @@
+"""A resumed run must be the run that was started: compare with DIR/config.json.
+
+Rerunning on a workdir with checkpoints continues that run, so a config that differs
+from the stored one in anything that shapes the result (method, batch size, schedule,
+model, data, ...) is refused, listing the differences and the fix. Fields that cannot
+change the trained model may change freely (`FREE_FIELDS`); a deliberate change (e.g.
+extending num_epochs) is allowed by naming the fields.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from etils import epath
+import ml_collections
+
+from hscl_jax import metrics
+
+# Logging, checkpointing and evaluation-only fields: the trained model does not depend
+# on them ('linear_eval' is read by hscl_jax.linear_eval only; data_dir is a location).
+FREE_FIELDS = ('log_every_steps', 'checkpoint_every_epochs', 'keep_checkpoints', 'data_dir',
+               'knn.batch_size', 'knn.chunk_size', 'linear_eval')
+
+
+class ConfigChangedError(ValueError):
+  """The config differs from the one the workdir was trained with."""
+
+
+_ABSENT = object()  # a field one of the two configs does not have
+
+
+def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat.update(_flatten(value, f'{prefix}{key}.'))
+    else:
+      flat[prefix + key] = value
+  return flat
+
+
+def _is_free(field: str, allowed) -> bool:
+  return any(field == f or field.startswith(f + '.') for f in (*FREE_FIELDS, *allowed))
+
+
+def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+  """{dotted field: (stored value, current value)} of every field that differs."""
+  old, new = _flatten(stored), _flatten(current)
+  return {field: (old.get(field, _ABSENT), new.get(field, _ABSENT))
+          for field in sorted(old.keys() | new.keys())
+          if old.get(field, _ABSENT) != new.get(field, _ABSENT)}
+
+
+def _show(value) -> str:
+  return '(absent)' if value is _ABSENT else json.dumps(value)
+
+
+def check_unchanged(workdir: str, config: ml_collections.ConfigDict, *,
+                    allowed: tuple[str, ...] = ()) -> None:
+  """Raises ConfigChangedError if `config` differs from DIR/config.json in a field that is
+  neither free nor `allowed` (dotted names; a section name allows all its fields)."""
+  path = epath.Path(workdir) / metrics.CONFIG_FILE
+  if not path.exists():
+    return
+  try:
+    stored = json.loads(path.read_text())
+  except json.JSONDecodeError:
+    return  # unreadable (an older, torn write): nothing to compare with; it is rewritten
+  changed = {f: v for f, v in differences(stored, metrics.config_as_json(config)).items()
+             if not _is_free(f, allowed)}
+  if not changed:
+    return
+  listed = '; '.join(f'{f}: {_show(old)} -> {_show(new)}' for f, (old, new) in changed.items())
+  raise ConfigChangedError(
+      f'workdir {workdir} holds a run trained with another config ({listed}). '
+      f'Fix: use a new --workdir, or, to change it deliberately (e.g. more epochs), '
+      f'add --allow_config_change={",".join(changed)}')

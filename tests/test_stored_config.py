@@ -1,0 +1,47 @@
+"""A resumed run is the run that was started: config changes are refused, listed, with the fix."""
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import digits  # noqa: E402
+from hscl_jax import metrics, stored_config  # noqa: E402
+
+
+def test_changes_that_alter_the_run_are_refused_with_the_fix(tmp_path):
+  metrics.write_config(str(tmp_path), digits.get_config())
+  changed = digits.get_config()
+  changed.batch_size = 128
+  changed.method = 'ucl'
+  changed.augment.crop_scale = (0.5, 1.0)
+  with pytest.raises(stored_config.ConfigChangedError) as error:
+    stored_config.check_unchanged(str(tmp_path), changed)
+  message = str(error.value)
+  assert ('augment.crop_scale: [0.3, 1.0] -> [0.5, 1.0]; batch_size: 256 -> 128; '
+          'method: "hscl" -> "ucl"') in message
+  assert message.endswith('Fix: use a new --workdir, or, to change it deliberately (e.g. more '
+                          'epochs), add --allow_config_change=augment.crop_scale,batch_size,method')
+  stored_config.check_unchanged(str(tmp_path), changed,
+                                allowed=('augment', 'batch_size', 'method'))
+
+
+def test_logging_and_evaluation_fields_may_change(tmp_path):
+  metrics.write_config(str(tmp_path), digits.get_config())
+  config = digits.get_config()
+  config.log_every_steps = 7
+  config.checkpoint_every_epochs = 2
+  config.keep_checkpoints = 9
+  config.linear_eval.num_epochs = 3
+  config.knn.batch_size = 64
+  stored_config.check_unchanged(str(tmp_path), config)
+  config.num_epochs = 60
+  with pytest.raises(stored_config.ConfigChangedError, match='num_epochs: 30 -> 60'):
+    stored_config.check_unchanged(str(tmp_path), config)
+  stored_config.check_unchanged(str(tmp_path), config, allowed=('num_epochs',))
+
+
+def test_no_stored_config_nothing_to_compare(tmp_path):
+  stored_config.check_unchanged(str(tmp_path), digits.get_config())
