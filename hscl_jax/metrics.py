@@ -16,9 +16,15 @@ import ml_collections
 import numpy as np
 import tensorboardX
 
+from hscl_jax import errors
+
 METRICS_FILE = 'metrics.jsonl'
 CONFIG_FILE = 'config.json'
 EVENTS_DIR = 'tensorboard'
+
+
+class MetricsFileError(errors.UserError, ValueError):
+  """DIR/metrics.jsonl has a bad line before its last."""
 
 
 def _to_python(value: Any) -> Any:
@@ -68,7 +74,7 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
       records.append(json.loads(line))
     except json.JSONDecodeError:
       if number < len(lines):
-        raise ValueError(f'{path} line {number} is not a JSON record: {line[:80]!r}. '
+        raise MetricsFileError(f'{path} line {number} is not a JSON record: {line[:80]!r}. '
                          'Fix: repair or delete that line.') from None
       logging.warning('Dropping the torn last line of %s: %r', path, line[:80])
   return records

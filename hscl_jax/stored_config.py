@@ -14,6 +14,7 @@ from typing import Any
 from etils import epath
 import ml_collections
 
+from hscl_jax import errors
 from hscl_jax import metrics
 
 # Logging, checkpointing and evaluation-only fields: the trained model does not depend
@@ -22,7 +23,7 @@ FREE_FIELDS = ('log_every_steps', 'checkpoint_every_epochs', 'keep_checkpoints',
                'knn.batch_size', 'knn.chunk_size', 'linear_eval')
 
 
-class ConfigChangedError(ValueError):
+class ConfigChangedError(errors.UserError, ValueError):
   """The config differs from the one the workdir was trained with."""
 
 

@@ -23,13 +23,31 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from hscl_jax import errors
+
 LOCK_FILE = 'run.lock'
 HEARTBEAT_SECONDS = 30.0
 STALE_SECONDS = 300.0  # 10 missed heartbeats
 
 
-class WorkdirBusyError(RuntimeError):
+class WorkdirBusyError(errors.UserError, RuntimeError):
   """Another live run holds the workdir."""
+
+
+class WorkdirError(errors.UserError, OSError):
+  """The workdir cannot be used (a file, read-only, not permitted)."""
+
+
+def make_workdir(workdir: str) -> None:
+  """Creates the workdir if needed; raises WorkdirError (one line) if it is unusable."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise WorkdirError(f'workdir {workdir} is a file, not a directory. '
+                       'Fix: pass a directory path (it is created if missing).')
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise WorkdirError(f'cannot create workdir {workdir}: {e.strerror}. '
+                       'Fix: pass a --workdir where you can write.') from None
 
 
 def _process_start_time(pid: int) -> str | None:
@@ -101,12 +119,17 @@ class WorkdirLock:
         json.dump(record, f)
     except FileExistsError:
       return False
+    except OSError as e:
+      if errors.is_disk_full(e):
+        raise
+      raise WorkdirError(f'cannot write to workdir {os.path.dirname(self.path)}: {e.strerror}. '
+                         'Fix: pass a --workdir where you can write.') from None
     self._record = record
     return True
 
   def acquire(self) -> None:
     """Takes the lock (taking over a stale one); raises WorkdirBusyError if it is live."""
-    os.makedirs(os.path.dirname(self.path) or '.', exist_ok=True)
+    make_workdir(os.path.dirname(self.path) or '.')
     deadline = time.monotonic() + 5.0
     while not self._create():
       holder = self._read()

@@ -1,0 +1,70 @@
+"""User errors end a program with one line and the fix; programming errors keep their traceback.
+
+Exceptions caused by the user's input (a config value, a workdir, a dataset, a full disk)
+derive from `UserError` or are recognised here; entry points run their work through
+`exit_on_user_error`, which logs the message and exits with status 1.
+"""
+from __future__ import annotations
+
+import errno
+import sys
+from typing import Callable, Iterator, TypeVar
+
+from absl import logging
+from etils import epath
+
+T = TypeVar('T')
+
+
+class UserError(Exception):
+  """Caused by the user's input; its message names the problem and the fix."""
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+  """The error and the errors it was raised from or while handling (Orbax wraps them)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    yield error
+    error = error.__cause__ or error.__context__
+
+
+def is_disk_full(error: BaseException) -> bool:
+  """Whether `error` comes from a full disk (also as TensorStore's RESOURCE_EXHAUSTED text)."""
+  return any((isinstance(e, OSError) and e.errno == errno.ENOSPC)
+             or 'No space left on device' in str(e) for e in _chain(error))
+
+
+def _finished_checkpoints(workdir: str) -> list[int]:
+  path = epath.Path(workdir) / 'checkpoints'
+  return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()) if path.exists() else []
+
+
+def disk_full_message(workdir: str) -> str:
+  steps = _finished_checkpoints(workdir)
+  kept = (f'last good checkpoint {steps[-1]} is intact' if steps
+          else 'no checkpoint had been written')
+  return (f'no space at {workdir}, {kept}. Fix: free space (or move the workdir) and rerun '
+          'the same command to resume.')
+
+
+def user_message(error: BaseException, workdir: str | None) -> str | None:
+  """The one-line report of a user error, None for anything else."""
+  if workdir is not None and is_disk_full(error):
+    return disk_full_message(workdir)
+  for e in _chain(error):
+    if isinstance(e, UserError):
+      return str(e)
+  return None
+
+
+def exit_on_user_error(work: Callable[[], T], *, workdir: str | None = None) -> T:
+  """Runs `work`; a user error is logged as one line and exits with status 1."""
+  try:
+    return work()
+  except Exception as error:
+    message = user_message(error, workdir)
+    if message is None:
+      raise
+    logging.error('%s', message)
+    sys.exit(1)

@@ -1,0 +1,52 @@
+"""User errors: one line and the fix; programming errors keep their traceback."""
+import errno
+
+import pytest
+
+from hscl_jax import errors, workdir_lock
+
+
+def test_disk_full_is_recognised_through_wrappers():
+  assert errors.is_disk_full(OSError(errno.ENOSPC, 'No space left on device'))
+  try:
+    try:
+      raise OSError(errno.ENOSPC, 'No space left on device')
+    except OSError as cause:
+      raise ValueError('RESOURCE_EXHAUSTED: Error writing chunk') from cause
+  except ValueError as wrapped:
+    assert errors.is_disk_full(wrapped)
+  assert errors.is_disk_full(ValueError('RESOURCE_EXHAUSTED: [OS error: No space left on device]'))
+  assert not errors.is_disk_full(RuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating'))
+
+
+def test_disk_full_message_names_the_last_good_checkpoint(tmp_path):
+  for step in (3, 6):
+    (tmp_path / 'checkpoints' / str(step)).mkdir(parents=True)
+  (tmp_path / 'checkpoints' / '9.orbax-checkpoint-tmp-123').mkdir()  # the failed write
+  assert errors.disk_full_message(str(tmp_path)).startswith(
+      f'no space at {tmp_path}, last good checkpoint 6 is intact. Fix: ')
+  assert 'no checkpoint had been written' in errors.disk_full_message(str(tmp_path / 'new'))
+
+
+def test_user_errors_exit_with_one_line_others_keep_their_traceback(tmp_path, caplog):
+  def user_mistake():
+    raise workdir_lock.WorkdirError('workdir X is a file. Fix: pass a directory')
+
+  with pytest.raises(SystemExit) as exit_info:
+    errors.exit_on_user_error(user_mistake)
+  assert exit_info.value.code == 1
+  assert [r.getMessage() for r in caplog.records] == ['workdir X is a file. Fix: pass a directory']
+
+  def bug():
+    raise KeyError('a programming error')
+
+  with pytest.raises(KeyError):
+    errors.exit_on_user_error(bug, workdir=str(tmp_path))
+
+
+def test_unusable_workdirs_are_one_line(tmp_path):
+  (tmp_path / 'file').write_text('')
+  with pytest.raises(workdir_lock.WorkdirError, match='is a file, not a directory. Fix: '):
+    workdir_lock.WorkdirLock(str(tmp_path / 'file')).acquire()
+  with pytest.raises(workdir_lock.WorkdirError, match='cannot create workdir .*Fix: '):
+    workdir_lock.make_workdir(str(tmp_path / 'file' / 'below'))
