@@ -41,14 +41,22 @@ Memory: ``block_size=None`` picks the dense form when ``n_local * n_global <=
 DENSE_MAX_ENTRIES`` and otherwise streams over key blocks of ``DEFAULT_BLOCK_SIZE``
 rows (log-sum-exp accumulated online, tiles rematerialised in the backward pass);
 pass an int to force blocks of that size, or 0 to force the dense form. Both forms give
-the same value and gradient.
+the same value and gradient. The gradient is computed in the forward passes (a custom
+VJP): the dense form uses one similarity matrix for value and gradient; the blockwise
+form makes three passes over each tile (log-sum-exps, pair losses, gradient).
+
+Precision: ``precision=`` sets the precision of the similarity matmuls (and of their
+gradient), as ``jnp.dot``'s argument: a ``jax.lax.Precision`` or its name. The default,
+``HIGHEST``, computes them in full float32 on every platform; ``'default'`` lets GPUs
+use TF32 and TPUs a single bf16 pass, several times faster for large batches, with the
+similarities (and so the loss) accurate to about 3 significant digits.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -56,9 +64,13 @@ import numpy as np
 
 Array = jax.Array
 Hardening = Callable[[Array], Array]  # g -> log η(g), η non-negative and non-decreasing
+Precision = Any  # a jax.lax.Precision, its name ('highest', 'high', 'default') or a pair
 
 DENSE_MAX_ENTRIES = 1 << 24  # 16.7M similarities: 64 MiB per f32 n×n buffer
 DEFAULT_BLOCK_SIZE = 2048
+# Similarity matmuls in full float32 by default. DEFAULT lets GPUs use TF32 and TPUs one
+# bf16 pass: faster, with g (and so the loss) rounded to ~3 significant digits.
+DEFAULT_PRECISION = jax.lax.Precision.HIGHEST
 _NEG_INF = -jnp.inf
 
 
@@ -267,11 +279,14 @@ def _lse_finish(partial):
 
 
 # --------------------------------------------------------------------------------------
-# The two passes, per tile of (anchor rows) × (key rows).
+# Tiles of (anchor rows) × (key rows). The loss is a scalar, so its gradient with respect
+# to the similarities is computed in the same passes as the value (a custom VJP whose
+# backward only scales it): one similarity matmul per tile and pass instead of autodiff's
+# recomputed, transposed tile graphs.
 
 
-def _similarity(q: _Rows, k: _Rows, temperature) -> Array:
-  return jnp.dot(q.z, k.z.T, precision=jax.lax.Precision.HIGHEST) / temperature
+def _similarity(q: _Rows, k: _Rows, temperature, precision=DEFAULT_PRECISION) -> Array:
+  return jnp.dot(q.z, k.z.T, precision=precision) / temperature
 
 
 def _log_weights(g, candidates, hardening, stop_gradient_weights):
@@ -287,10 +302,73 @@ def _expectation_partials(g, candidates, *, hardening, stop_gradient_weights):
   return _lse_partial(log_w + g), _lse_partial(log_w)
 
 
-def _pair_sums(g, positives, log_e, has_negative, *, pair_loss):
-  """Sum of ℓ_ip and number of pairs over the positive keys of each anchor."""
-  loss = pair_loss(g, log_e[:, None], has_negative[:, None])
-  return jnp.sum(jnp.where(positives, loss, 0.0)), jnp.sum(positives, dtype=jnp.float32)
+def _finish_log_expectation(num, den):
+  """(log E_i, has_negative_i, lse_num_i, lse_den_i) from the two partial log-sum-exps."""
+  (lse_num, _), (lse_den, has_negative) = _lse_finish(num), _lse_finish(den)
+  return jnp.where(has_negative, lse_num - lse_den, 0.0), has_negative, lse_num, lse_den
+
+
+def _log_expectations(q, k, *, candidates: Mask, temperature, precision, **kwargs):
+  """(log E_i, has_negative_i) for every anchor row of ``q`` (dense; for monitoring)."""
+  g = _similarity(q, k, temperature, precision)
+  return _finish_log_expectation(*_expectation_partials(g, candidates(q, k), **kwargs))[:2]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kernel:
+  """One loss's sets, weights and pair loss; tiles take ``q.z`` already divided by γ."""
+
+  candidates: Mask
+  positives: Mask
+  hardening: Hardening
+  pair_loss: Callable
+  stop_gradient_weights: bool
+  precision: Precision
+
+  def similarity(self, q: _Rows, k: _Rows) -> Array:
+    return jnp.dot(q.z, k.z.T, precision=self.precision)
+
+  def log_weights(self, g, q, k):
+    return _log_weights(g, self.candidates(q, k), self.hardening, False)
+
+  def expectation_partials(self, g, q, k):
+    return _expectation_partials(g, self.candidates(q, k), hardening=self.hardening,
+                                 stop_gradient_weights=False)  # handled in the gradient
+
+  def pair_terms(self, g, q, k, log_e, has_negative):
+    """(Σ ℓ_ip, pair count, ∂Σℓ/∂log E_i, ∂Σℓ/∂g_ip) over the tile's positive keys."""
+    positives = self.positives(q, k)
+
+    def pair_sum(g, log_e):
+      loss = self.pair_loss(g, log_e[:, None], has_negative[:, None])
+      return jnp.sum(jnp.where(positives, loss, 0.0))
+
+    total, pullback = jax.vjp(pair_sum, g, log_e)
+    d_g, d_log_e = pullback(jnp.ones_like(total))
+    return total, jnp.sum(positives, dtype=jnp.float32), d_log_e, d_g
+
+  def similarity_gradient(self, g, q, k, expectation, d_log_e, d_g_pairs):
+    """∂Σℓ/∂g_ij: the pairs' direct term plus ∂Σℓ/∂log E_i · ∂log E_i/∂g_ij, where
+    ∂log E_i/∂g_ij = p_ij (1 + ∂log η/∂g) - r_ij ∂log η/∂g, p ∝ η e^g and r ∝ η."""
+    _, has_negative, lse_num, lse_den = expectation
+    log_w, weights_pullback = jax.vjp(lambda g: self.log_weights(g, q, k), g)
+    p = jnp.exp(log_w + g - lse_num[:, None])
+    d_expectation = p
+    if not self.stop_gradient_weights:
+      d_expectation += weights_pullback(p - jnp.exp(log_w - lse_den[:, None]))[0]
+    return d_g_pairs + jnp.where(has_negative, d_log_e, 0.0)[:, None] * d_expectation
+
+
+def _dense_sums(kernel: _Kernel, q: _Rows, k: _Rows, with_gradient: bool):
+  """(Σ ℓ_ip, pair count[, ∂/∂q.z, ∂/∂k.z]) from one similarity matrix."""
+  g = kernel.similarity(q, k)
+  expectation = _finish_log_expectation(*kernel.expectation_partials(g, q, k))
+  total, count, d_log_e, d_g = kernel.pair_terms(g, q, k, *expectation[:2])
+  if not with_gradient:
+    return total, count
+  d_sim = kernel.similarity_gradient(g, q, k, expectation, d_log_e, d_g)
+  dot = functools.partial(jnp.dot, precision=kernel.precision)
+  return total, count, dot(d_sim, k.z), dot(d_sim.T, q.z)
 
 
 def _pad_rows(rows: _Rows, multiple: int) -> _Rows:
@@ -305,59 +383,56 @@ def _blocks(rows: _Rows, size: int) -> _Rows:
   return jax.tree.map(lambda x: x.reshape((-1, size) + x.shape[1:]), rows)
 
 
-def _finish_log_expectation(num, den):
-  """(log E_i, has_negative_i) from the two partial log-sum-exps."""
-  (lse_num, _), (lse_den, has_negative) = _lse_finish(num), _lse_finish(den)
-  return jnp.where(has_negative, lse_num - lse_den, 0.0), has_negative
+def _blockwise_sums(kernel: _Kernel, q: _Rows, k: _Rows, with_gradient: bool, block: int):
+  """As ``_dense_sums``, streaming over key blocks: a log-sum-exp pass, a pair-loss pass
+  and (for the gradient) a pass that accumulates the gradient of both row sets."""
+  # Blocks no larger than the rows they cut, so small batches are not padded up.
+  k_size, q_size = min(block, k.index.shape[0]), min(block, q.index.shape[0])
+  key_blocks = _blocks(_pad_rows(k, k_size), k_size)
+  query_blocks = _blocks(_pad_rows(q, q_size), q_size)
 
+  def sweep(tile_fn, init):
+    """lax.scan of ``tile_fn(keys) -> (increment, output)`` over the key blocks."""
+    def step(carry, keys):
+      increment, output = tile_fn(keys)
+      return jax.tree.map(jnp.add, carry, increment), output
+    return jax.lax.scan(step, init, key_blocks)
 
-def _log_expectations(q, k, block_size, *, candidates: Mask, temperature, **kwargs):
-  """(log E_i, has_negative_i) for every anchor row of ``q``."""
-  if block_size is None:
-    g = _similarity(q, k, temperature)
-    return _finish_log_expectation(*_expectation_partials(g, candidates(q, k), **kwargs))
+  def query_block(d_keys, rows):
+    # *_like keeps the carries' device-variance (shard_map) equal to the data's.
+    empty = (jnp.full_like(rows.z[:, 0], jnp.finfo(jnp.float32).min), jnp.zeros_like(rows.z[:, 0]))
 
-  @jax.checkpoint
-  def tile(k_block):
-    g = _similarity(q, k_block, temperature)
-    return _expectation_partials(g, candidates(q, k_block), **kwargs)
+    def lse_step(carry, keys):
+      num, den = kernel.expectation_partials(kernel.similarity(rows, keys), rows, keys)
+      return (_lse_merge(carry[0], num), _lse_merge(carry[1], den)), None
 
-  def step(carry, k_block):
-    num, den = tile(k_block)
-    return (_lse_merge(carry[0], num), _lse_merge(carry[1], den)), None
+    partials, _ = jax.lax.scan(lse_step, (empty, empty), key_blocks)
+    expectation = _finish_log_expectation(*partials)
+    zero = jnp.zeros_like(rows.z[0, 0])
+    (total, count, d_log_e), _ = sweep(
+        lambda keys: (kernel.pair_terms(kernel.similarity(rows, keys), rows, keys,
+                                        *expectation[:2])[:3], None),
+        (zero, zero, jnp.zeros_like(rows.z[:, 0])))
+    if not with_gradient:
+      return d_keys, (total, count)
 
-  # *_like keeps the carry's device-variance (shard_map) equal to the data's.
-  empty = (jnp.full_like(q.z[:, 0], jnp.finfo(jnp.float32).min), jnp.zeros_like(q.z[:, 0]))
-  (num, den), _ = jax.lax.scan(step, (empty, empty), _blocks(k, block_size))
-  return _finish_log_expectation(num, den)
+    def gradient_tile(keys):
+      g = kernel.similarity(rows, keys)
+      d_g = kernel.pair_terms(g, rows, keys, *expectation[:2])[3]
+      d_sim = kernel.similarity_gradient(g, rows, keys, expectation, d_log_e, d_g)
+      return (jnp.dot(d_sim, keys.z, precision=kernel.precision),
+              jnp.dot(d_sim.T, rows.z, precision=kernel.precision))
 
+    d_rows, d_key_blocks = sweep(gradient_tile, jnp.zeros_like(rows.z))
+    return d_keys + d_key_blocks.reshape(d_keys.shape), (total, count, d_rows)
 
-def _loss_sums(q, k, block_size, *, candidates, positives, hardening, pair_loss, temperature,
-               stop_gradient_weights):
-  """(Σ ℓ_ip, number of positive pairs) over the anchor rows ``q``."""
-  weights = dict(hardening=hardening, stop_gradient_weights=stop_gradient_weights)
-  if block_size is None:  # one similarity matrix shared by both passes
-    g = _similarity(q, k, temperature)
-    log_e, has_negative = _finish_log_expectation(
-        *_expectation_partials(g, candidates(q, k), **weights))
-    return _pair_sums(g, positives(q, k), log_e, has_negative, pair_loss=pair_loss)
-  log_e, has_negative = _log_expectations(q, k, block_size, candidates=candidates,
-                                          temperature=temperature, **weights)
-
-  @jax.checkpoint
-  def tile(k_block):
-    g = _similarity(q, k_block, temperature)
-    return _pair_sums(g, positives(q, k_block), log_e, has_negative, pair_loss=pair_loss)
-
-  def step(carry, k_block):
-    total, count = tile(k_block)
-    return (carry[0] + total, carry[1] + count), None
-
-  zero = jnp.zeros_like(log_e[0])
-  (total, count), _ = jax.lax.scan(step, (zero, zero), _blocks(k, block_size))
-  return total, count
-
-
+  d_keys = jnp.zeros_like(key_blocks.z.reshape(-1, key_blocks.z.shape[-1]))
+  d_keys, out = jax.lax.scan(query_block, d_keys, query_blocks)
+  total, count = jnp.sum(out[0]), jnp.sum(out[1])
+  if not with_gradient:
+    return total, count
+  num_q, num_k = q.index.shape[0], k.index.shape[0]
+  return total, count, out[2].reshape(-1, q.z.shape[-1])[:num_q], d_keys[:num_k]
 def _resolve_block_size(block_size, num_queries, num_keys):
   if block_size is None:
     return None if num_queries * num_keys <= DENSE_MAX_ENTRIES else DEFAULT_BLOCK_SIZE
@@ -366,23 +441,44 @@ def _resolve_block_size(block_size, num_queries, num_keys):
   return block_size or None
 
 
+def _loss_sums(kernel: _Kernel, q: _Rows, k: _Rows, block: int | None):
+  """(Σ ℓ_ip, pair count) over the anchor rows ``q``, differentiable in q.z and k.z."""
+  def sums(q, k, with_gradient):
+    if block is None:
+      return _dense_sums(kernel, q, k, with_gradient)
+    return _blockwise_sums(kernel, q, k, with_gradient, block)
+
+  def split(q_z, k_z, q_meta, k_meta):
+    return dataclasses.replace(q_meta, z=q_z), dataclasses.replace(k_meta, z=k_z)
+
+  @jax.custom_vjp
+  def value(q_z, k_z, q_meta, k_meta):
+    return sums(*split(q_z, k_z, q_meta, k_meta), with_gradient=False)
+
+  def value_and_gradient(q_z, k_z, q_meta, k_meta):
+    total, count, d_q, d_k = sums(*split(q_z, k_z, q_meta, k_meta), with_gradient=True)
+    return (total, count), (d_q, d_k)
+
+  def backward(gradients, cotangents):
+    d_q, d_k = gradients
+    d_total = cotangents[0]  # the pair count is piecewise constant
+    return d_total * d_q, d_total * d_k, None, None
+
+  value.defvjp(value_and_gradient, backward)
+  no_z = lambda rows: dataclasses.replace(rows, z=None)
+  return value(q.z, k.z, no_z(q), no_z(k))
+
+
 def _global_loss(features, labels, *, candidates, positives, hardening, pair_loss, temperature,
-                 stop_gradient_weights, axis_name, block_size):
+                 stop_gradient_weights, axis_name, block_size, precision=DEFAULT_PRECISION):
   """Flat mean of ℓ_ip over the ordered positive pairs of the global batch."""
   q, k = _rows(features, labels, axis_name)
   block = _resolve_block_size(block_size, q.index.shape[0], k.index.shape[0])
-  kwargs = dict(candidates=candidates, positives=positives, hardening=hardening,
-                pair_loss=pair_loss, temperature=temperature,
-                stop_gradient_weights=stop_gradient_weights)
-  if block is None:
-    total, count = _loss_sums(q, k, None, **kwargs)
-  else:
-    # Blocks no larger than the rows they cut, so small batches are not padded up.
-    k_block, q_block = min(block, k.index.shape[0]), min(block, q.index.shape[0])
-    k = _pad_rows(k, k_block)
-    q_blocks = _blocks(_pad_rows(q, q_block), q_block)
-    sums = jax.lax.map(lambda rows: _loss_sums(rows, k, k_block, **kwargs), q_blocks)
-    total, count = jnp.sum(sums[0]), jnp.sum(sums[1])
+  kernel = _Kernel(candidates=candidates, positives=positives, hardening=hardening,
+                   pair_loss=pair_loss, stop_gradient_weights=stop_gradient_weights,
+                   precision=precision)
+  # γ folded into the anchors: g = (z_i / γ) · z_j, one scaling of n·d entries, not n².
+  total, count = _loss_sums(kernel, dataclasses.replace(q, z=q.z / temperature), k, block)
   # A diverged model must not look like a batch without negatives: NaN in, NaN out
   # (checked on the local rows, before the sum that spreads it to every device).
   total = jnp.where(jnp.all(jnp.isfinite(q.z)), total, jnp.nan)
@@ -441,7 +537,7 @@ def _check_temperature(temperature):
 
 
 def ucl(features: Array, *, temperature=0.5, M=None, axis_name: Optional[str] = None,
-        block_size: Optional[int] = None) -> Array:
+        block_size: Optional[int] = None, precision: Precision = DEFAULT_PRECISION) -> Array:
   """UCL (SimCLR / NT-Xent): positives are the other views of the same sample, negatives
   every row of another sample, η ≡ 1; eq. (3). With M = n - 2 this is NT-Xent exactly."""
   features, _ = _check_inputs(features, None)
@@ -449,12 +545,13 @@ def ucl(features: Array, *, temperature=0.5, M=None, axis_name: Optional[str] = 
   return _global_loss(
       features, None, candidates=_other_sample, positives=_same_sample, hardening=_no_hardening,
       pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)), temperature=temperature,
-      stop_gradient_weights=False, axis_name=axis_name, block_size=block_size)
+      stop_gradient_weights=False, axis_name=axis_name, block_size=block_size,
+      precision=precision)
 
 
 def hucl(features: Array, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp: bool = True,
          stop_gradient_weights: bool = False, axis_name: Optional[str] = None,
-         block_size: Optional[int] = None) -> Array:
+         block_size: Optional[int] = None, precision: Precision = DEFAULT_PRECISION) -> Array:
   """H-UCL (HCL, Robinson et al. eq. (4)/Fig. 13): UCL's positives and negatives with
   q_i ∝ e^{β g_ij} (Sec. III-C), and τ⁺ debiasing with the negative mass floored at
   M·e^{-1/γ} (``clamp=True``, HCL's rule) or at 0 (``clamp=False``). τ⁺ = 0 and
@@ -467,20 +564,22 @@ def hucl(features: Array, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp:
       features, None, candidates=_other_sample, positives=_same_sample,
       hardening=exponential(beta),
       pair_loss=_debiased_pair_loss(log_m, tau_plus, temperature, clamp), temperature=temperature,
-      stop_gradient_weights=stop_gradient_weights, axis_name=axis_name, block_size=block_size)
+      stop_gradient_weights=stop_gradient_weights, axis_name=axis_name, block_size=block_size,
+      precision=precision)
 
 
 def scl(features: Array, labels: Array, *, temperature=0.5, M=None,
-        axis_name: Optional[str] = None, block_size: Optional[int] = None) -> Array:
+        axis_name: Optional[str] = None, block_size: Optional[int] = None,
+        precision: Precision = DEFAULT_PRECISION) -> Array:
   """SCL: positives every other row with the anchor's label (including its other views),
   negatives every row with another label, η ≡ 1 (Sec. III-B, eq. (3))."""
   return hscl(features, labels, hardening=_no_hardening, temperature=temperature, M=M,
-              axis_name=axis_name, block_size=block_size)
+              axis_name=axis_name, block_size=block_size, precision=precision)
 
 
 def hscl(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5, M=None,
          stop_gradient_weights: bool = False, axis_name: Optional[str] = None,
-         block_size: Optional[int] = None) -> Array:
+         block_size: Optional[int] = None, precision: Precision = DEFAULT_PRECISION) -> Array:
   """H-SCL (Sec. III-C, eq. (3)): SCL's positives and negatives with q_i ∝ η(g_ij).
 
   ``hardening`` maps g to log η(g): ``exponential(beta)`` for H-SCL(β),
@@ -492,7 +591,8 @@ def hscl(features: Array, labels: Array, *, hardening: Hardening, temperature=0.
   return _global_loss(
       features, labels, candidates=_other_label, positives=_same_label, hardening=hardening,
       pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)), temperature=temperature,
-      stop_gradient_weights=stop_gradient_weights, axis_name=axis_name, block_size=block_size)
+      stop_gradient_weights=stop_gradient_weights, axis_name=axis_name, block_size=block_size,
+      precision=precision)
 
 
 # --------------------------------------------------------------------------------------
@@ -500,7 +600,8 @@ def hscl(features: Array, labels: Array, *, hardening: Hardening, temperature=0.
 
 
 def log_alphas(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
-               axis_name: Optional[str] = None) -> dict[str, Array]:
+               axis_name: Optional[str] = None,
+               precision: Precision = DEFAULT_PRECISION) -> dict[str, Array]:
   """Per-anchor log α_HUCL, log α_HSCL, log α_Hcol (Prop. 2), each ``[local rows]``.
 
   α_X = E_{j~q_UCL}[1(j ∈ X) η(g_ij)] with q_UCL uniform over UCL's negatives of the
@@ -510,7 +611,7 @@ def log_alphas(features: Array, labels: Array, *, hardening: Hardening, temperat
   """
   features, labels = _check_inputs(features, labels)
   q, k = _rows(features, labels, axis_name)
-  log_eta = hardening(_similarity(q, k, temperature))
+  log_eta = hardening(_similarity(q, k, temperature, precision))
   ucl_negatives = _other_sample(q, k)
   log_count = jnp.log(jnp.maximum(jnp.sum(ucl_negatives, axis=1), 1).astype(jnp.float32))
 
@@ -526,7 +627,7 @@ def log_alphas(features: Array, labels: Array, *, hardening: Hardening, temperat
 
 
 def assumption1(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
-                axis_name: Optional[str] = None) -> Array:
+                axis_name: Optional[str] = None, precision: Precision = DEFAULT_PRECISION) -> Array:
   """Per-anchor indicator of Assumption 1: E_{q_Hcol}[e^g] >= E_{q_HSCL}[e^g].
 
   q_Hcol ∝ η over label collisions among UCL's negatives, q_HSCL ∝ η over rows of another
@@ -535,15 +636,17 @@ def assumption1(features: Array, labels: Array, *, hardening: Hardening, tempera
   """
   features, labels = _check_inputs(features, labels)
   q, k = _rows(features, labels, axis_name)
-  kwargs = dict(hardening=hardening, temperature=temperature, stop_gradient_weights=False)
-  log_e_col, has_col = _log_expectations(q, k, None, candidates=_label_collision, **kwargs)
-  log_e_hscl, has_hscl = _log_expectations(q, k, None, candidates=_other_label, **kwargs)
+  kwargs = dict(hardening=hardening, temperature=temperature, stop_gradient_weights=False,
+                precision=precision)
+  log_e_col, has_col = _log_expectations(q, k, candidates=_label_collision, **kwargs)
+  log_e_hscl, has_hscl = _log_expectations(q, k, candidates=_other_label, **kwargs)
   return ~(has_col & has_hscl) | (log_e_col >= log_e_hscl)
 
 
 def batch_diagnostics(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
                       M=None, positives: str = "sample", axis_name: Optional[str] = None,
-                      block_size: Optional[int] = None) -> dict[str, Array]:
+                      block_size: Optional[int] = None,
+                      precision: Precision = DEFAULT_PRECISION) -> dict[str, Array]:
   """The four losses of one batch with the same positives, and Assumption 1 (Figs. 4, 5).
 
   ``positives``: "sample" (other views of the anchor's sample; with label-paired views
@@ -559,9 +662,10 @@ def batch_diagnostics(features: Array, labels: Array, *, hardening: Hardening, t
   loss = functools.partial(
       _global_loss, features, labels, positives=positive_set,
       pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)), temperature=temperature,
-      stop_gradient_weights=True, axis_name=axis_name, block_size=block_size)
+      stop_gradient_weights=True, axis_name=axis_name, block_size=block_size,
+      precision=precision)
   satisfied = assumption1(features, labels, hardening=hardening, temperature=temperature,
-                          axis_name=axis_name)
+                          axis_name=axis_name, precision=precision)
   fraction = jnp.mean(satisfied.astype(jnp.float32))
   if axis_name is not None:
     fraction = jax.lax.pmean(fraction, axis_name)

@@ -5,6 +5,7 @@ import functools
 from absl.testing import parameterized
 import chex
 import jax
+import jax.extend
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 import numpy as np
@@ -266,6 +267,51 @@ class BlockwiseTest(parameterized.TestCase):
           features, labels, hardening=losses.exponential(1.0), block_size=0), rtol=1e-5)
     finally:
       losses.DENSE_MAX_ENTRIES, losses.DEFAULT_BLOCK_SIZE = original
+
+
+def test_gradient_with_respect_to_temperature():
+  """γ is folded into the anchors before the custom-VJP core, so it stays differentiable."""
+  features, labels = random_batch(32)
+  for block_size in (0, 4):
+    grad = jax.grad(lambda t: losses.scl(features, labels, temperature=t,
+                                         block_size=block_size))(0.5)
+    eps = 1e-4
+    expected = (reference_loss(features, labels, method="label", temperature=0.5 + eps)
+                - reference_loss(features, labels, method="label", temperature=0.5 - eps)) / (2 * eps)
+    np.testing.assert_allclose(grad, expected, rtol=1e-3)
+
+
+class PrecisionTest(parameterized.TestCase):
+
+  def dot_precisions(self, fn, *args):
+    """The precision of every dot_general in fn's jaxpr (including scan/remat bodies)."""
+    found = []
+
+    def visit(jaxpr):
+      for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+          found.append(eqn.params["precision"])
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+          visit(sub)
+
+    visit(jax.make_jaxpr(fn)(*args).jaxpr)
+    return found
+
+  @parameterized.product(block_size=[0, 8], precision=["highest", "default"])
+  def test_precision_reaches_every_similarity_matmul(self, block_size, precision):
+    """Forward and gradient matmuls alike; the default is HIGHEST (full float32)."""
+    features, labels = random_batch(31, batch=10)
+    expected = getattr(jax.lax.Precision, precision.upper())
+
+    def loss(f, **kw):
+      return losses.hscl(f, labels, hardening=losses.exponential(1.0), block_size=block_size, **kw)
+
+    found = self.dot_precisions(jax.value_and_grad(lambda f: loss(f, precision=precision)),
+                                features)
+    self.assertGreaterEqual(len(found), 3)  # z zᵀ and the two matmuls of its gradient
+    self.assertEqual(set(found), {(expected, expected)})
+    default = self.dot_precisions(jax.grad(loss), features)
+    self.assertEqual(set(default), {(jax.lax.Precision.HIGHEST,) * 2})
 
 
 class EdgeCaseTest(parameterized.TestCase):
