@@ -1,0 +1,80 @@
+"""Exact gradient caching for losses over a batch larger than one forward pass can hold.
+
+Gao et al. (2021), "Scaling Deep Contrastive Learning Batch Size under Memory Limited
+Setup": a contrastive loss couples every sample of the batch, but its gradient with
+respect to the parameters factors through the encoder outputs,
+
+    ∂L/∂θ = Σ_chunks J_chunk(θ)ᵀ ∂L/∂z_chunk,
+
+so the encoder can run chunk by chunk: (1) a forward pass per chunk without keeping
+activations, collecting the outputs z; (2) the loss and ∂L/∂z for the whole batch at once;
+(3) per chunk, the forward pass again under ``jax.vjp``, pulling ∂L/∂z_chunk back into the
+parameter gradient, summed in a ``lax.scan`` (memory: one chunk's activations, whatever
+the number of chunks). The result equals the unchunked gradient whenever the encoder
+treats samples independently; a layer that mixes samples (BatchNorm in training mode)
+sees one chunk at a time instead, identically in passes (1) and (3).
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+
+
+def value_and_grad(forward: Callable, loss_fn: Callable, params: PyTree, state: PyTree,
+                   chunks: PyTree, *, axis_name: str | None = None):
+  """``loss_fn`` of the concatenated chunk outputs, and its gradient w.r.t. ``params``.
+
+  Args:
+    forward: ``(params, state, chunk) -> (outputs, new_state)``; ``outputs`` is a pytree of
+      arrays with the chunk's samples on axis 0; ``state`` (e.g. BatchNorm running
+      statistics, ``{}`` if none) is threaded from chunk to chunk in pass (1).
+    loss_fn: ``outputs of the whole batch -> (loss, aux)``, a scalar loss.
+    params: the parameters to differentiate.
+    state: the state before the first chunk.
+    chunks: a pytree whose leaves have the chunk index on axis 0.
+    axis_name: inside ``jax.shard_map`` with ``params`` replicated over this axis: the
+      per-device parameter gradients are accumulated locally and summed over the axis
+      once at the end (one all-reduce per step, not one per chunk).
+
+  Returns:
+    ``((loss, aux, outputs, new_state), grads)``; ``outputs`` has the whole batch on axis 0.
+  """
+
+  def encode(state, chunk):
+    outputs, new_state = forward(params, state, chunk)
+    return new_state, (outputs, state)
+
+  new_state, (outputs, chunk_states) = jax.lax.scan(encode, state, chunks)
+  merge = lambda x: x.reshape((-1,) + x.shape[2:])
+  (loss, aux), d_outputs = jax.value_and_grad(loss_fn, has_aux=True)(
+      jax.tree.map(merge, outputs))
+  d_outputs = jax.tree.map(lambda d, x: d.reshape(x.shape), d_outputs, outputs)
+
+  # Per-device gradients: differentiate a device-varying copy of the parameters, so the
+  # pull-back does not all-reduce chunk by chunk.
+  local_params = params if axis_name is None else jax.lax.pcast(params, axis_name, to='varying')
+
+  def pull_back(grads, inputs):
+    chunk_state, chunk, d_chunk = inputs
+    _, vjp = jax.vjp(lambda p: forward(p, chunk_state, chunk)[0], local_params)
+    return jax.tree.map(jnp.add, grads, vjp(d_chunk)[0]), None
+
+  zeros = jax.tree.map(jnp.zeros_like, local_params)
+  grads, _ = jax.lax.scan(pull_back, zeros, (chunk_states, chunks, d_outputs))
+  if axis_name is not None:
+    grads = jax.lax.psum(grads, axis_name)
+  return (loss, aux, jax.tree.map(merge, outputs), new_state), grads
+
+
+def split(tree: PyTree, num_chunks: int) -> PyTree:
+  """Leaves [batch, ...] -> [num_chunks, batch // num_chunks, ...] (consecutive samples)."""
+  return jax.tree.map(lambda x: x.reshape((num_chunks, -1) + x.shape[1:]), tree)
+
+
+def valid_chunk_sizes(batch: int) -> list[int]:
+  """Chunk sizes that divide ``batch`` (samples per device), smallest first."""
+  return [c for c in range(1, batch + 1) if batch % c == 0]
