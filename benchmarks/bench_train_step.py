@@ -26,7 +26,6 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from hscl_jax import knn
 from hscl_jax import losses
 from hscl_jax import models
 
@@ -42,7 +41,7 @@ def make_train_step(model, tx):
       (_, z), updates = model.apply(
           {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
       )
-      z = knn.l2_normalize(z).reshape(b, VIEWS, -1)
+      z = losses.l2_normalize(z).reshape(b, VIEWS, -1)
       return losses.scl(z, labels), updates['batch_stats']
 
     (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)

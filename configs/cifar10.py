@@ -6,5 +6,5 @@ from configs import default
 def get_config():
   config = default.get_config()
   config.dataset = 'cifar10'
-  config.augment.mean, config.augment.std = default.CIFAR10_MEAN, default.CIFAR10_STD
+  config.augment.mean, config.augment.std = default.NORMALIZATION['cifar10']
   return config

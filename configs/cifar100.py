@@ -6,5 +6,5 @@ from configs import default
 def get_config():
   config = default.get_config()
   config.dataset = 'cifar100'
-  config.augment.mean, config.augment.std = default.CIFAR100_MEAN, default.CIFAR100_STD
+  config.augment.mean, config.augment.std = default.NORMALIZATION['cifar100']
   return config

@@ -9,10 +9,15 @@ Override any field on the command line, e.g. `--config.method=scl --config.num_e
 import ml_collections
 from ml_collections import config_dict
 
-# Per-channel statistics used to normalise images after augmentation.
-CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
-CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
-STL10_MEAN, STL10_STD = (0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)
+# Per-channel (mean, std) of each training split on [0, 1] pixels: config.augment.mean/std
+# of configs/<dataset>.py (image folders keep AugmentParams' ImageNet default).
+NORMALIZATION = {
+    # 8x8 grey digits, 0..16 scaled to 0..1 (0.3055, 0.3759 on our 80% split), rounded.
+    'digits': ((0.30,) * 3, (0.38,) * 3),
+    'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    'cifar100': ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    'stl10': ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
+}
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -76,8 +81,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.augment.blur_min_size = 0  # blur whenever blur_prob > 0
   config.augment.blur_sigma = (0.1, 2.0)
   config.augment.blur_kernel_frac = 0.1
-  config.augment.mean = CIFAR10_MEAN
-  config.augment.std = CIFAR10_STD
+  config.augment.mean, config.augment.std = NORMALIZATION['cifar10']
 
   # --- Optimisation ---
   config.optimizer = ml_collections.ConfigDict()

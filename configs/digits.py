@@ -21,8 +21,7 @@ def get_config():
   config.augment.saturation = 0.0
   config.augment.hue = 0.0
   config.augment.grayscale_prob = 0.0
-  config.augment.mean = (0.30, 0.30, 0.30)  # digits pixel statistics (0..16 scaled to 0..1)
-  config.augment.std = (0.38, 0.38, 0.38)
+  config.augment.mean, config.augment.std = default.NORMALIZATION['digits']
 
   config.batch_size = 256
   config.num_epochs = 30

@@ -12,5 +12,5 @@ def get_config():
   config.dataset = 'stl10'
   config.augment.image_size = 96
   config.augment.blur_prob = 0.5
-  config.augment.mean, config.augment.std = default.STL10_MEAN, default.STL10_STD
+  config.augment.mean, config.augment.std = default.NORMALIZATION['stl10']
   return config

@@ -29,15 +29,6 @@ _CROP_ATTEMPTS = 10
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-# Per-channel (mean, std) of the training splits, on [0, 1] pixels, for config.augment.
-# digits: measured on our 80% split (grey replicated to 3 channels).
-NORMALIZATION = {
-    'digits': ((0.3055,) * 3, (0.3759,) * 3),
-    'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    'cifar100': ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    'stl10': ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
-    'image_folder': (IMAGENET_MEAN, IMAGENET_STD),
-}
 
 
 # Fields that fix shapes or the traced program; every other field is a pytree leaf.

@@ -1,6 +1,7 @@
 """Orbax checkpoints of the full training state plus the input pipeline's position.
 
-A checkpoint is a directory DIR/checkpoints/<step>/ with two items:
+The one module that knows the layout on disk. A checkpoint of the run in DIR is a
+directory DIR/checkpoints/<step>/ with two items:
   'state':         the array pytree (params, batch_stats, opt_state, step, RNG key data,
                    partial-epoch metric sums), saved with StandardSave (collective: every
                    process takes part and writes its shards);
@@ -8,7 +9,8 @@ A checkpoint is a directory DIR/checkpoints/<step>/ with two items:
                    (process_<i>-of-<n>.json), so every host resumes its own shard exactly
                    (a run with another process count reads process 0's state).
 Saving is asynchronous (training continues while arrays are written); the manager keeps
-the newest `keep` checkpoints.
+the newest `keep` checkpoints. `restore_subtree` reads part of the state (e.g. only the
+encoder, for evaluation) without building the training state.
 """
 
 import base64
@@ -20,8 +22,62 @@ from etils import epath
 import jax
 import orbax.checkpoint as ocp
 
+CHECKPOINT_DIR = 'checkpoints'
 STATE = 'state'
 DATA_ITERATOR = 'data_iterator'
+
+
+class RestoreError(RuntimeError):
+  """A checkpoint that cannot be read into the requested tree (the message names the path)."""
+
+
+def directory(workdir: str) -> epath.Path:
+  """DIR/checkpoints: where the run in `workdir` keeps its checkpoints."""
+  return epath.Path(workdir) / CHECKPOINT_DIR
+
+
+def finished_steps(workdir: str) -> list[int]:
+  """Steps of the finished checkpoints (Orbax renames a checkpoint to its step once complete)."""
+  path = directory(workdir)
+  if not path.exists():
+    return []
+  return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit())
+
+
+def restore_subtree(workdir: str, step: int, target: Any) -> Any:
+  """The entries of checkpoint `step`'s state named by `target`, on the default device.
+
+  `target` is a pytree of jax.ShapeDtypeStruct shaped as part of the saved state (e.g.
+  {'params': {'encoder': ...}}); the rest of the checkpoint is not read.
+  """
+  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  restore_args = jax.tree.map(
+      lambda x: ocp.ArrayRestoreArgs(sharding=sharding, global_shape=x.shape, dtype=x.dtype),
+      target)
+  path = directory(workdir) / str(step) / STATE
+  try:
+    with ocp.PyTreeCheckpointer() as checkpointer:
+      restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
+          item=target, restore_args=restore_args, partial_restore=True))
+  except Exception as e:  # Orbax raises many types; all mean "this path is unusable"
+    raise RestoreError(
+        f'cannot restore from {path}: {type(e).__name__}: {e}. The checkpoint is missing or '
+        'corrupt, or was written by a run with a different model config.') from e
+  _check_shapes(restored, target, path)
+  return restored
+
+
+def _check_shapes(restored, target, path) -> None:
+  """Partial restore leaves keys absent from the checkpoint unrestored: name the mismatch."""
+  restored_leaves = jax.tree_util.tree_leaves_with_path(restored)
+  missing = [jax.tree_util.keystr(k) for k, v in restored_leaves if not isinstance(v, jax.Array)]
+  got = jax.tree.map(lambda x: tuple(x.shape), restored)
+  want = jax.tree.map(lambda x: tuple(x.shape), target)
+  if missing or got != want:
+    detail = f'it lacks {missing[0]}' if missing else 'the parameter shapes differ'
+    raise RestoreError(
+        f'{path} holds another model than the config describes ({detail}): the workdir '
+        'is from a different model; pass the run\'s own config (DIR/config.json).')
 
 
 def _encode_iterator_state(state: Any) -> dict[str, Any]:
@@ -73,11 +129,11 @@ class IteratorStateRestore(ocp.args.CheckpointArgs):
 
 
 class Checkpointer:
-  """Saves/restores {state pytree, iterator state} under `directory`, keeping the last `keep`."""
+  """Saves/restores {state pytree, iterator state} of the run in `workdir`, keeping `keep`."""
 
-  def __init__(self, directory: str, *, keep: int):
+  def __init__(self, workdir: str, *, keep: int):
     self._manager = ocp.CheckpointManager(
-        epath.Path(directory).absolute(),
+        directory(workdir).absolute(),
         options=ocp.CheckpointManagerOptions(
             preservation_policy=ocp.checkpoint_managers.LatestN(keep),
             enable_async_checkpointing=True,

@@ -15,19 +15,14 @@ import functools
 import jax
 import jax.numpy as jnp
 
-
-def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
-  """Rows scaled to unit L2 norm (float32); zero rows stay zero."""
-  x = jnp.asarray(x, jnp.float32)
-  norm = jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
-  return x / jnp.maximum(norm, eps)
+from hscl_jax import losses
 
 
 @functools.partial(jax.jit, static_argnames=('num_classes', 'k', 'chunk_size'))
 def _predict(bank, bank_labels, bank_mask, queries, *, num_classes, k, chunk_size, temperature):
   """Predictions for `queries` [num_chunks * chunk_size, d] (already padded)."""
-  bank = l2_normalize(bank)
-  queries = l2_normalize(queries).reshape(-1, chunk_size, bank.shape[-1])
+  bank = losses.l2_normalize(bank)
+  queries = losses.l2_normalize(queries).reshape(-1, chunk_size, bank.shape[-1])
 
   def predict_chunk(q):
     sims = q @ bank.T  # [chunk, bank]

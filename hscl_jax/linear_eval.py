@@ -24,26 +24,25 @@ from typing import Any
 from absl import app
 from absl import flags
 from absl import logging
-from etils import epath
 import jax
 import jax.numpy as jnp
 from ml_collections import config_dict
 from ml_collections import config_flags
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 
 from hscl_jax import augment
 from hscl_jax import checkpointing
 from hscl_jax import data
-from hscl_jax import knn
+from hscl_jax import evaluation
+from hscl_jax import losses
 from hscl_jax import metrics
 from hscl_jax import models
-from hscl_jax import train
+from hscl_jax import optim
+from hscl_jax import parallel
 
 PROTOCOLS = ('features', 'augmented')
 RESULT_FILE = 'linear_eval.json'
-CHECKPOINT_DIR = 'checkpoints'
 
 
 class LinearEvalError(RuntimeError):
@@ -64,17 +63,9 @@ def load_run_config(workdir: str) -> config_dict.ConfigDict:
     return config_dict.ConfigDict(json.load(f))
 
 
-def checkpoint_steps(workdir: str) -> list[int]:
-  """Finished checkpoint steps (Orbax renames a checkpoint to its step once complete)."""
-  directory = epath.Path(workdir) / CHECKPOINT_DIR
-  if not directory.exists():
-    return []
-  return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-
-
 def resolve_step(workdir: str, step: int | None) -> int:
-  steps = checkpoint_steps(workdir)
-  where = os.path.join(workdir, CHECKPOINT_DIR)
+  steps = checkpointing.finished_steps(workdir)
+  where = checkpointing.directory(workdir)
   if not steps:
     raise LinearEvalError(f'no checkpoint in {where}: train first (python -m hscl_jax.main).')
   if step is None:
@@ -88,36 +79,12 @@ def restore_encoder(workdir: str, step: int, model: models.ContrastiveModel,
                     image_shape: tuple[int, int, int]) -> dict[str, Any]:
   """Model variables holding only the encoder's entries, restored onto the default device."""
   abstract = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), image_shape))
-  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  target = {'params': {'encoder': abstract['params']['encoder']},
-            'batch_stats': {'encoder': abstract['batch_stats']['encoder']}}
-  restore_args = jax.tree.map(
-      lambda x: ocp.ArrayRestoreArgs(sharding=sharding, global_shape=x.shape, dtype=x.dtype),
-      target)
-  path = epath.Path(workdir) / CHECKPOINT_DIR / str(step) / checkpointing.STATE
+  target = {collection: {'encoder': abstract[collection]['encoder']}
+            for collection in ('params', 'batch_stats')}
   try:
-    with ocp.PyTreeCheckpointer() as checkpointer:
-      restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
-          item=target, restore_args=restore_args, partial_restore=True))
-  except Exception as e:  # Orbax raises many types; all mean "this path is unusable"
-    raise LinearEvalError(
-        f'cannot restore the encoder from {path}: {type(e).__name__}: {e}. The checkpoint is '
-        'missing or corrupt, or was written by a run with a different model config.') from e
-  _check_shapes(restored, target, path)
-  return restored
-
-
-def _check_shapes(restored, target, path) -> None:
-  """Partial restore leaves keys absent from the checkpoint unrestored: name the mismatch."""
-  restored_leaves = jax.tree_util.tree_leaves_with_path(restored)
-  missing = [jax.tree_util.keystr(k) for k, v in restored_leaves if not isinstance(v, jax.Array)]
-  got = jax.tree.map(lambda x: tuple(x.shape), restored)
-  want = jax.tree.map(lambda x: tuple(x.shape), target)
-  if missing or got != want:
-    detail = f'it lacks {missing[0]}' if missing else 'the parameter shapes differ'
-    raise LinearEvalError(
-        f'{path} holds another encoder than config.model describes ({detail}): the workdir '
-        'is from a different model; pass the run\'s own config (DIR/config.json).')
+    return checkpointing.restore_subtree(workdir, step, target)
+  except checkpointing.RestoreError as e:
+    raise LinearEvalError(str(e)) from e
 
 
 # ----------------------------------------------------------------------------------------
@@ -160,9 +127,8 @@ class LinearSetup:
     return {'w': jnp.zeros((self.feature_dim, self.num_classes)), 'b': jnp.zeros(self.num_classes)}
 
   def optimizer(self):
-    # Adam with coupled L2 as torch.optim.Adam(weight_decay=...) in the paper's code.
-    return optax.chain(optax.add_decayed_weights(self.cfg.weight_decay),
-                       optax.scale_by_adam(), optax.scale(-self.cfg.learning_rate))
+    # The paper's linear classifier: Adam with coupled L2, as its encoder's optimizer.
+    return optim.adam_coupled_l2(self.cfg.learning_rate, weight_decay=self.cfg.weight_decay)
 
 
 def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
@@ -197,9 +163,10 @@ def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
 
 def _extract(model, variables, params: augment.AugmentParams, source, batch_size):
   """Normalised features and labels of a split (the training program's kNN path, 1 device)."""
-  mesh = train.make_mesh(jax.devices()[:1])
-  feature_fn = train.make_feature_fn(model, params, mesh)
-  features, labels, mask = train.extract_features(feature_fn, variables, source, batch_size, mesh)
+  mesh = parallel.make_mesh(jax.devices()[:1])
+  feature_fn = evaluation.make_feature_fn(model, params, mesh)
+  features, labels, mask = evaluation.extract_features(feature_fn, variables, source, batch_size,
+                                                       mesh)
   return features[mask], labels[mask]
 
 
@@ -218,7 +185,7 @@ def _augmented_batches(model, variables, source, params: augment.AugmentParams, 
 
   def batch_fn(indices, epoch, i):
     batch_key = jax.random.fold_in(jax.random.fold_in(key, epoch), i)
-    features = knn.l2_normalize(encode(view(batch_key, jnp.asarray(images[indices]))))
+    features = losses.l2_normalize(encode(view(batch_key, jnp.asarray(images[indices]))))
     return features, jnp.asarray(labels[indices])
 
   return batch_fn

@@ -528,6 +528,13 @@ def _debiased_pair_loss(log_m, tau_plus, temperature, clamp):
   return pair_loss
 
 
+def l2_normalize(x: Array, eps: float = 1e-12) -> Array:
+  """Rows scaled to unit L2 norm (float32); zero rows stay zero. The losses' inputs."""
+  x = jnp.asarray(x, jnp.float32)
+  norm = jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
+  return x / jnp.maximum(norm, eps)
+
+
 def _check_temperature(temperature):
   _check_value('temperature', temperature, _finite_positive, 'positive and finite')
 

@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 from hscl_jax import distributed
 from hscl_jax import metrics
+from hscl_jax import schema
 from hscl_jax import train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
@@ -45,7 +46,7 @@ def main(argv):
   logging.info('JAX %s', distributed.describe(setup))
   try:
     result = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (train.ConfigError, train.NonFiniteLossError) as e:
+  except (schema.ConfigError, train.NonFiniteLossError) as e:
     logging.error('%s', e)
     sys.exit(1)
   if result.preempted:

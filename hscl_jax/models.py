@@ -108,7 +108,7 @@ def _norm(kind: str, train: bool, momentum: float, axis_name: str | None, dtype)
   if kind == 'layer':
     return functools.partial(nn.LayerNorm, epsilon=1e-5, dtype=dtype)
   if kind != 'batch':
-    raise ValueError(f'Unknown norm {kind!r}; valid norms: {", ".join(NORMS)}.')
+    _check_choice('norm', kind, NORMS)  # raises: an unknown norm
   return functools.partial(
       nn.BatchNorm,
       use_running_average=not train,
@@ -147,7 +147,7 @@ class ResNet(nn.Module):
       x = nn.relu(norm(name='bn_init')(x))
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     else:
-      raise ValueError(f'Unknown stem {self.stem!r}; valid stems: {", ".join(STEMS)}.')
+      _check_choice('stem', self.stem, STEMS)  # raises: an unknown stem
 
     for i, block_size in enumerate(self.stage_sizes):
       for j in range(block_size):
@@ -193,11 +193,19 @@ BACKBONES: dict[str, tuple[Callable[..., nn.Module], int]] = {
 }
 
 
+def _invalid(field: str, problem: str, fix: str):
+  """The config-error format (hscl_jax.schema prefixes 'config.')."""
+  raise ValueError(f'model.{field}: {problem}. Fix: {fix}.')
+
+
+def _check_choice(field: str, value, choices) -> None:
+  if value not in choices:
+    _invalid(field, f'unknown value {value!r}', f'use one of the valid {field}s: '
+             f'{", ".join(sorted(choices))}')
+
+
 def _check_name(name: str) -> None:
-  if name not in BACKBONES:
-    raise ValueError(
-        f'Unknown backbone {name!r}; valid names: {", ".join(sorted(BACKBONES))}.'
-    )
+  _check_choice('name', name, BACKBONES)
 
 
 def feature_dim(name: str) -> int:
@@ -220,8 +228,6 @@ def make_backbone(
   build = BACKBONES[name][0]
   kwargs = dict(dtype=dtype, norm=norm, bn_momentum=bn_momentum, bn_axis_name=bn_axis_name)
   if name.startswith('resnet'):
-    if stem not in STEMS:
-      raise ValueError(f'Unknown stem {stem!r}; valid stems: {", ".join(STEMS)}.')
     kwargs['stem'] = stem
   return build(**kwargs)
 
@@ -290,25 +296,21 @@ class ContrastiveModel(nn.Module):
 
 def create_model(model_config, *, bn_axis_name: str | None = None) -> ContrastiveModel:
   """ContrastiveModel from `config.model` (name, stem, norm, head_hidden, head_out, dtype,
-  bn_momentum)."""
+  bn_momentum).
+
+  The one validation of config.model: raises ValueError naming the field and the fix.
+  """
   name = model_config.name
   _check_name(name)
   norm = model_config.get('norm', 'batch')
-  if norm not in NORMS:
-    raise ValueError(f'Unknown model.norm {norm!r}; valid norms: {", ".join(NORMS)}.')
-  if model_config.stem not in STEMS:
-    raise ValueError(
-        f'Unknown model.stem {model_config.stem!r}; valid stems: {", ".join(STEMS)}.'
-    )
-  if model_config.dtype not in DTYPES:
-    raise ValueError(
-        f'Unknown model.dtype {model_config.dtype!r}; valid dtypes: {", ".join(DTYPES)}.'
-    )
+  _check_choice('norm', norm, NORMS)
+  _check_choice('stem', model_config.stem, STEMS)
+  _check_choice('dtype', model_config.dtype, DTYPES)
   if not 0.0 <= model_config.bn_momentum < 1.0:
-    raise ValueError(f'model.bn_momentum must be in [0, 1), got {model_config.bn_momentum}.')
+    _invalid('bn_momentum', f'must be in [0, 1), got {model_config.bn_momentum}', 'use e.g. 0.9')
   for field in ('head_hidden', 'head_out'):
     if int(model_config[field]) <= 0:
-      raise ValueError(f'model.{field} must be positive, got {model_config[field]}.')
+      _invalid(field, f'must be positive, got {model_config[field]}', 'use e.g. 128')
   return ContrastiveModel(
       backbone=name,
       stem=model_config.stem,

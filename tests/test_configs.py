@@ -14,7 +14,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
 from configs import cifar10, cifar100, default, digits, stl10  # noqa: E402
-from hscl_jax import train  # noqa: E402
+from hscl_jax import optim, schema, train  # noqa: E402
 
 ALL_CONFIGS = {'digits': digits, 'cifar10': cifar10, 'cifar100': cifar100, 'stl10': stl10}
 
@@ -35,13 +35,13 @@ def test_configs_are_valid_on_1_and_4_devices(name):
   config = ALL_CONFIGS[name].get_config()
   assert config.dataset == name
   for devices in (1, 4):
-    train.validate_config(config, num_devices=devices)
+    schema.validate_config(config, num_devices=devices)
 
 
 @pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
 def test_configs_define_exactly_the_fields_the_program_reads(name):
   config = ALL_CONFIGS[name].get_config()
-  for section, fields in train.CONFIG_FIELDS.items():
+  for section, fields in schema.CONFIG_FIELDS.items():
     node = config[section] if section else config
     assert sorted(node.keys()) == sorted(fields), section
 
@@ -77,7 +77,7 @@ def test_command_line_overrides():
   assert (config.method, config.M, config.num_epochs) == ('scl', 100, 50)
   assert (config.optimizer.name, config.model.dtype) == ('lars', 'bfloat16')
   assert tuple(config.augment.crop_scale) == (0.2, 1.0)
-  train.validate_config(config, num_devices=4)
+  schema.validate_config(config, num_devices=4)
 
 
 @pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
@@ -89,8 +89,8 @@ def test_unknown_override_is_rejected_by_the_flag_parser():
 def _invalid(mutate, *, devices=4):
   config = default.get_config()
   mutate(config)
-  with pytest.raises(train.ConfigError) as info:
-    train.validate_config(config, num_devices=devices)
+  with pytest.raises(schema.ConfigError) as info:
+    schema.validate_config(config, num_devices=devices)
   return str(info.value)
 
 
@@ -133,13 +133,13 @@ def test_invalid_configs_name_the_field_and_the_fix(path, value, expected):
 
 
 def test_config_errors_are_value_errors():
-  assert issubclass(train.ConfigError, ValueError)
+  assert issubclass(schema.ConfigError, ValueError)
 
 
 def test_invalid_config_stops_before_touching_data_or_workdir(tmp_path):
   config = digits.get_config()
   config.temperature = -1.0
-  with pytest.raises(train.ConfigError, match='temperature'):
+  with pytest.raises(schema.ConfigError, match='temperature'):
     train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not os.path.exists(tmp_path / 'run')
 
@@ -147,7 +147,7 @@ def test_invalid_config_stops_before_touching_data_or_workdir(tmp_path):
 def test_batch_larger_than_the_training_split_is_reported(tmp_path):
   config = digits.get_config()
   config.batch_size = 4096
-  with pytest.raises(train.ConfigError, match=r'config\.batch_size: 4096 exceeds the \d+ training'):
+  with pytest.raises(schema.ConfigError, match=r'config\.batch_size: 4096 exceeds the \d+ training'):
     train.train_and_evaluate(config, str(tmp_path / 'run'))
 
 
@@ -166,7 +166,7 @@ def test_loss_hyperparameters_follow_the_schedules():
 def test_learning_rate_schedule_warmup_then_cosine():
   config = default.get_config()
   config.optimizer.schedule, config.optimizer.warmup_epochs = 'cosine', 1.0
-  schedule = train.create_learning_rate_schedule(config.optimizer, steps_per_epoch=10,
+  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=10,
                                                  total_steps=110)
   assert float(schedule(0)) == 0.0
   assert float(schedule(10)) == pytest.approx(1e-3)

@@ -22,7 +22,7 @@ def take(loader, steps):
 def loader(source=None, **kwargs):
   kwargs = {'global_batch_size': 8, 'seed': 3, 'shard_index': 0, 'shard_count': 1,
             'num_threads': 2, **kwargs}
-  return data.train_loader(source or indexed_source(), **kwargs)
+  return data.TrainLoader(source or indexed_source(), **kwargs)
 
 
 def test_steps_per_epoch():
@@ -119,7 +119,7 @@ def test_invalid_arguments():
 
 def test_eval_loader_covers_every_example_once_with_padding():
   source = indexed_source(num_examples=23)
-  shards = [data.eval_loader(source, global_batch_size=8, shard_index=i, shard_count=2,
+  shards = [data.EvalLoader(source, global_batch_size=8, shard_index=i, shard_count=2,
                              num_threads=2) for i in range(2)]
   assert [len(shard) for shard in shards] == [3, 3]
   batches = [list(shard) for shard in shards]

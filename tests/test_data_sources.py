@@ -95,7 +95,7 @@ def test_image_folder_with_train_and_test_subfolders(tmp_path):
   test = data.get_source('image_folder', 'test', folder=str(tmp_path), folder_image_size=8)
   assert (len(train), len(test)) == (6, 4)
   np.testing.assert_array_equal(test.labels(), [0, 0, 1, 1])
-  batch = next(data.train_loader(train, global_batch_size=4, seed=0, shard_index=0,
+  batch = next(data.TrainLoader(train, global_batch_size=4, seed=0, shard_index=0,
                                  shard_count=1, positive_mode='label'))
   assert batch['image'].shape == (4, 2, 8, 8, 3)
 
@@ -127,7 +127,7 @@ def test_unreadable_images_are_named(tmp_path):
   source = data.get_source('image_folder', 'train', folder=str(tmp_path), folder_image_size=8)
   with pytest.raises(data.ImageFolderError, match='9_broken.png'):
     source[4]
-  everything = data.eval_loader(source, global_batch_size=5, shard_index=0, shard_count=1,
+  everything = data.EvalLoader(source, global_batch_size=5, shard_index=0, shard_count=1,
                                 num_threads=1)
   with pytest.raises(data.ImageFolderError, match='9_broken.png'):
     list(everything)

@@ -96,12 +96,12 @@ def test_reads_prepared_array_record_without_tensorflow(prepared_dir):
 
 def test_tfds_loaders_end_to_end(prepared_dir):
   train = data.get_source('cifar10', 'train', data_dir=prepared_dir)
-  batch = next(data.train_loader(train, global_batch_size=8, seed=0, shard_index=1,
+  batch = next(data.TrainLoader(train, global_batch_size=8, seed=0, shard_index=1,
                                  shard_count=2, positive_mode='label', num_threads=2))
   assert batch['image'].shape == (4, 2, 32, 32, 3)
   np.testing.assert_array_equal(batch['image'][:, 1, 0, 0, 0] % 10, batch['label'])
   test = data.get_source('cifar10', 'test', data_dir=prepared_dir)
-  batches = list(data.eval_loader(test, global_batch_size=4, shard_index=0, shard_count=1))
+  batches = list(data.EvalLoader(test, global_batch_size=4, shard_index=0, shard_count=1))
   assert sum(int(b['mask'].sum()) for b in batches) == 10 and len(batches) == 3
 
 
@@ -110,11 +110,11 @@ def test_stl10_unlabelled_split(prepared_dir):
   assert len(unlabelled) == 6 and unlabelled[0]['image'].shape == (96, 96, 3)
   assert unlabelled[3]['label'] == -1 and np.all(unlabelled.labels() == -1)
   # Usable by the unsupervised methods, refused where labels are needed.
-  batch = next(data.train_loader(unlabelled, global_batch_size=4, seed=0, shard_index=0,
+  batch = next(data.TrainLoader(unlabelled, global_batch_size=4, seed=0, shard_index=0,
                                  shard_count=1))
   assert np.all(batch['label'] == -1)
   with pytest.raises(ValueError, match='unlabelled'):
-    data.train_loader(unlabelled, global_batch_size=4, seed=0, shard_index=0, shard_count=1,
+    data.TrainLoader(unlabelled, global_batch_size=4, seed=0, shard_index=0, shard_count=1,
                       positive_mode='label')
   info = data.dataset_info('stl10', data_dir=prepared_dir)
   assert info.unlabelled_splits == ('unlabelled',) and info.split_sizes['unlabelled'] == 6
@@ -130,7 +130,7 @@ def test_mock_data_through_tfds_data_source(name, metadata_dir):
     example = source[5]
     assert example['image'].shape == (side, side, 3) and example['image'].dtype == np.uint8
     assert 0 <= example['label'] < source.num_classes
-    loader = data.train_loader(source, global_batch_size=4, seed=1, shard_index=0,
+    loader = data.TrainLoader(source, global_batch_size=4, seed=1, shard_index=0,
                                shard_count=1, positive_mode='label', num_threads=2)
     batch = next(loader)
     assert batch['image'].shape == (4, 2, side, side, 3)

@@ -20,7 +20,7 @@ LAUNCH = REPO / 'launch'
 SCRIPTS = ('local.sh', 'slurm_gpu.sbatch', 'tpu_vm.sh')
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
-from hscl_jax import train  # noqa: E402
+from hscl_jax import schema  # noqa: E402
 
 
 def run_sweep(*args: str) -> subprocess.CompletedProcess:
@@ -76,8 +76,8 @@ def test_every_command_is_a_valid_config(paper_sweep):
       assert str(node) == value or node == type(node)(value), (override, node)
     assert config.seed == run['seed']
     # As on 8 accelerators (the paper's batch of 512) and on the tests' 4 CPU devices.
-    train.validate_config(config, num_devices=8, num_processes=2)
-    train.validate_config(config, num_devices=4, num_processes=1)
+    schema.validate_config(config, num_devices=8, num_processes=2)
+    schema.validate_config(config, num_devices=4, num_processes=1)
     method = {'ucl': 'ucl', 'hucl': 'hucl', 'scl': 'scl'}.get(run['name'].split('_')[0], 'hscl')
     assert config.method == method
     assert run['command'][:3] == ['python', '-m', 'hscl_jax.main']
@@ -89,7 +89,7 @@ def test_extra_overrides_and_label_positives():
   (run,) = runs
   config = parse_config(run['config'], run['overrides'])
   assert (config.positive_mode, config.num_epochs, config.beta) == ('label', 3, 2.0)
-  train.validate_config(config, num_devices=4)
+  schema.validate_config(config, num_devices=4)
 
 
 def test_a_bad_override_is_rejected_by_the_config_machinery():

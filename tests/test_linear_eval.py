@@ -14,7 +14,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax import linear_eval, train  # noqa: E402
+from hscl_jax import checkpointing, linear_eval, schema, train  # noqa: E402
 from hscl_jax.experiments import compare  # noqa: E402
 
 RESULT_KEYS = ('protocol', 'top1', 'top5', 'checkpoint_step', 'num_train', 'num_test')
@@ -56,7 +56,7 @@ def test_pipeline_from_another_process_on_one_device(trained):
   result = json.loads((workdir / linear_eval.RESULT_FILE).read_text())
   assert set(RESULT_KEYS) <= set(result)
   assert result['protocol'] == 'features'
-  assert result['checkpoint_step'] == max(linear_eval.checkpoint_steps(str(workdir)))
+  assert result['checkpoint_step'] == max(checkpointing.finished_steps(str(workdir)))
   assert result['num_train'] + result['num_test'] == 1797
   assert result['top1'] > 0.6, result  # chance is 0.1 on 10 classes
   assert result['top5'] >= result['top1']
@@ -94,7 +94,7 @@ def test_clear_errors_name_the_path(trained, tmp_path):
   corrupt = tmp_path / 'corrupt'
   shutil.copytree(workdir, corrupt)
   (corrupt / linear_eval.RESULT_FILE).unlink(missing_ok=True)
-  step = max(linear_eval.checkpoint_steps(str(corrupt)))
+  step = max(checkpointing.finished_steps(str(corrupt)))
   state_dir = corrupt / 'checkpoints' / str(step) / 'state'
   for path in state_dir.rglob('*'):
     if path.is_file() and path.stat().st_size > 100:
@@ -125,7 +125,7 @@ def test_settings_cover_the_paper_grids():
   assert len(by_method['H-SCL(τ)']) == 9
   assert len({s.slug for s in grid}) == len(grid)  # one workdir per setting
   for setting in grid:  # every setting is a valid training config
-    train.validate_config(compare.run_config(config, setting, seed=1), num_devices=1,
+    schema.validate_config(compare.run_config(config, setting, seed=1), num_devices=1,
                           num_processes=1)
 
 

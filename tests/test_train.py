@@ -20,7 +20,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax import augment, metrics, models, train  # noqa: E402
+from hscl_jax import augment, metrics, models, optim, parallel, train  # noqa: E402
 
 EPOCH_KEYS = ('epoch', 'step', 'train_loss', 'knn_top1', 'assumption1_fraction',
               'images_per_second', 'learning_rate', 'epoch_time', 'loss_ucl', 'loss_hucl',
@@ -72,18 +72,18 @@ def _checkpoint_steps(workdir):
 
 
 def _three_steps(config, num_devices, batch):
-  mesh = train.make_mesh(jax.devices()[:num_devices])
-  model = models.create_model(config.model, bn_axis_name=train.AXIS)
-  schedule = train.create_learning_rate_schedule(config.optimizer, steps_per_epoch=3,
+  mesh = parallel.make_mesh(jax.devices()[:num_devices])
+  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=3,
                                                  total_steps=3)
-  optimizer = train.create_optimizer(config.optimizer, schedule)
+  optimizer = optim.create_optimizer(config.optimizer, schedule)
   params = augment.AugmentParams.from_config(config.augment)
   state = train.create_train_state(config, model, optimizer, params.image_size, mesh)
   step = train.make_train_step(config, model, optimizer, params, mesh)
   hyper = train.loss_hyperparameters(config, 1)
   losses = []
   for _ in range(3):
-    state, loss = step(state, train.global_batch(batch, mesh, ('image', 'label')), hyper)
+    state, loss = step(state, parallel.global_batch(batch, mesh, ('image', 'label')), hyper)
     losses.append(float(loss))
   return jax.device_get(state), losses
 
@@ -182,7 +182,7 @@ def test_sigterm_mid_epoch_then_resume_equals_uninterrupted(uninterrupted, tmp_p
 
   # The interrupted epoch's means cover all its steps (partial sums are checkpointed).
   deterministic = ('epoch', 'step', 'train_loss', 'knn_top1', 'assumption1_fraction',
-                   'loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl', 'learning_rate', 'tau')
+                   'loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl', 'learning_rate', 'beta')
   records = metrics.read_metrics(str(workdir))
   expected = metrics.read_metrics(str(reference_dir))
   assert len(records) == len(expected) == 2
@@ -264,13 +264,13 @@ def test_mock_tfds_dataset_one_short_epoch(name, tmp_path):
 # Options: optimizers, methods, bf16; the command line.
 
 
-@pytest.mark.parametrize('name', train.OPTIMIZERS)
+@pytest.mark.parametrize('name', optim.OPTIMIZERS)
 @pytest.mark.parametrize('exclude_rank1', [False, True])
 def test_optimizers_take_a_step(name, exclude_rank1):
   config = digits.get_config()
   config.optimizer.name = name
   config.optimizer.exclude_rank1_from_decay = exclude_rank1
-  optimizer = train.create_optimizer(config.optimizer, 0.1)
+  optimizer = optim.create_optimizer(config.optimizer, 0.1)
   params = {'kernel': np.ones((3, 2), np.float32), 'bias': np.ones((2,), np.float32)}
   grads = jax.tree.map(np.ones_like, params)
   updates, _ = optimizer.update(grads, optimizer.init(params), params)

@@ -87,6 +87,17 @@ class TrainLoader:
 
   Batches: ``{'image': uint8 [local_batch, 2, H, W, 3], 'label': int32 [local_batch],
   'index': int32 [local_batch]}`` (index = the example of the first view).
+
+  Args:
+    source: a random-access source (``hscl_jax.data.get_source``).
+    global_batch_size: samples per step over all processes (each seen in 2 views).
+    seed: shuffling seed; epoch e is shuffled by (seed, e).
+    positive_mode: 'augmentation' (second view = the same image) or 'label'
+      (second view = another image of the same class, the Lemma 1 experiment).
+    shard_index, shard_count: this process and the number of processes
+      (default: jax.process_index() / jax.process_count()).
+    num_classes: optional check of the labels in 'label' mode.
+    num_threads, prefetch_batches: grain reading threads and prefetch depth.
   """
 
   def __init__(self, source, *, global_batch_size: int, seed: int,
@@ -146,10 +157,6 @@ class TrainLoader:
             'label': np.int32(example['label']),
             'index': np.int32(index)}
 
-  def epoch_of_step(self, step: int) -> int:
-    """0-based epoch of global training step ``step`` (0-based)."""
-    return step // self.steps_per_epoch
-
   # Iterator protocol with exact resume.
 
   def __iter__(self):
@@ -173,32 +180,8 @@ class TrainLoader:
     self._iterator = None  # Rebuilt lazily from the new step; drops stale prefetches.
 
 
-def train_loader(source, *, global_batch_size: int, seed: int,
-                 positive_mode: str = 'augmentation', shard_index: int | None = None,
-                 shard_count: int | None = None, num_classes: int | None = None,
-                 num_threads: int = DEFAULT_NUM_THREADS,
-                 prefetch_batches: int = DEFAULT_PREFETCH_BATCHES) -> TrainLoader:
-  """Infinite two-view training batches for this process (see :class:`TrainLoader`).
-
-  Args:
-    source: a random-access source (``hscl_jax.data.get_source``).
-    global_batch_size: samples per step over all processes (each seen in 2 views).
-    seed: shuffling seed; epoch e is shuffled by (seed, e).
-    positive_mode: 'augmentation' (second view = the same image) or 'label'
-      (second view = another image of the same class, the Lemma 1 experiment).
-    shard_index, shard_count: this process and the number of processes
-      (default: jax.process_index() / jax.process_count()).
-    num_classes: optional check of the labels in 'label' mode.
-    num_threads, prefetch_batches: grain reading threads and prefetch depth.
-  """
-  return TrainLoader(source, global_batch_size=global_batch_size, seed=seed,
-                     positive_mode=positive_mode, shard_index=shard_index,
-                     shard_count=shard_count, num_classes=num_classes,
-                     num_threads=num_threads, prefetch_batches=prefetch_batches)
-
-
 class EvalLoader:
-  """Finite, re-iterable evaluation batches covering every example exactly once.
+  """Finite, re-iterable evaluation batches (no augmentation) covering every example once.
 
   Batches: ``{'image': uint8 [local_batch, H, W, 3], 'label': int32, 'mask': bool,
   'index': int32}``; padding rows (beyond the last example) have mask False,
@@ -237,11 +220,3 @@ class EvalLoader:
   def __iter__(self):
     return iter(self._batches.to_iter_dataset(self._read_options))
 
-
-def eval_loader(source, *, global_batch_size: int, shard_index: int | None = None,
-                shard_count: int | None = None, num_threads: int = DEFAULT_NUM_THREADS,
-                prefetch_batches: int = DEFAULT_PREFETCH_BATCHES) -> EvalLoader:
-  """Evaluation batches without augmentation, padded and masked (see :class:`EvalLoader`)."""
-  return EvalLoader(source, global_batch_size=global_batch_size, shard_index=shard_index,
-                    shard_count=shard_count, num_threads=num_threads,
-                    prefetch_batches=prefetch_batches)

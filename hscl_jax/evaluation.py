@@ -1,0 +1,56 @@
+"""Backbone features of whole splits on the mesh, and the kNN monitor over them.
+
+Shared by training (the per-epoch kNN monitor) and linear evaluation (features of the
+frozen encoder): evaluation never imports training.
+"""
+
+import jax
+from jax.sharding import PartitionSpec as P
+import ml_collections
+import numpy as np
+
+from hscl_jax import augment
+from hscl_jax import data
+from hscl_jax import knn
+from hscl_jax import losses
+from hscl_jax import models
+from hscl_jax import parallel
+
+
+def make_feature_fn(model: models.ContrastiveModel, augment_params: augment.AugmentParams,
+                    mesh: jax.sharding.Mesh):
+  """jit(shard_map): (variables, eval batch) -> (normalised features, labels, mask), sharded."""
+
+  def per_device(variables, batch):
+    x = augment.preprocess_eval(batch['image'], augment_params)
+    h = model.apply(variables, x, train=False, method=models.ContrastiveModel.features)
+    return losses.l2_normalize(h), batch['label'], batch['mask']
+
+  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(parallel.AXIS)),
+                               out_specs=P(parallel.AXIS)))
+
+
+def extract_features(feature_fn, variables, source, batch_size: int,
+                     mesh: jax.sharding.Mesh) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(features, labels, mask) of a whole split on the host (padded rows have mask False).
+
+  `feature_fn` is `make_feature_fn`'s; `variables` need only the encoder's entries.
+  """
+  loader = data.EvalLoader(source, global_batch_size=batch_size,
+                           shard_index=jax.process_index(), shard_count=jax.process_count())
+  parts = [feature_fn(variables, parallel.global_batch(b, mesh, ('image', 'label', 'mask')))
+           for b in loader]
+  return tuple(np.concatenate([parallel.to_host(p[i]) for p in parts]) for i in range(3))
+
+
+def knn_accuracy(knn_config: ml_collections.ConfigDict, feature_fn, variables, bank_source,
+                 query_source, *, num_classes: int, mesh: jax.sharding.Mesh) -> float:
+  """Weighted-kNN top-1 of `query_source` against `bank_source` (config.knn's settings)."""
+  bank, bank_labels, bank_mask = extract_features(
+      feature_fn, variables, bank_source, knn_config.batch_size, mesh)
+  queries, query_labels, query_mask = extract_features(
+      feature_fn, variables, query_source, knn_config.batch_size, mesh)
+  return knn.weighted_knn_accuracy(
+      bank, bank_labels, queries, query_labels, num_classes=num_classes, k=knn_config.k,
+      temperature=knn_config.temperature, chunk_size=knn_config.chunk_size,
+      query_mask=query_mask, bank_mask=bank_mask)
