@@ -683,3 +683,71 @@ def batch_diagnostics(features: Array, labels: Array, *, hardening: Hardening, t
       "loss_hscl": loss(candidates=_other_label, hardening=hardening),
       "assumption1_fraction": fraction,
   }
+
+
+# --------------------------------------------------------------------------------------
+# Graphs: the local–global objective of InfoGraph with the four settings (Sec. V-C,
+# Table II). Scores s_vG = <l_v, g_G> between every node v and every graph G of a batch.
+
+_LOG2 = float(jnp.log(2.0))
+
+
+def _rescaled_scores(scores: Array, valid: Array) -> Array:
+  """ŝ = 2·s / max|s| over the valid pairs, in [-2, 2]; the maximum is a constant.
+
+  Graph scores are unbounded (no normalisation, no temperature), so an exponential tilt
+  of the raw scores would put all the weight on one negative; HCL (Robinson et al.,
+  App. B) tilts the rescaled scores instead.
+  """
+  peak = jax.lax.stop_gradient(jnp.max(jnp.where(valid, jnp.abs(scores), 0.0)))
+  return 2.0 * scores / jnp.where(peak > 0, peak, 1.0)
+
+
+def local_global_jsd(local_features: Array, graph_features: Array, node_graph: Array, *,
+                     graph_labels: Optional[Array] = None, hardening: Optional[Hardening] = None,
+                     node_mask: Optional[Array] = None,
+                     graph_mask: Optional[Array] = None) -> Array:
+  """InfoGraph's Jensen–Shannon local–global loss with (hard) negatives, Table II.
+
+  L = (1/N) Σ_v Σ_{G∈N(v)} q_v(G)·(sp(s_vG) − log 2) − (1/N) Σ_v (log 2 − sp(−s_{v,g(v)})),
+
+  sp = softplus, N the number of real nodes, g(v) the graph of node v (its positive) and
+  q_v(G) ∝ η(ŝ_vG) over the negatives N(v) (a log-space weighted mean, as eq. (3)'s
+  expectation): every other graph of the batch (UCL, H-UCL) or, with ``graph_labels``,
+  every graph with another label (SCL, H-SCL). ``hardening`` maps ŝ to log η(ŝ)
+  (``exponential(beta)`` for H-UCL / H-SCL(β); None for η ≡ 1) and receives the rescaled
+  scores ŝ = 2·s / max|s| (``_rescaled_scores``). With η ≡ 1 this is InfoGraph's objective
+  exactly. A node without negatives contributes 0 to the first sum and still counts in N.
+
+  Args:
+    local_features: [nodes, dim] node (local) embeddings, after the local head.
+    graph_features: [graphs, dim] graph (global) embeddings, after the global head.
+    node_graph: [nodes] int, the batch index of each node's graph.
+    graph_labels: [graphs] int class labels (SCL / H-SCL), or None (UCL / H-UCL).
+    hardening: log η as a function of ŝ, or None.
+    node_mask, graph_mask: False marks padding (excluded everywhere); default all real.
+  Returns:
+    The scalar loss (float32).
+  """
+  num_nodes, num_graphs = local_features.shape[0], graph_features.shape[0]
+  node_mask = jnp.ones(num_nodes, bool) if node_mask is None else node_mask.astype(bool)
+  graph_mask = jnp.ones(num_graphs, bool) if graph_mask is None else graph_mask.astype(bool)
+  own = node_graph[:, None] == jnp.arange(num_graphs)[None, :]
+  valid = node_mask[:, None] & graph_mask[None, :]
+  # Zeroed padding cannot leak NaN/inf into the values or the gradients.
+  local = jnp.where(node_mask[:, None], local_features.astype(jnp.float32), 0.0)
+  graph = jnp.where(graph_mask[:, None], graph_features.astype(jnp.float32), 0.0)
+  scores = jnp.dot(local, graph.T, precision=jax.lax.Precision.HIGHEST)
+  candidates = valid & ~own
+  if graph_labels is not None:
+    node_labels = jnp.take(graph_labels, node_graph, mode='clip')
+    candidates &= node_labels[:, None] != graph_labels[None, :]
+  hardening = _no_hardening if hardening is None else hardening
+  log_w = jnp.where(candidates, hardening(_rescaled_scores(scores, valid)), _NEG_INF)
+  log_norm, has_negative = _lse_finish(_lse_partial(log_w))
+  q = jnp.exp(log_w - log_norm[:, None])
+  negative = jnp.sum(jnp.where(candidates, q * (jax.nn.softplus(scores) - _LOG2), 0.0), axis=1)
+  negative = jnp.where(has_negative, negative, 0.0)
+  positive = _LOG2 - jax.nn.softplus(-jnp.sum(jnp.where(own, scores, 0.0), axis=1))
+  per_node = jnp.where(node_mask, negative - positive, 0.0)
+  return jnp.sum(per_node) / jnp.maximum(jnp.sum(node_mask, dtype=jnp.float32), 1.0)

@@ -1,0 +1,40 @@
+r"""Trains and evaluates one graph setting (Table II).
+
+  python -m hscl_jax.graphs --config=configs/graphs.py --workdir=DIR \
+      --config.dataset=MUTAG --config.data_dir=PATH [--config.method=ucl|hucl|scl|hscl] \
+      [--config.beta=2] [--config.protocol=leak_free|transductive]
+
+Writes DIR/graph_eval.json (accuracy, fold_accuracies, protocol, method, dataset, ...),
+DIR/metrics.jsonl (training loss per epoch) and DIR/config.json.
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from hscl_jax import metrics
+from hscl_jax.graphs import data
+from hscl_jax.graphs import train
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for the results of this run.')
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Graph configuration file (configs/graphs.py).', lock_config=True)
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  metrics.show_only_own_info_logs()
+  try:
+    train.run(_CONFIG.value, _WORKDIR.value)
+  except (train.GraphConfigError, data.GraphDataError, FloatingPointError) as e:
+    logging.error('%s', e)
+    sys.exit(1)
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,131 @@
+"""losses.local_global_jsd against a float64 NumPy reference written from the formulas."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hscl_jax import losses
+
+
+LOG2 = np.log(2.0)
+
+
+def softplus(x):
+  return np.logaddexp(0.0, x)
+
+
+def reference(local, graph, node_graph, labels=None, beta=0.0):
+  """L = (1/N) Σ_v Σ_{G∈N(v)} q_v(G)(sp(s_vG) − log 2) − (1/N) Σ_v (log 2 − sp(−s_v,g(v))),
+  q_v ∝ e^{β ŝ} over N(v), ŝ = 2 s / max|s| (float64, loops over nodes)."""
+  s = local.astype(np.float64) @ graph.astype(np.float64).T
+  s_hat = 2 * s / np.abs(s).max()
+  total = 0.0
+  for v in range(len(local)):
+    own = node_graph[v]
+    negatives = [g for g in range(len(graph))
+                 if g != own and (labels is None or labels[g] != labels[own])]
+    if negatives:
+      w = np.exp(beta * s_hat[v, negatives])
+      q = w / w.sum()
+      total += np.sum(q * (softplus(s[v, negatives]) - LOG2))
+    total -= LOG2 - softplus(-s[v, own])
+  return total / len(local)
+
+
+def numeric_grad(f, x, eps=1e-6):
+  g = np.zeros_like(x)
+  for i in np.ndindex(x.shape):
+    d = np.zeros_like(x)
+    d[i] = eps
+    g[i] = (f(x + d) - f(x - d)) / (2 * eps)
+  return g
+
+
+def problem(seed=0, nodes=13, graphs=5, dim=4, scale=1.5):
+  rng = np.random.default_rng(seed)
+  local = rng.normal(size=(nodes, dim)) * scale
+  graph = rng.normal(size=(graphs, dim)) * scale
+  node_graph = np.sort(np.concatenate([np.arange(graphs), rng.integers(0, graphs, nodes - graphs)]))
+  labels = np.array([0, 1, 0, 2, 1])[:graphs]
+  return local, graph, node_graph, labels
+
+
+def jax_loss(local, graph, node_graph, labels, beta, **kwargs):
+  hardening = None if beta is None else losses.exponential(beta)
+  return losses.local_global_jsd(jnp.asarray(local, jnp.float32), jnp.asarray(graph, jnp.float32),
+                                 jnp.asarray(node_graph), hardening=hardening,
+                                 graph_labels=None if labels is None else jnp.asarray(labels),
+                                 **kwargs)
+
+
+@pytest.mark.parametrize('supervised', [False, True], ids=['ucl', 'scl'])
+@pytest.mark.parametrize('beta', [None, 1.0, 10.0])
+def test_matches_float64_reference_values_and_gradients(supervised, beta):
+  local, graph, node_graph, labels = problem()
+  labels = labels if supervised else None
+  b = 0.0 if beta is None else beta
+  want = reference(local, graph, node_graph, labels, b)
+  got = jax_loss(local, graph, node_graph, labels, beta)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+  grads = jax.grad(lambda l, g: jax_loss(l, g, node_graph, labels, beta), argnums=(0, 1))(
+      jnp.asarray(local, jnp.float32), jnp.asarray(graph, jnp.float32))
+  # The maximum in ŝ is a constant: hold it at its value for the numerical gradient.
+  peak = np.abs(local @ graph.T).max()
+
+  def ref_fixed_peak(l, g):
+    s = l @ g.T
+    return reference(l, g, node_graph, labels, b * np.abs(s).max() / peak)
+
+  want_local = numeric_grad(lambda l: ref_fixed_peak(l, graph), local)
+  want_graph = numeric_grad(lambda g: ref_fixed_peak(local, g), graph)
+  np.testing.assert_allclose(grads[0], want_local, rtol=2e-4, atol=2e-5)
+  np.testing.assert_allclose(grads[1], want_graph, rtol=2e-4, atol=2e-5)
+
+
+def test_beta_zero_is_unhardened_and_ucl_is_infograph_formula():
+  local, graph, node_graph, labels = problem(seed=1)
+  for supervised_labels in (None, labels):
+    np.testing.assert_allclose(jax_loss(local, graph, node_graph, supervised_labels, 0.0),
+                               jax_loss(local, graph, node_graph, supervised_labels, None),
+                               rtol=1e-6)
+  # InfoGraph: E_neg summed over all (node, other graph) pairs / (N (G − 1)), minus E_pos / N.
+  s = local @ graph.T
+  pos = node_graph[:, None] == np.arange(len(graph))[None, :]
+  n, g = s.shape
+  e_pos = np.sum(np.where(pos, LOG2 - softplus(-s), 0.0)) / n
+  e_neg = np.sum(np.where(pos, 0.0, softplus(-s) + s - LOG2)) / (n * (g - 1))
+  np.testing.assert_allclose(jax_loss(local, graph, node_graph, None, None), e_neg - e_pos,
+                             rtol=1e-5)
+
+
+def test_padding_invariance_of_value_and_gradients():
+  local, graph, node_graph, labels = problem(seed=2)
+  beta = 2.0
+
+  def padded(extra_nodes, extra_graphs, fill):
+    l = np.concatenate([local, np.full((extra_nodes, local.shape[1]), fill)])
+    g = np.concatenate([graph, np.full((extra_graphs, graph.shape[1]), fill)])
+    ng = np.concatenate([node_graph, np.full(extra_nodes, len(graph) + extra_graphs)])
+    lab = np.concatenate([labels, np.zeros(extra_graphs, int)])
+    node_mask = np.arange(len(l)) < len(local)
+    graph_mask = np.arange(len(g)) < len(graph)
+    f = lambda a, b: jax_loss(a, b, ng, lab, beta, node_mask=node_mask,  # noqa: E731
+                              graph_mask=graph_mask)
+    value, grads = jax.value_and_grad(f, argnums=(0, 1))(jnp.asarray(l, jnp.float32),
+                                                         jnp.asarray(g, jnp.float32))
+    return value, grads[0][:len(local)], grads[1][:len(graph)]
+
+  base = padded(0, 0, 0.0)
+  for extra_nodes, extra_graphs, fill in ((5, 3, 100.0), (17, 1, np.nan)):
+    other = padded(extra_nodes, extra_graphs, fill)
+    for a, b in zip(base, other):
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_node_without_negatives_counts_in_n_and_contributes_only_its_positive():
+  local, graph, node_graph, _ = problem(seed=3)
+  same = np.zeros(len(graph), int)  # one class: SCL has no negatives at all
+  s = local @ graph.T
+  want = -np.mean(LOG2 - softplus(-s[np.arange(len(local)), node_graph]))
+  np.testing.assert_allclose(jax_loss(local, graph, node_graph, same, 1.0), want, rtol=1e-5)
