@@ -1,6 +1,10 @@
 """Prepares a TFDS dataset (download + conversion to array_record), once per data_dir.
 
   python -m hscl_jax.prepare --dataset=cifar10 [--data_dir=DIR] [--manual_dir=DIR]
+  python -m hscl_jax.prepare --dataset=MUTAG [--data_dir=DIR] [--url=URL]
+
+Any other name than a TFDS dataset is a TU Dortmund graph dataset: its zip is downloaded
+and unpacked into DIR/NAME (the graph experiment's --config.data_dir is then DIR).
 
 Needs TensorFlow, which TFDS uses to write the files: pip install -e '.[prepare]'.
 Training then reads the array_record files without TensorFlow. On a machine
@@ -24,12 +28,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   parser = argparse.ArgumentParser(
       prog='python -m hscl_jax.prepare',
       description='Download a TFDS dataset and convert it to array_record for hscl_jax.')
-  parser.add_argument('--dataset', required=True, choices=sorted(TFDS_DATASETS),
-                      help='dataset to prepare (digits and image_folder need no preparation)')
+  parser.add_argument('--dataset', required=True,
+                      help=f'dataset to prepare: one of {", ".join(sorted(TFDS_DATASETS))} '
+                           '(digits and image_folder need no preparation), or a TU Dortmund '
+                           'graph dataset name (e.g. MUTAG)')
   parser.add_argument('--data_dir', default=None,
                       help='TFDS data directory (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)')
   parser.add_argument('--manual_dir', default=None,
                       help='folder holding the official archive, for machines without internet')
+  parser.add_argument('--url', default=None,
+                      help='graph datasets: the zip to fetch (default: the TU collection)')
   return parser.parse_args(argv)
 
 
@@ -63,6 +71,15 @@ def prepare(dataset: str, data_dir: str | None = None, manual_dir: str | None = 
 
 def main(argv: list[str] | None = None) -> None:
   args = parse_args(argv)
+  if args.dataset not in TFDS_DATASETS:
+    from hscl_jax.graphs import data as graph_data
+    from hscl_jax.graphs import prepare as graph_prepare
+    try:
+      folder = graph_prepare.prepare_tu(args.dataset, args.data_dir, args.url)
+    except graph_data.GraphDataError as e:
+      raise SystemExit(str(e)) from None
+    print(f'{args.dataset} is ready in {folder}')
+    return
   sizes = prepare(args.dataset, args.data_dir, args.manual_dir)
   print(f'{args.dataset} is ready (array_record), split sizes: {sizes}')
 

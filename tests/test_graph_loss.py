@@ -15,8 +15,8 @@ def softplus(x):
 
 
 def reference(local, graph, node_graph, labels=None, beta=0.0):
-  """L = (1/N) Σ_v Σ_{G∈N(v)} q_v(G)(sp(s_vG) − log 2) − (1/N) Σ_v (log 2 − sp(−s_v,g(v))),
-  q_v ∝ e^{β ŝ} over N(v), ŝ = 2 s / max|s| (float64, loops over nodes)."""
+  """Float64, one node at a time: L = (1/N) Σ_v Σ_{G∈N(v)} q_v(G)(sp(s_vG) − log 2)
+  − (1/N) Σ_v (log 2 − sp(−s_v,g(v))), q_v ∝ e^{β ŝ} over N(v), ŝ = 2 s / max|s|."""
   s = local.astype(np.float64) @ graph.astype(np.float64).T
   s_hat = 2 * s / np.abs(s).max()
   total = 0.0
@@ -68,16 +68,16 @@ def test_matches_float64_reference_values_and_gradients(supervised, beta):
   got = jax_loss(local, graph, node_graph, labels, beta)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
-  grads = jax.grad(lambda l, g: jax_loss(l, g, node_graph, labels, beta), argnums=(0, 1))(
+  grads = jax.grad(lambda x, g: jax_loss(x, g, node_graph, labels, beta), argnums=(0, 1))(
       jnp.asarray(local, jnp.float32), jnp.asarray(graph, jnp.float32))
   # The maximum in ŝ is a constant: hold it at its value for the numerical gradient.
   peak = np.abs(local @ graph.T).max()
 
-  def ref_fixed_peak(l, g):
-    s = l @ g.T
-    return reference(l, g, node_graph, labels, b * np.abs(s).max() / peak)
+  def ref_fixed_peak(x, g):
+    s = x @ g.T
+    return reference(x, g, node_graph, labels, b * np.abs(s).max() / peak)
 
-  want_local = numeric_grad(lambda l: ref_fixed_peak(l, graph), local)
+  want_local = numeric_grad(lambda x: ref_fixed_peak(x, graph), local)
   want_graph = numeric_grad(lambda g: ref_fixed_peak(local, g), graph)
   np.testing.assert_allclose(grads[0], want_local, rtol=2e-4, atol=2e-5)
   np.testing.assert_allclose(grads[1], want_graph, rtol=2e-4, atol=2e-5)
@@ -104,15 +104,15 @@ def test_padding_invariance_of_value_and_gradients():
   beta = 2.0
 
   def padded(extra_nodes, extra_graphs, fill):
-    l = np.concatenate([local, np.full((extra_nodes, local.shape[1]), fill)])
+    x = np.concatenate([local, np.full((extra_nodes, local.shape[1]), fill)])
     g = np.concatenate([graph, np.full((extra_graphs, graph.shape[1]), fill)])
     ng = np.concatenate([node_graph, np.full(extra_nodes, len(graph) + extra_graphs)])
     lab = np.concatenate([labels, np.zeros(extra_graphs, int)])
-    node_mask = np.arange(len(l)) < len(local)
+    node_mask = np.arange(len(x)) < len(local)
     graph_mask = np.arange(len(g)) < len(graph)
     f = lambda a, b: jax_loss(a, b, ng, lab, beta, node_mask=node_mask,  # noqa: E731
                               graph_mask=graph_mask)
-    value, grads = jax.value_and_grad(f, argnums=(0, 1))(jnp.asarray(l, jnp.float32),
+    value, grads = jax.value_and_grad(f, argnums=(0, 1))(jnp.asarray(x, jnp.float32),
                                                          jnp.asarray(g, jnp.float32))
     return value, grads[0][:len(local)], grads[1][:len(graph)]
 

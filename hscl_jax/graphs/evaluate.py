@@ -16,7 +16,8 @@ from sklearn import svm
 SVM_CS = tuple(10.0**k for k in range(-3, 4))
 
 
-def outer_folds(labels: np.ndarray, num_folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def outer_folds(labels: np.ndarray, num_folds: int,
+                seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
   """(train, test) graph indices of a shuffled stratified K-fold split."""
   splitter = model_selection.StratifiedKFold(num_folds, shuffle=True, random_state=seed)
   return list(splitter.split(np.zeros(len(labels)), labels))

@@ -1,0 +1,301 @@
+"""The graph experiment: TU reader, batches, GIN encoder, SVM protocol, program, prepare."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import graphs as graphs_config
+from hscl_jax import losses
+from hscl_jax import prepare
+from hscl_jax.graphs import data
+from hscl_jax.graphs import evaluate
+from hscl_jax.graphs import model as model_lib
+from hscl_jax.graphs import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The five benchmark datasets beside the repository (or wherever HSCL_TU_DIR points).
+SHARED_TU = os.environ.get('HSCL_TU_DIR', os.path.join(REPO, '..', 'shared', 'data', 'tu'))
+
+
+def toy_graphs(num_graphs=40, seed=0):
+  """Cycles (label 7) and stars (label -1) of 4..9 nodes: [(edges, label)], 0-based nodes."""
+  rng = np.random.default_rng(seed)
+  graphs = []
+  for i in range(num_graphs):
+    n = int(rng.integers(4, 10))
+    if i % 2:
+      edges = [(k, (k + 1) % n) for k in range(n)]
+      label = 7
+    else:
+      edges = [(0, k) for k in range(1, n)]
+      label = -1
+    graphs.append((n, edges, label))
+  return graphs
+
+
+def write_tu(folder, name, graphs, node_labels=None):
+  """Writes NAME_A / graph_indicator / graph_labels (/ node_labels) as the TU collection does."""
+  path = os.path.join(folder, name)
+  os.makedirs(path, exist_ok=True)
+  rows, indicator, offset = [], [], 0
+  for g, (n, edges, _) in enumerate(graphs):
+    for a, b in edges:
+      rows += [(a + offset + 1, b + offset + 1), (b + offset + 1, a + offset + 1)]
+    indicator += [g + 1] * n
+    offset += n
+  with open(os.path.join(path, f'{name}_A.txt'), 'w') as f:
+    f.writelines(f'{a}, {b}\n' for a, b in rows)
+  with open(os.path.join(path, f'{name}_graph_indicator.txt'), 'w') as f:
+    f.writelines(f'{g}\n' for g in indicator)
+  with open(os.path.join(path, f'{name}_graph_labels.txt'), 'w') as f:
+    f.writelines(f'{label}\n' for _, _, label in graphs)
+  if node_labels is not None:
+    with open(os.path.join(path, f'{name}_node_labels.txt'), 'w') as f:
+      f.writelines(f'{v}\n' for v in node_labels)
+  return path
+
+
+@pytest.fixture
+def toy_dir(tmp_path):
+  write_tu(str(tmp_path), 'TOY', toy_graphs())
+  return str(tmp_path)
+
+
+# --------------------------------------------------------------------------------------
+# Reader and batches.
+
+
+def test_reader_remaps_labels_and_uses_one_hot_degrees(toy_dir):
+  graphs = toy_graphs()
+  ds = data.load_tu('TOY', toy_dir)
+  assert ds.num_graphs == 40 and ds.num_classes == 2 and ds.feature_kind == 'degree'
+  np.testing.assert_array_equal(ds.labels, [1 if label == 7 else 0 for _, _, label in graphs])
+  degrees = []
+  for n, edges, _ in graphs:
+    degrees += list(np.bincount(np.ravel(edges), minlength=n))
+  assert ds.feature_dim == max(degrees) + 1
+  np.testing.assert_array_equal(ds.features.argmax(1), degrees)
+  np.testing.assert_array_equal(ds.features.sum(1), 1.0)
+  np.testing.assert_array_equal(ds.node_counts, [n for n, _, _ in graphs])
+
+
+def test_reader_uses_node_labels_when_present(tmp_path):
+  graphs = toy_graphs(6)
+  total = sum(n for n, _, _ in graphs)
+  node_labels = np.array([3, 9, 5])[np.arange(total) % 3]
+  write_tu(str(tmp_path), 'LAB', graphs, node_labels)
+  ds = data.load_tu('LAB', str(tmp_path))
+  assert ds.feature_kind == 'node_label' and ds.feature_dim == 3
+  np.testing.assert_array_equal(ds.codes, np.searchsorted([3, 5, 9], node_labels))
+
+
+@pytest.mark.parametrize('broken, expected', [
+    ('missing', 'TOY_graph_labels.txt: file not found. Fix: download it with  python -m '
+                'hscl_jax.prepare --dataset=TOY'),
+    ('malformed', 'TOY_A.txt:3: expected 2 integer(s) per line'),
+    ('count', 'TOY_graph_labels.txt: 39 labels for 40 graphs'),
+])
+def test_reader_errors_name_the_file_and_the_fix(toy_dir, broken, expected):
+  folder = os.path.join(toy_dir, 'TOY')
+  if broken == 'missing':
+    os.remove(os.path.join(folder, 'TOY_graph_labels.txt'))
+  elif broken == 'malformed':
+    with open(os.path.join(folder, 'TOY_A.txt')) as f:
+      lines = f.readlines()
+    lines[2] = '5; x\n'
+    with open(os.path.join(folder, 'TOY_A.txt'), 'w') as f:
+      f.writelines(lines)
+  else:
+    with open(os.path.join(folder, 'TOY_graph_labels.txt')) as f:
+      lines = f.readlines()
+    with open(os.path.join(folder, 'TOY_graph_labels.txt'), 'w') as f:
+      f.writelines(lines[:-1])
+  with pytest.raises(data.GraphDataError) as error:
+    data.load_tu('TOY', toy_dir)
+  message = str(error.value)
+  assert expected in message and '\n' not in message and 'Fix:' in message
+
+
+def test_batches_are_shuffled_by_seed_and_cover_every_graph(toy_dir):
+  ds = data.load_tu('TOY', toy_dir)
+  def take(seed):
+    return data.epoch_batches(np.arange(40), 16, 3, np.random.default_rng(seed))
+
+  a, b, c = take(0), take(0), take(1)
+  assert [len(x) for x in a] == [16, 16, 8]
+  np.testing.assert_array_equal(np.sort(np.concatenate(a)), np.arange(40))
+  np.testing.assert_array_equal(np.concatenate(a), np.concatenate(b))
+  assert not np.array_equal(np.concatenate(a), np.concatenate(c))
+  budget = data.budget_for(ds, a, 16)
+  batch = data.make_batch(ds, a[2], budget)
+  assert batch['graph_mask'].sum() == 8
+  assert batch['node_mask'].sum() == ds.node_counts[a[2]].sum()
+  real_edges = ds.edge_counts[a[2]].sum()
+  assert np.all(batch['receivers'][real_edges:] == budget.nodes)  # dropped by segment sums
+
+
+# --------------------------------------------------------------------------------------
+# Encoder.
+
+
+def _forward(ds, graphs, budget, variables=None, permute_seed=None):
+  batch = data.make_batch(ds, graphs, budget)
+  if permute_seed is not None:  # relabel the real nodes of the batch
+    n = int(batch['node_mask'].sum())
+    perm = np.random.default_rng(permute_seed).permutation(n)
+    inverse = np.argsort(perm)
+    for key in ('codes', 'node_graph'):
+      batch[key][:n] = batch[key][:n][perm]
+    e = batch['receivers'] < budget.nodes
+    batch['senders'][e] = inverse[batch['senders'][e]]
+    batch['receivers'][e] = inverse[batch['receivers'][e]]
+  model = model_lib.InfoGraph(feature_dim=ds.feature_dim)
+  batch = jax.tree.map(jnp.asarray, batch)
+  if variables is None:
+    variables = model.init(jax.random.key(0), batch, train=False)
+
+  def loss(params):
+    (local, graph), _ = model.apply({**variables, 'params': params}, batch, train=True,
+                                    mutable=['batch_stats'])
+    return losses.local_global_jsd(local, graph, batch['node_graph'],
+                                   hardening=losses.exponential(2.0),
+                                   node_mask=batch['node_mask'], graph_mask=batch['graph_mask'])
+
+  value, grads = jax.value_and_grad(loss)(variables['params'])
+  embedding = model.apply(variables, batch, method=model.embed)[:len(graphs)]
+  return variables, value, grads, embedding
+
+
+def test_encoder_is_node_permutation_and_padding_invariant(toy_dir):
+  ds = data.load_tu('TOY', toy_dir)
+  graphs = np.arange(0, 24)
+  small = data.Budget(graphs=24, nodes=256, edges=512)
+  large = data.Budget(graphs=30, nodes=512, edges=1024)
+  variables, value, grads, embedding = _forward(ds, graphs, small)
+  assert embedding.shape == (24, 96)
+  for budget, permute in ((small, 1), (large, None), (large, 2)):
+    _, v, g, e = _forward(ds, graphs, budget, variables, permute)
+    np.testing.assert_allclose(v, value, rtol=2e-5)
+    np.testing.assert_allclose(e, embedding, rtol=2e-5, atol=2e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5), g, grads)
+
+
+# --------------------------------------------------------------------------------------
+# Evaluation protocol.
+
+
+def test_svm_protocol_separates_separable_embeddings_and_not_noise():
+  rng = np.random.default_rng(0)
+  labels = np.repeat([0, 1, 2], 30)
+  separable = rng.normal(size=(90, 8)) + 6.0 * np.eye(8)[labels]
+  folds = evaluate.outer_folds(labels, 10, seed=0)
+  assert all(np.bincount(labels[test], minlength=3).tolist() == [3, 3, 3] for _, test in folds)
+  good = evaluate.cross_validate(separable, labels, folds)
+  assert good['accuracy'] == 1.0 and len(good['fold_accuracies']) == 10
+  noise = evaluate.cross_validate(rng.normal(size=(90, 8)), labels, folds)
+  assert noise['accuracy'] < 0.6
+  per_fold = [separable if k % 2 else rng.normal(size=(90, 8)) for k in range(10)]
+  mixed = evaluate.cross_validate(per_fold, labels, folds)  # one embedding per fold is used
+  np.testing.assert_array_equal(np.array(mixed['fold_accuracies'])[1::2], 1.0)
+
+
+# --------------------------------------------------------------------------------------
+# Program.
+
+
+def _config(data_dir, **overrides):
+  config = graphs_config.get_config()
+  config.dataset, config.data_dir = 'TOY', data_dir
+  config.num_epochs, config.batch_size = 2, 16
+  config.eval.num_folds, config.eval.inner_folds = 4, 2
+  config.eval.svm_cs = (1.0, 100.0)
+  config.update(overrides)
+  return config
+
+
+def test_config_errors_are_one_line_naming_the_field(toy_dir):
+  for field, value in (('method', 'infograph'), ('protocol', 'mixed'), ('data_dir', None),
+                       ('batch_size', 0), ('beta', -1.0)):
+    config = _config(toy_dir, method='hscl')
+    config[field] = value
+    with pytest.raises(train.GraphConfigError, match=f'^config.{field}: .*Fix: '):
+      train.validate_config(config)
+
+
+@pytest.mark.parametrize('method, protocol, encoders', [
+    ('hucl', 'leak_free', 1), ('hscl', 'leak_free', 4), ('scl', 'transductive', 1)])
+def test_end_to_end_tiny_run(toy_dir, tmp_path, method, protocol, encoders):
+  workdir = str(tmp_path / 'run')
+  result = train.run(_config(toy_dir, method=method, protocol=protocol), workdir)
+  with open(os.path.join(workdir, 'graph_eval.json')) as f:
+    written = json.load(f)
+  assert written == result
+  assert result['protocol'] == ('unsupervised' if method == 'hucl' else protocol)
+  assert (result['method'], result['dataset'], result['num_encoders']) == (method, 'TOY', encoders)
+  assert len(result['fold_accuracies']) == 4
+  assert result['accuracy'] == pytest.approx(np.mean(result['fold_accuracies']))
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    records = [json.loads(line) for line in f]
+  assert [r['epoch'] for r in records] == [1, 2]
+  assert len(records[0]['loss_per_encoder']) == encoders
+
+
+def test_leak_free_encoders_never_see_their_test_graphs(toy_dir, monkeypatch):
+  seen = {}
+  original = train.train_encoders
+
+  def spy(config, dataset, train_sets, *args, **kwargs):
+    seen['sets'] = train_sets
+    return original(config, dataset, train_sets, *args, **kwargs)
+
+  monkeypatch.setattr(train, 'train_encoders', spy)
+  config = _config(toy_dir, method='scl', num_epochs=1)
+  train.run(config, os.path.join(toy_dir, 'spy'))
+  folds = evaluate.outer_folds(data.load_tu('TOY', toy_dir).labels, 4, config.seed)
+  assert len(seen['sets']) == 4
+  for train_set, (_, test) in zip(seen['sets'], folds):
+    assert not set(train_set) & set(test) and len(train_set) + len(test) == 40
+
+
+def test_program_reports_a_bad_config_in_one_line(toy_dir):
+  env = {**os.environ, 'PYTHONPATH': REPO, 'JAX_PLATFORMS': 'cpu'}
+  proc = subprocess.run(
+      [sys.executable, '-m', 'hscl_jax.graphs', '--config=configs/graphs.py',
+       f'--workdir={toy_dir}/w', '--config.dataset=NOPE', f'--config.data_dir={toy_dir}'],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  errors = [line for line in proc.stderr.splitlines() if line.startswith('E')]
+  assert len(errors) == 1 and 'NOPE_A.txt: file not found' in errors[0]
+  assert 'Traceback' not in proc.stderr
+
+
+def test_prepare_downloads_and_unpacks_a_tu_zip(tmp_path, capsys):
+  source = write_tu(str(tmp_path / 'src'), 'ZIPPED', toy_graphs(12))
+  archive = tmp_path / 'ZIPPED.zip'
+  with zipfile.ZipFile(archive, 'w') as z:
+    for name in os.listdir(source):
+      z.write(os.path.join(source, name), f'ZIPPED/{name}')
+  target = tmp_path / 'data'
+  prepare.main(['--dataset=ZIPPED', f'--data_dir={target}', f'--url={archive.as_uri()}'])
+  assert 'ZIPPED is ready' in capsys.readouterr().out
+  assert data.load_tu('ZIPPED', str(target)).num_graphs == 12
+  with pytest.raises(SystemExit, match='download failed.*Fix: '):
+    prepare.main(['--dataset=ZIPPED', f'--data_dir={target}',
+                  f'--url={(tmp_path / "absent.zip").as_uri()}'])
+
+
+@pytest.mark.skipif(not os.path.isdir(os.path.join(SHARED_TU, 'MUTAG')),
+                    reason='../shared/data/tu/MUTAG not present')
+def test_short_run_on_mutag(tmp_path):
+  config = graphs_config.get_config()
+  config.data_dir, config.method, config.num_epochs = SHARED_TU, 'ucl', 3
+  result = train.run(config, str(tmp_path))
+  assert result['dataset'] == 'MUTAG' and len(result['fold_accuracies']) == 10
+  assert result['accuracy'] > 0.7  # the majority class is 0.66
