@@ -18,6 +18,7 @@ import importlib.util
 import os
 import sys
 
+from hscl_jax.data.sources import DATASETS
 from hscl_jax.data.tfds_sources import TFDS_DATASETS
 
 NEEDS_TENSORFLOW = ("Preparing a TFDS dataset needs TensorFlow, which is not installed. "
@@ -38,7 +39,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                       help='folder holding the official archive, for machines without internet')
   parser.add_argument('--url', default=None,
                       help='graph datasets: the zip to fetch (default: the TU collection)')
-  return parser.parse_args(argv)
+  args = parser.parse_args(argv)
+  if args.dataset in set(DATASETS) - set(TFDS_DATASETS):
+    parser.error(f'--dataset={args.dataset} needs no preparation')
+  return args
 
 
 def require_tensorflow() -> None:
@@ -76,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     from hscl_jax.graphs import prepare as graph_prepare
     try:
       folder = graph_prepare.prepare_tu(args.dataset, args.data_dir, args.url)
-    except graph_data.GraphDataError as e:
+    except graph_data.GraphDataError as e:  # one line and the fix, as the TFDS errors above
       raise SystemExit(str(e)) from None
     print(f'{args.dataset} is ready in {folder}')
     return

@@ -24,8 +24,8 @@ from absl import logging
 from ml_collections import config_flags
 import numpy as np
 
+from hscl_jax import errors
 from hscl_jax import metrics
-from hscl_jax.graphs import data
 from hscl_jax.graphs import train
 
 DATASETS = ('MUTAG', 'PTC', 'ENZYMES', 'IMDB-BINARY', 'IMDB-MULTI')
@@ -187,11 +187,9 @@ def main(argv):
     for seed in range(_REPEATS.value):
       for dataset in datasets:
         for method, beta in settings(betas):
-          try:
-            result = run_one(base, root, dataset, method, beta, seed, _DATA_DIR.value)
-          except (train.GraphConfigError, data.GraphDataError) as e:
-            logging.error('%s', e)
-            raise SystemExit(1) from None
+          result = errors.exit_on_user_error(
+              lambda: run_one(base, root, dataset, method, beta, seed, _DATA_DIR.value),  # noqa: B023
+              workdir=root)
           done += 1
           logging.info('[%d/%d, %s] %s %s seed %d: %.4f', done, total,
                        metrics.format_duration(time.perf_counter() - start), dataset,

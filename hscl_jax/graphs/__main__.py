@@ -8,15 +8,12 @@ Writes DIR/graph_eval.json (accuracy, fold_accuracies, protocol, method, dataset
 DIR/metrics.jsonl (training loss per epoch) and DIR/config.json.
 """
 
-import sys
-
 from absl import app
 from absl import flags
-from absl import logging
 from ml_collections import config_flags
 
+from hscl_jax import errors
 from hscl_jax import metrics
-from hscl_jax.graphs import data
 from hscl_jax.graphs import train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for the results of this run.')
@@ -29,11 +26,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   metrics.show_only_own_info_logs()
-  try:
-    train.run(_CONFIG.value, _WORKDIR.value)
-  except (train.GraphConfigError, data.GraphDataError, FloatingPointError) as e:
-    logging.error('%s', e)
-    sys.exit(1)
+  errors.exit_on_user_error(lambda: train.run(_CONFIG.value, _WORKDIR.value),
+                            workdir=_WORKDIR.value)
 
 
 if __name__ == '__main__':

@@ -17,10 +17,12 @@ import os
 
 import numpy as np
 
+from hscl_jax import errors
+
 MAX_ONE_HOT_DEGREE = 1000  # InfoGraph's limit for one-hot degrees; higher degrees are capped
 
 
-class GraphDataError(ValueError):
+class GraphDataError(errors.UserError, ValueError):
   """A TU dataset file is missing or malformed; the message names the file and the fix."""
 
 

@@ -21,6 +21,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from hscl_jax import errors
 from hscl_jax import losses
 from hscl_jax import metrics
 from hscl_jax.graphs import data
@@ -32,8 +33,12 @@ PROTOCOLS = ('leak_free', 'transductive')
 EVAL_FILE = 'graph_eval.json'
 
 
-class GraphConfigError(ValueError):
+class GraphConfigError(errors.UserError, ValueError):
   """An invalid configuration; raised before anything is compiled."""
+
+
+class NonFiniteLossError(errors.UserError, FloatingPointError):
+  """The training loss became NaN/inf; nothing was evaluated or written."""
 
 
 def _fail(field: str, problem: str, fix: str):
@@ -172,7 +177,9 @@ def train_encoders(config, dataset: data.GraphDataset, train_sets: list[np.ndarr
     state, loss = epoch(state, _device_batches(dataset, groups, budget), beta)
     loss = np.asarray(loss)
     if not np.all(np.isfinite(loss)):
-      raise FloatingPointError(f'non-finite training loss at epoch {e}: {loss}')
+      raise NonFiniteLossError(
+          f'non-finite training loss at epoch {e} (per encoder: {loss.tolist()}). '
+          'Fix: lower --config.learning_rate')
     writer.write(e, {'epoch': e, 'loss': float(loss.mean()), 'loss_per_encoder': loss})
     if log and (e % config.log_every_epochs == 0 or e == config.num_epochs):
       elapsed = time.perf_counter() - start
