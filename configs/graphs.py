@@ -39,6 +39,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.inner_folds = 5
   config.eval.svm_cs = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0)
   config.eval.batch_size = 128  # graphs per embedding batch
+  config.eval.threads = 0  # SVM folds scored in parallel; 0 = one thread per CPU core
 
   config.log_every_epochs = 10
   return config

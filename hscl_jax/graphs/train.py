@@ -227,7 +227,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   embeddings = list(embeddings) if protocol == 'leak_free' else embeddings[0]
   start = time.perf_counter()
   scores = evaluate.cross_validate(embeddings, dataset.labels, folds, cs=config.eval.svm_cs,
-                                   inner_folds=config.eval.inner_folds)
+                                   inner_folds=config.eval.inner_folds,
+                                   threads=config.eval.threads)
   result = {
       **scores, 'dataset': config.dataset, 'method': config.method, 'beta': beta_of(config),
       'protocol': protocol, 'seed': config.seed, 'num_epochs': config.num_epochs,
