@@ -1,11 +1,14 @@
-"""Training-step throughput and model FLOPs utilisation (MFU) on fake data.
+"""Throughput and model FLOPs utilisation (MFU) of the real training step on one device.
 
     python benchmarks/bench_train_step.py                       # ResNet-18 and ResNet-50, 32 px
     python benchmarks/bench_train_step.py --models=resnet50 --batch_size=16 --steps=5 --dtype=bfloat16
 
-One step = forward of both views, SCL loss on the normalised projections (``losses.scl``),
-backward, Adam update, BatchNorm statistics.
-No input pipeline: the images are random and stay on the device.
+The step timed is `hscl_jax.train.make_train_step` itself, jitted over a 1-device mesh
+(jax.shard_map, as in training): on-device SimCLR augmentation of both views, forward,
+the configured loss (configs/default.py: H-SCL, exponential hardening) and its backward,
+the per-step diagnostics (--diagnostics, on by default as in training), the optimizer
+update (config.optimizer, Adam with coupled L2) and synced BatchNorm statistics. The
+input pipeline is left out: one random uint8 batch stays on the device.
 
 Reported per model: step time (best of --steps after one warm-up step), images/s
 (images = samples x 2 views), the step's FLOPs from XLA's cost analysis of the compiled
@@ -19,36 +22,24 @@ steps (`mfu_local`), with the 1-minute load average.
 import argparse
 import json
 import os
+import pathlib
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
-import ml_collections
-import optax
+import numpy as np
 
-from hscl_jax import losses
-from hscl_jax import models
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `configs`, as from the root
+
+from configs import default  # noqa: E402
+from hscl_jax import augment  # noqa: E402
+from hscl_jax import models  # noqa: E402
+from hscl_jax import optim  # noqa: E402
+from hscl_jax import parallel  # noqa: E402
+from hscl_jax import train  # noqa: E402
 
 VIEWS = 2
-
-
-def make_train_step(model, tx):
-  def train_step(params, batch_stats, opt_state, images, labels):
-    b = images.shape[0]
-
-    def loss_fn(params):
-      x = images.reshape(b * VIEWS, *images.shape[2:])
-      (_, z), updates = model.apply(
-          {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
-      )
-      z = losses.l2_normalize(z).reshape(b, VIEWS, -1)
-      return losses.scl(z, labels), updates['batch_stats']
-
-    (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), batch_stats, opt_state, loss
-
-  return jax.jit(train_step, donate_argnums=(0, 1, 2))
 
 
 def flops_of(compiled) -> float:
@@ -78,33 +69,45 @@ def matmul_peak(n: int, repeats: int) -> float:
   return 2 * n**3 / best_time(dot, a, b, repeats=repeats)
 
 
-def bench_model(name, args):
-  config = ml_collections.ConfigDict(
-      dict(name=name, stem='cifar', head_hidden=512, head_out=128, dtype=args.dtype,
-           bn_momentum=0.9)
-  )
-  model = models.create_model(config)
-  shape = (args.image_size, args.image_size, 3)
-  variables = models.initialize(model, jax.random.key(0), shape)
-  params, batch_stats = variables['params'], variables['batch_stats']
-  tx = optax.adamw(1e-3, weight_decay=1e-6)
-  opt_state = tx.init(params)
-  images = jax.random.normal(jax.random.key(1), (args.batch_size, VIEWS, *shape))
-  labels = jnp.arange(args.batch_size) % 10
+def bench_config(name, args):
+  config = default.get_config()
+  config.model.name = name
+  config.model.dtype = args.dtype
+  config.augment.image_size = args.image_size
+  config.batch_size = args.batch_size
+  config.diagnostics = args.diagnostics
+  return config
 
-  step = make_train_step(model, tx)
+
+def bench_model(name, args):
+  config = bench_config(name, args)
+  mesh = parallel.make_mesh(jax.devices()[:1])
+  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1,
+                                                 total_steps=args.steps + 1)
+  optimizer = optim.create_optimizer(config.optimizer, schedule)
+  augment_params = augment.AugmentParams.from_config(config.augment)
+  state = train.create_train_state(config, model, optimizer, args.image_size, mesh)
+  step = train.make_train_step(config, model, optimizer, augment_params, mesh)
+  hyper = train.loss_hyperparameters(config, 1)
+  rng = np.random.default_rng(0)
+  shape = (args.batch_size, VIEWS, args.image_size, args.image_size, 3)
+  batch = parallel.global_batch(
+      {'image': rng.integers(0, 256, shape, dtype=np.uint8),
+       'label': (np.arange(args.batch_size) % 10).astype(np.int32)}, mesh, ('image', 'label'))
+
   start = time.perf_counter()
-  compiled = step.lower(params, batch_stats, opt_state, images, labels).compile()
+  compiled = step.lower(state, batch, hyper).compile()
   compile_seconds = time.perf_counter() - start
   flops = flops_of(compiled)
 
-  state = (params, batch_stats, opt_state)
-  state = compiled(*state, images, labels)[:3]  # warm-up
+  state, loss = compiled(state, batch, hyper)  # warm-up
+  jax.block_until_ready(loss)
   peak = matmul_peak(args.matmul_size, repeats=3)
   times = []
   for _ in range(args.steps):
     start = time.perf_counter()
-    *state, loss = compiled(*state, images, labels)
+    state, loss = compiled(state, batch, hyper)
     jax.block_until_ready(loss)
     times.append(time.perf_counter() - start)
   seconds = min(times)
@@ -115,6 +118,7 @@ def bench_model(name, args):
       dtype=args.dtype,
       image_size=args.image_size,
       batch_size=args.batch_size,
+      diagnostics=args.diagnostics,
       images_per_step=images_per_step,
       compile_s=round(compile_seconds, 1),
       step_s_best=round(seconds, 3),
@@ -137,10 +141,12 @@ def main():
   parser.add_argument('--image_size', type=int, default=32)
   parser.add_argument('--steps', type=int, default=3, help='timed steps after one warm-up')
   parser.add_argument('--dtype', default='float32', choices=tuple(models.DTYPES))
+  parser.add_argument('--diagnostics', action=argparse.BooleanOptionalAction, default=True,
+                      help='the per-step diagnostics of training (config.diagnostics)')
   parser.add_argument('--matmul_size', type=int, default=2048)
   args = parser.parse_args()
 
-  print(f'devices: {jax.devices()}  loss: {"losses.scl" if losses else "fallback NT-Xent"}')
+  print(f'devices: {jax.devices()[:1]} (1-device mesh)  step: hscl_jax.train.make_train_step')
   peaks = [matmul_peak(args.matmul_size, repeats=5)]
   print(f'matmul peak ({args.matmul_size}^3 float32 jnp.dot): {peaks[0] / 1e9:.1f} GFLOP/s')
   results = []
@@ -151,9 +157,10 @@ def main():
     print(json.dumps(result))
   peaks.append(matmul_peak(args.matmul_size, repeats=5))
   peak = max(peaks)
-  print(f'matmul peak seen: {", ".join(f"{p / 1e9:.1f}" for p in peaks)} GFLOP/s; using {peak / 1e9:.1f}')
-  print(f'\n{"model":10s} {"img/s":>7s} {"GFLOP/img":>10s} {"GFLOP/s":>8s} {"peak":>7s} {"MFU":>6s} '
-        f'{"MFU_local":>9s}')
+  print(f'matmul peak seen: {", ".join(f"{p / 1e9:.1f}" for p in peaks)} GFLOP/s; '
+        f'using {peak / 1e9:.1f}')
+  print(f'\n{"model":10s} {"img/s":>7s} {"GFLOP/img":>10s} {"GFLOP/s":>8s} {"peak":>7s} '
+        f'{"MFU":>6s} {"MFU_local":>9s}')
   for r in results:
     r['mfu'] = round(r['achieved_gflops'] * 1e9 / peak, 3)
     print(f'{r["model"]:10s} {r["images_per_s"]:7.2f} {r["gflop_per_image"]:10.3f} '
