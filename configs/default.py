@@ -1,4 +1,4 @@
-"""Shared defaults: the paper's protocol (REFERENCE.md), which the dataset configs override.
+"""Shared defaults: the paper's protocol (docs/method.md), which the dataset configs override.
 
 Every hyperparameter of a run lives here; `hscl_jax.train` reads nothing else. Values
 that follow from others (steps per epoch, the learning-rate schedule, tau and beta of
@@ -37,7 +37,7 @@ def get_config() -> ml_collections.ConfigDict:
   # 'label': the second view is another image of the same class (Lemma 1 experiment).
   config.positive_mode = 'augmentation'
 
-  # --- Method (REFERENCE.md, "The four settings") ---
+  # --- Method (docs/method.md, "The four settings"; eq. (3) of the paper) ---
   config.method = 'hscl'  # ucl (SimCLR) | hucl (HCL) | scl | hscl
   config.hardening = 'exp'  # hscl and diagnostics: 'exp' = H-SCL(beta), 'threshold' = H-SCL(tau)
   config.beta = 1.0  # exponential hardening strength (hucl, hscl with hardening='exp')

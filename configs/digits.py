@@ -1,6 +1,6 @@
 """CPU default: scikit-learn's 8x8 digits, a small CNN, H-SCL(beta=1); a few minutes on 2 cores.
 
-Raw pixels already reach 0.90 weighted-kNN accuracy on this split (REFERENCE.md); the
+Raw pixels already reach 0.90 weighted-kNN accuracy on this split (docs/method.md); the
 learned features should beat that. The augmentations are milder than SimCLR's: at 8x8 a
 crop below ~30% of the area leaves a few pixels, the images are grey (no hue, saturation,
 or grayscale), and a horizontal flip turns some digits into others.

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 r"""The paper's grids as training commands, one workdir per run; prints or submits them.
 
-Grid (REFERENCE.md, Table I): methods ucl (SimCLR), hucl (HCL, beta grid), scl,
-hscl-exp (H-SCL(beta), beta grid), hscl-threshold (H-SCL(tau), schedule start x end grid)
-x seeds x datasets. With the defaults that is 1 + 5 + 1 + 5 + 9 = 21 runs per dataset
-and seed, 63 for CIFAR-10, CIFAR-100 and STL-10 with one seed (about 630 A100-hours at
-the paper's 200 epochs, batch 512, ResNet-50).
+Grid (docs/method.md; the paper's Table I, eq. (4)): methods ucl (SimCLR), hucl (HCL,
+beta grid), scl, hscl-exp (H-SCL(beta), beta grid), hscl-threshold (H-SCL(tau), schedule
+start x end grid) x seeds x datasets. With the defaults that is 1 + 5 + 1 + 5 + 9 = 21
+runs per dataset and seed, 63 for CIFAR-10, CIFAR-100 and STL-10 with one seed (about 630
+A100-hours at the paper's 200 epochs, batch 512, ResNet-50).
 
 Examples (from the repository root):
   python launch/sweep.py                                   # print all commands

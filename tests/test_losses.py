@@ -15,7 +15,7 @@ from hscl_jax import losses
 
 
 # --------------------------------------------------------------------------------------
-# Independent float64 reference, written from REFERENCE.md / eq. (3) with explicit sets.
+# Independent float64 reference, written from eq. (3) (docs/method.md) with explicit sets.
 
 
 def reference_loss(features, labels=None, *, method, temperature=0.5, M=None, eta=None,
