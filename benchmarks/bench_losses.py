@@ -2,6 +2,7 @@
 
     python benchmarks/bench_losses.py                 # n = 1024, 4096, 16384 and memory at 65536
     python benchmarks/bench_losses.py --sizes=1024 --memory_rows=0
+    python benchmarks/bench_losses.py --sizes= --memory_rows=0       # only the optax row
 
 For each n (rows = batch·views, d = 128) it times the jitted forward+backward of
 ``losses.hscl`` (exponential hardening) in the dense and the blockwise form, and the
@@ -9,7 +10,9 @@ bare matmul bound measured in the same run: the forward similarity matmul z zᵀ
 two matmuls of its backward pass. The ratio loss/matmul is the figure of merit (the
 target is <= 2x for the dense form at n = 1024). The peak memory of the blockwise form at
 ``--memory_rows`` is the peak resident set of a child process that runs one
-forward+backward, next to a child that only holds the inputs.
+forward+backward, next to a child that only holds the inputs. Last, at ``--optax_rows``,
+``losses.ucl`` against ``optax.losses.ntxent``, the same loss (NT-Xent, M = n - 2), which
+materialises an n×n×d tensor.
 """
 
 import argparse
@@ -79,6 +82,22 @@ def speed(sizes, block_size, repeats):
             flush=True)
 
 
+def versus_optax(n, repeats):
+  """losses.ucl against optax.losses.ntxent (the same loss, M = n - 2), forward+backward."""
+  import jax
+  import optax
+  from hscl_jax import losses
+  z, _ = _setup(n)
+  rows, labels = z.reshape(n, DIM), jax.numpy.repeat(jax.numpy.arange(n // 2), 2)
+  ours = jax.jit(jax.value_and_grad(lambda z: losses.ucl(z, temperature=0.5)))
+  theirs = jax.jit(jax.value_and_grad(
+      lambda rows: optax.losses.ntxent(rows, labels, temperature=0.5)))
+  ours_s, theirs_s = _time(ours, z, repeats=repeats), _time(theirs, rows, repeats=repeats)
+  gap = abs(float(ours(z)[0]) - float(theirs(rows)[0]))
+  print(f"n={n} forward+backward: losses.ucl {ours_s * 1e3:.1f} ms, optax.losses.ntxent "
+        f"{theirs_s * 1e3:.1f} ms: ours {theirs_s / ours_s:.0f}x faster; |value gap| {gap:.1e}")
+
+
 def _child_peak(rows, block_size, run_loss):
   """Peak RSS (MiB) of a fresh process that builds the inputs and optionally runs the loss."""
   code = (
@@ -114,10 +133,13 @@ def main():
   parser.add_argument("--block_size", type=int, default=2048)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--memory_rows", type=int, default=65536, help="0 skips the memory check")
+  parser.add_argument("--optax_rows", type=int, default=1024, help="0 skips the optax row")
   args = parser.parse_args()
   if args.memory_rows:  # first: ru_maxrss of children is a running maximum
     memory(args.memory_rows, args.block_size)
   speed([int(s) for s in args.sizes.split(",") if s], args.block_size, args.repeats)
+  if args.optax_rows:
+    versus_optax(args.optax_rows, args.repeats)
 
 
 if __name__ == "__main__":

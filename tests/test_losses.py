@@ -9,6 +9,7 @@ import jax.extend
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 import numpy as np
+import optax
 import pytest
 
 from hscl_jax import losses
@@ -133,6 +134,17 @@ class IdentityTest(parameterized.TestCase):
     partner = jnp.arange(16) ^ 1  # rows 2s and 2s+1 are the two views of sample s
     nt_xent = -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(16), partner])
     np.testing.assert_allclose(losses.ucl(features), nt_xent, rtol=1e-6)
+
+  @parameterized.parameters((2, None, 0.5), (2, None, 0.1), (3, 21, 0.5))
+  def test_ucl_equals_optax_ntxent(self, views, M, temperature):
+    """optax.losses.ntxent (the maintained JAX peer) sums over the negatives: our UCL with
+    M = the negative count (n - 2 for two views, the default) is the same loss."""
+    features, _ = random_batch(3, batch=8, views=views)
+    rows = features.reshape(8 * views, -1)  # sample-major: row r is sample r // views
+    labels = jnp.repeat(jnp.arange(8), views)
+    expected = optax.losses.ntxent(rows, labels, temperature=temperature)
+    got = losses.ucl(features, temperature=temperature, M=M)
+    np.testing.assert_allclose(got, expected, rtol=2e-6)
 
   def test_beta_zero_gives_scl_and_ucl(self):
     features, labels = random_batch(3)
