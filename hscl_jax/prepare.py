@@ -13,10 +13,12 @@ folder and pass it as --manual_dir.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import importlib.util
 import os
-import sys
+
+from absl import app
+from absl import flags
 
 from hscl_jax.data.sources import DATASETS
 from hscl_jax.data.tfds_sources import TFDS_DATASETS
@@ -24,25 +26,41 @@ from hscl_jax.data.tfds_sources import TFDS_DATASETS
 NEEDS_TENSORFLOW = ("Preparing a TFDS dataset needs TensorFlow, which is not installed. "
                     "Install the extra with:  pip install -e '.[prepare]'")
 
+_DATASET = flags.DEFINE_string(
+    'dataset', None, f'Dataset to prepare: one of {", ".join(sorted(TFDS_DATASETS))} (digits '
+    'and image_folder need no preparation), or a TU Dortmund graph dataset name (e.g. MUTAG).')
+_DATA_DIR = flags.DEFINE_string(
+    'data_dir', None, 'TFDS data directory (default: $TFDS_DATA_DIR or ~/tensorflow_datasets).')
+_MANUAL_DIR = flags.DEFINE_string(
+    'manual_dir', None, 'Folder holding the official archive, for machines without internet.')
+_URL = flags.DEFINE_string(
+    'url', None, 'Graph datasets: the zip to fetch (default: the TU collection).')
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(
-      prog='python -m hscl_jax.prepare',
-      description='Download a TFDS dataset and convert it to array_record for hscl_jax.')
-  parser.add_argument('--dataset', required=True,
-                      help=f'dataset to prepare: one of {", ".join(sorted(TFDS_DATASETS))} '
-                           '(digits and image_folder need no preparation), or a TU Dortmund '
-                           'graph dataset name (e.g. MUTAG)')
-  parser.add_argument('--data_dir', default=None,
-                      help='TFDS data directory (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)')
-  parser.add_argument('--manual_dir', default=None,
-                      help='folder holding the official archive, for machines without internet')
-  parser.add_argument('--url', default=None,
-                      help='graph datasets: the zip to fetch (default: the TU collection)')
-  args = parser.parse_args(argv)
-  if args.dataset in set(DATASETS) - set(TFDS_DATASETS):
-    parser.error(f'--dataset={args.dataset} needs no preparation')
-  return args
+
+@dataclasses.dataclass(frozen=True)
+class Args:
+  dataset: str
+  data_dir: str | None
+  manual_dir: str | None
+  url: str | None
+
+
+def _args_from_flags() -> Args:
+  if not _DATASET.value:
+    raise SystemExit('--dataset is required, e.g. python -m hscl_jax.prepare --dataset=cifar10')
+  if _DATASET.value in set(DATASETS) - set(TFDS_DATASETS):
+    raise SystemExit(f'--dataset={_DATASET.value} needs no preparation')
+  return Args(_DATASET.value, _DATA_DIR.value, _MANUAL_DIR.value, _URL.value)
+
+
+def parse_args(argv: list[str]) -> Args:
+  """The flags in `argv` (without the program name), as the command line would set them."""
+  flags.FLAGS.unparse_flags()
+  try:
+    flags.FLAGS(['prepare', *argv])
+  except flags.Error as e:
+    raise SystemExit(str(e)) from None
+  return _args_from_flags()
 
 
 def require_tensorflow() -> None:
@@ -73,8 +91,7 @@ def prepare(dataset: str, data_dir: str | None = None, manual_dir: str | None = 
   return {str(split): info.num_examples for split, info in builder.info.splits.items()}
 
 
-def main(argv: list[str] | None = None) -> None:
-  args = parse_args(argv)
+def run(args: Args) -> None:
   if args.dataset not in TFDS_DATASETS:
     from hscl_jax.graphs import data as graph_data
     from hscl_jax.graphs import prepare as graph_prepare
@@ -88,5 +105,16 @@ def main(argv: list[str] | None = None) -> None:
   print(f'{args.dataset} is ready (array_record), split sizes: {sizes}')
 
 
+def main(argv: list[str]) -> None:
+  """The command line `python -m hscl_jax.prepare ARGV...` (ARGV without the program name)."""
+  run(parse_args(argv))
+
+
+def _main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  run(_args_from_flags())
+
+
 if __name__ == '__main__':
-  main(sys.argv[1:])
+  app.run(_main)
