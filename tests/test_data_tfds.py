@@ -18,7 +18,7 @@ from PIL import Image
 from tensorflow_datasets.core import naming
 from tensorflow_datasets.core import splits as splits_lib
 
-from hscl_jax import data, prepare
+from hscl_jax import data
 
 SPLIT_SIZES = {'cifar10': {'train': 24, 'test': 10},
                'cifar100': {'train': 12, 'test': 4},
@@ -154,21 +154,3 @@ def test_tfrecord_preparation_is_rejected(tmp_path):
   write_prepared(tmp_path, 'cifar10', file_format='tfrecord', with_records=False)
   with pytest.raises(data.DatasetNotPreparedError, match='prepared as tfrecord'):
     data.get_source('cifar10', 'test', data_dir=str(tmp_path))
-
-
-def test_prepare_arguments():
-  args = prepare.parse_args(['--dataset=stl10', '--data_dir=/d', '--manual_dir=/m'])
-  assert (args.dataset, args.data_dir, args.manual_dir) == ('stl10', '/d', '/m')
-  with pytest.raises(SystemExit):
-    prepare.parse_args(['--dataset=digits'])  # Needs no preparation: not a choice.
-
-
-def test_prepare_checks_the_manual_archive(tmp_path):
-  with pytest.raises(SystemExit, match='has no cifar-10-binary.tar.gz'):
-    prepare.main(['--dataset=cifar10', f'--manual_dir={tmp_path}'])
-
-
-def test_prepare_without_tensorflow_says_how_to_install(monkeypatch):
-  monkeypatch.setattr(prepare.importlib.util, 'find_spec', lambda name: None)
-  with pytest.raises(SystemExit, match=r"pip install -e '\.\[prepare\]'"):
-    prepare.main(['--dataset=cifar10', '--data_dir=/nonexistent'])
