@@ -1,7 +1,7 @@
 """Throughput and model FLOPs utilisation (MFU) of the real training step on one device.
 
-    python benchmarks/bench_train_step.py                       # ResNet-18 and ResNet-50, 32 px
-    python benchmarks/bench_train_step.py --models=resnet50 --batch_size=16 --steps=5 --dtype=bfloat16
+    python benchmarks/bench_train_step.py          # ResNet-18 and ResNet-50, 32 px
+    python benchmarks/bench_train_step.py --models=resnet50 --batch_size=16 --dtype=bfloat16
 
 The step timed is `hscl_jax.train.make_train_step` itself, jitted over a 1-device mesh
 (jax.shard_map, as in training): on-device SimCLR augmentation of both views, forward,
