@@ -140,6 +140,7 @@ def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted):
     assert set(EPOCH_KEYS) <= set(record)
     assert all(np.isfinite(record[k]) for k in EPOCH_KEYS)
     assert 0.0 <= record['assumption1_fraction'] <= 1.0
+    assert 'beta' in record and 'tau' not in record  # H-SCL(beta): tau is not used
   assert records[-1]['knn_top1'] > 0.5  # chance is 0.1
   assert records[-1]['train_loss'] < records[0]['train_loss']
   assert result.last_record == records[-1]
@@ -262,6 +263,18 @@ def test_mock_tfds_dataset_one_short_epoch(name, tmp_path):
 
 # ----------------------------------------------------------------------------------------
 # Options: optimizers, methods, bf16; the command line.
+
+
+@pytest.mark.parametrize('method, hardening, diagnostics, logged', [
+    ('ucl', 'exp', False, ()), ('scl', 'threshold', False, ()), ('hucl', 'threshold', False,
+                                                                  ('beta',)),
+    ('hscl', 'exp', False, ('beta',)), ('hscl', 'threshold', False, ('tau',)),
+    ('ucl', 'threshold', True, ('tau',)), ('hucl', 'threshold', True, ('beta', 'tau')),
+])
+def test_only_the_hyperparameters_in_use_are_logged(method, hardening, diagnostics, logged):
+  config = tiny_config()
+  config.method, config.hardening, config.diagnostics = method, hardening, diagnostics
+  assert train.used_hyperparameters(config) == logged
 
 
 @pytest.mark.parametrize('name', optim.OPTIMIZERS)
