@@ -9,20 +9,28 @@ directory DIR/checkpoints/<step>/ with two items:
                    (process_<i>-of-<n>.json), so every host resumes its own shard exactly
                    (a run with another process count reads process 0's state).
 Saving is asynchronous (training continues while arrays are written); the manager keeps
-the newest `keep` checkpoints. `restore_subtree` reads part of the state (e.g. only the
+the newest `keep` checkpoints. A checkpoint written on preemption carries `ResumeInfo`
+(Orbax custom metadata). A checkpoint that no longer restores (a truncated file) is moved
+to DIR/checkpoints_unusable/<step> and the run falls back to the newest one that does. `restore_subtree` reads part of the state (e.g. only the
 encoder, for evaluation) without building the training state.
 """
 
 import base64
 import dataclasses
+import errno
 import json
+import shutil
 from typing import Any
 
+from absl import logging
 from etils import epath
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 import orbax.checkpoint as ocp
 
 CHECKPOINT_DIR = 'checkpoints'
+UNUSABLE_DIR = 'checkpoints_unusable'  # checkpoints that failed to restore, kept for inspection
 STATE = 'state'
 DATA_ITERATOR = 'data_iterator'
 
@@ -44,6 +52,11 @@ def finished_steps(workdir: str) -> list[int]:
   return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit())
 
 
+def _first_line(error: BaseException) -> str:
+  lines = str(error).strip().splitlines()
+  return f'{type(error).__name__}: {lines[0] if lines else ""}'
+
+
 def restore_subtree(workdir: str, step: int, target: Any) -> Any:
   """The entries of checkpoint `step`'s state named by `target`, on the default device.
 
@@ -61,7 +74,7 @@ def restore_subtree(workdir: str, step: int, target: Any) -> Any:
           item=target, restore_args=restore_args, partial_restore=True))
   except Exception as e:  # Orbax raises many types; all mean "this path is unusable"
     raise RestoreError(
-        f'cannot restore from {path}: {type(e).__name__}: {e}. The checkpoint is missing or '
+        f'cannot restore from {path}: {_first_line(e)}. The checkpoint is missing or '
         'corrupt, or was written by a run with a different model config.') from e
   _check_shapes(restored, target, path)
   return restored
@@ -128,10 +141,32 @@ class IteratorStateRestore(ocp.args.CheckpointArgs):
   pass
 
 
+@dataclasses.dataclass(frozen=True)
+class ResumeInfo:
+  """What a checkpoint written on preemption knows beyond the state.
+
+  epoch_end_pending: saved at an epoch's last step before its record was written (the
+    resumed run computes the record first);
+  epoch_seconds, epoch_steps_timed: the interrupted epoch's training time so far, so its
+    record reports the whole epoch's throughput.
+  """
+
+  epoch_end_pending: bool = False
+  epoch_seconds: float = 0.0
+  epoch_steps_timed: int = 0
+
+
+def _all_processes(ok: bool) -> bool:
+  if jax.process_count() == 1:
+    return ok
+  return bool(np.all(multihost_utils.process_allgather(np.asarray(ok))))
+
+
 class Checkpointer:
   """Saves/restores {state pytree, iterator state} of the run in `workdir`, keeping `keep`."""
 
   def __init__(self, workdir: str, *, keep: int):
+    self._workdir = workdir
     self._manager = ocp.CheckpointManager(
         directory(workdir).absolute(),
         options=ocp.CheckpointManagerOptions(
@@ -147,10 +182,12 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
 
-  def save(self, step: int, state: Any, iterator_state: Any) -> bool:
+  def save(self, step: int, state: Any, iterator_state: Any,
+           resume_info: ResumeInfo | None = None) -> bool:
     """Starts saving (asynchronously); a step that is already saved is skipped."""
     if step in self._manager.all_steps():
       return False
+    self._check_space(state)
     return self._manager.save(
         step,
         args=ocp.args.Composite(**{
@@ -158,7 +195,66 @@ class Checkpointer:
             DATA_ITERATOR: IteratorStateSave(iterator_state),
         }),
         force=True,  # the training loop decides when to save
+        custom_metadata=dataclasses.asdict(resume_info or ResumeInfo()),
     )
+
+  def _check_space(self, state: Any) -> None:
+    """Raises ENOSPC before writing a checkpoint that cannot fit (local disks): a save
+    that fails half-way leaves a partial directory and a burst of library tracebacks."""
+    path = directory(self._workdir)
+    if not path.exists() or '://' in str(path):
+      return
+    needed = sum(x.nbytes for x in jax.tree.leaves(state))  # uncompressed: an upper bound
+    free = shutil.disk_usage(path).free
+    if free < needed:
+      raise OSError(errno.ENOSPC, f'No space left on device: a checkpoint needs up to '
+                    f'{needed} bytes, {free} are free', str(path))
+
+  def resume_info(self, step: int) -> ResumeInfo:
+    metadata = self._manager.metadata(step).custom_metadata or {}
+    fields = {f.name for f in dataclasses.fields(ResumeInfo)}
+    return ResumeInfo(**{k: v for k, v in metadata.items() if k in fields})
+
+  def restore_latest(self, target: Any) -> tuple[int, Any, Any] | None:
+    """(step, state, iterator state) of the newest checkpoint that restores; None if none.
+
+    Newer ones that fail (e.g. a truncated file) are moved to DIR/checkpoints_unusable/
+    with a warning naming the step. If none restores, nothing is moved and the newest
+    one's error is raised (a model change or a bug, rather than a damaged file).
+    """
+    failed = []
+    for step in sorted(self._manager.all_steps(), reverse=True):
+      error = None
+      try:
+        state, iterator_state = self.restore(step, target)
+      except Exception as e:  # Orbax/TensorStore raise many types; all mean "unusable"
+        error = e
+      if _all_processes(error is None):
+        for bad_step, bad_error in failed:
+          self._move_aside(bad_step, bad_error, fallback=step)
+        return step, state, iterator_state
+      failed.append((step, error))
+    for _, error in failed:
+      if error is not None:
+        raise error
+    if failed:
+      raise RuntimeError(f'checkpoint {failed[0][0]} failed to restore on another process.')
+    return None
+
+  def _move_aside(self, step: int, error: BaseException | None, *, fallback: int) -> None:
+    destination = epath.Path(self._workdir) / UNUSABLE_DIR / str(step)
+    if jax.process_index() == 0:
+      destination.parent.mkdir(parents=True, exist_ok=True)
+      if destination.exists():
+        destination = destination.with_name(f'{step}-{len(list(destination.parent.iterdir()))}')
+      (directory(self._workdir) / str(step)).rename(destination)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f'moved aside checkpoint {step}')
+    self._manager.reload()
+    logging.warning('The checkpoint at step %d cannot be restored (%s); it was moved to %s '
+                    'and the run resumes from step %d.', step,
+                    _first_line(error) if error else 'failed on another process', destination,
+                    fallback)
 
   def restore(self, step: int, target: Any) -> tuple[Any, Any]:
     """(state pytree shaped and sharded like `target`, iterator state) of checkpoint `step`."""

@@ -11,7 +11,6 @@ import sys
 from typing import Callable, Iterator, TypeVar
 
 from absl import logging
-from etils import epath
 
 T = TypeVar('T')
 
@@ -35,13 +34,9 @@ def is_disk_full(error: BaseException) -> bool:
              or 'No space left on device' in str(e) for e in _chain(error))
 
 
-def _finished_checkpoints(workdir: str) -> list[int]:
-  path = epath.Path(workdir) / 'checkpoints'
-  return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit()) if path.exists() else []
-
-
 def disk_full_message(workdir: str) -> str:
-  steps = _finished_checkpoints(workdir)
+  from hscl_jax import checkpointing  # Local import: the data pipeline imports this module.
+  steps = checkpointing.finished_steps(workdir)
   kept = (f'last good checkpoint {steps[-1]} is intact' if steps
           else 'no checkpoint had been written')
   return (f'no space at {workdir}, {kept}. Fix: free space (or move the workdir) and rerun '

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 import time
 from typing import Any
 
@@ -34,18 +33,20 @@ import optax
 from hscl_jax import augment
 from hscl_jax import checkpointing
 from hscl_jax import data
+from hscl_jax import errors
 from hscl_jax import evaluation
 from hscl_jax import losses
 from hscl_jax import metrics
 from hscl_jax import models
 from hscl_jax import optim
 from hscl_jax import parallel
+from hscl_jax import schema
 
 PROTOCOLS = ('features', 'augmented')
 RESULT_FILE = 'linear_eval.json'
 
 
-class LinearEvalError(RuntimeError):
+class LinearEvalError(errors.UserError, RuntimeError):
   """A workdir, config or checkpoint that linear evaluation cannot use (names the path)."""
 
 
@@ -85,6 +86,40 @@ def restore_encoder(workdir: str, step: int, model: models.ContrastiveModel,
     return checkpointing.restore_subtree(workdir, step, target)
   except checkpointing.RestoreError as e:
     raise LinearEvalError(str(e)) from e
+
+
+def restore_usable_encoder(workdir: str, step: int | None, model: models.ContrastiveModel,
+                           image_shape: tuple[int, int, int]) -> tuple[int, dict[str, Any]]:
+  """(step, encoder variables) of checkpoint `step`, or by default of the newest one that
+  restores (a damaged newer one is skipped with a warning). An unusable checkpoint raises
+  LinearEvalError listing the steps that can be used."""
+  steps = checkpointing.finished_steps(workdir)
+  candidates = [resolve_step(workdir, step)] if step is not None else steps[::-1]
+  failed = {}
+  for candidate in candidates:
+    try:
+      variables = restore_encoder(workdir, candidate, model, image_shape)
+    except LinearEvalError as e:
+      failed[candidate] = e
+      continue
+    if failed:
+      logging.warning('Checkpoint step(s) %s cannot be restored (%s); using step %d.',
+                      sorted(failed), next(iter(failed.values())), candidate)
+    return candidate, variables
+  usable = [s for s in steps[::-1] if s not in failed
+            and _restores(workdir, s, model, image_shape)]
+  first_step, first_error = next(iter(failed.items()))
+  raise LinearEvalError(
+      f'checkpoint step {first_step} cannot be used: {first_error} Usable steps: '
+      f'{sorted(usable) or "none"}' + (f'; pass --checkpoint_step={usable[0]}.' if usable else '.'))
+
+
+def _restores(workdir, step, model, image_shape) -> bool:
+  try:
+    restore_encoder(workdir, step, model, image_shape)
+  except LinearEvalError:
+    return False
+  return True
 
 
 # ----------------------------------------------------------------------------------------
@@ -197,13 +232,14 @@ def linear_evaluate(config: config_dict.ConfigDict, workdir: str, *,
   cfg = config.linear_eval
   if cfg.protocol not in PROTOCOLS:
     raise ValueError(f'linear_eval.protocol must be one of {PROTOCOLS}, got {cfg.protocol!r}.')
-  step = resolve_step(workdir, checkpoint_step)
+  schema.validate_linear_eval(cfg)
   info = data.dataset_info(config.dataset, data_dir=config.data_dir, folder=config.folder,
                            seed=config.split_seed)
   model = models.create_model(config.model)
   params = augment.AugmentParams.from_config(config.augment)
   image_size = params.image_size
-  variables = restore_encoder(workdir, step, model, (image_size, image_size, 3))
+  step, variables = restore_usable_encoder(workdir, checkpoint_step, model,
+                                           (image_size, image_size, 3))
   sources = {split: data.get_source(config.dataset, split, data_dir=config.data_dir,
                                     folder=config.folder, seed=config.split_seed)
              for split in (config.train_split, config.test_split)}
@@ -250,20 +286,25 @@ def _define_flags():
   flags.DEFINE_integer('num_epochs', None, 'Override config.linear_eval.num_epochs.')
 
 
+def _run_from_flags(FLAGS) -> dict[str, Any]:
+  if FLAGS.num_epochs is not None and FLAGS.num_epochs < 1:
+    raise LinearEvalError(
+        f'--num_epochs must be >= 1, got {FLAGS.num_epochs} (the classifier would stay at its '
+        'initialisation). Fix: pass e.g. --num_epochs=100, or leave it out for the '
+        "config's value.")
+  config = FLAGS.config if FLAGS.config is not None else load_run_config(FLAGS.workdir)
+  if FLAGS.protocol is not None:
+    config.linear_eval.protocol = FLAGS.protocol
+  if FLAGS.num_epochs is not None:
+    config.linear_eval.num_epochs = FLAGS.num_epochs
+  return linear_evaluate(config, FLAGS.workdir, checkpoint_step=FLAGS.checkpoint_step)
+
+
 def main(argv):
   del argv
   FLAGS = flags.FLAGS
   metrics.show_only_own_info_logs()
-  try:
-    config = FLAGS.config if FLAGS.config is not None else load_run_config(FLAGS.workdir)
-    if FLAGS.protocol is not None:
-      config.linear_eval.protocol = FLAGS.protocol
-    if FLAGS.num_epochs is not None:
-      config.linear_eval.num_epochs = FLAGS.num_epochs
-    result = linear_evaluate(config, FLAGS.workdir, checkpoint_step=FLAGS.checkpoint_step)
-  except LinearEvalError as e:
-    logging.error('%s', e)
-    sys.exit(1)
+  result = errors.exit_on_user_error(lambda: _run_from_flags(FLAGS), workdir=FLAGS.workdir)
   print(f"linear eval ({result['protocol']} protocol, checkpoint step {result['checkpoint_step']}): "
         f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  "
         f"({result['num_train']} train / {result['num_test']} test) -> "

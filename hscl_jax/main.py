@@ -4,11 +4,14 @@ r"""Trains a contrastive model (UCL/SimCLR, H-UCL, SCL, H-SCL) and monitors it w
   python -m hscl_jax.main --config=configs/cifar10.py --workdir=DIR \
       --config.method=hscl --config.hardening=exp --config.beta=1.0 --config.num_epochs=50
 
-An existing DIR resumes from its latest checkpoint. On several hosts, run the same command
+An existing DIR resumes from its latest checkpoint (with the same config: a change is
+refused unless named in --allow_config_change, e.g. --allow_config_change=num_epochs to
+train longer). On several hosts, run the same command
 on every host: jax.distributed is started from the cluster environment (SLURM, multi-host
 TPU) or from --coordinator_address/--num_processes/--process_id (hscl_jax.distributed).
 """
 
+import os
 import sys
 
 from absl import app
@@ -17,8 +20,8 @@ from absl import logging
 from ml_collections import config_flags
 
 from hscl_jax import distributed
+from hscl_jax import errors
 from hscl_jax import metrics
-from hscl_jax import schema
 from hscl_jax import train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
@@ -32,7 +35,39 @@ _MULTIHOST = flags.DEFINE_bool(
     'multihost', None, 'Force (True) or forbid (False) jax.distributed; default: detect.')
 _LIBRARY_LOGS = flags.DEFINE_bool(
     'library_logs', False, 'Show the INFO logs of JAX and Orbax (checkpoint I/O details).')
+_ALLOW_CONFIG_CHANGE = flags.DEFINE_list(
+    'allow_config_change', [],
+    'Config fields (dotted; a section name allows all of its fields) that may differ from '
+    "the workdir's config.json when resuming, e.g. num_epochs to train longer.")
 flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def config_file_argument(argv: list[str]) -> str | None:
+  """The value of --config in `argv` (its path part: config_flags allows PATH:ARG)."""
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      value = arg.split('=', 1)[1]
+    elif arg == '--config' and i + 1 < len(argv):
+      value = argv[i + 1]
+    else:
+      continue
+    return value if os.path.exists(value) else value.split(':', 1)[0]
+  return None
+
+
+def make_config_importable(argv: list[str]) -> None:
+  """Lets configs/<name>.py, which imports `configs.default`, load from any directory;
+  a missing file is one line naming it, before flags are parsed."""
+  path = config_file_argument(argv)
+  if path is None:
+    return
+  if not os.path.isfile(path):
+    sys.exit(f'config file {path} not found (from directory {os.getcwd()}). Fix: pass the '
+             'path of a file in the repository\'s configs/ folder, e.g. '
+             '--config=configs/digits.py from the repository root, or its absolute path.')
+  configs_dir = os.path.dirname(os.path.abspath(path))
+  if os.path.isfile(os.path.join(configs_dir, '__init__.py')):
+    sys.path.insert(0, os.path.dirname(configs_dir))
 
 
 def main(argv):
@@ -44,15 +79,16 @@ def main(argv):
   setup = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                  multihost=_MULTIHOST.value)
   logging.info('JAX %s', distributed.describe(setup))
-  try:
-    result = train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (schema.ConfigError, train.NonFiniteLossError) as e:
-    logging.error('%s', e)
-    sys.exit(1)
+  result = errors.exit_on_user_error(
+      lambda: train.train_and_evaluate(
+          _CONFIG.value, _WORKDIR.value,
+          allowed_config_changes=tuple(_ALLOW_CONFIG_CHANGE.value)),
+      workdir=_WORKDIR.value)
   if result.preempted:
     # 128 + SIGTERM, as a process killed by the signal: the run is not finished.
     sys.exit(143)
 
 
 if __name__ == '__main__':
+  make_config_importable(sys.argv)
   app.run(main)

@@ -85,12 +85,13 @@ class MetricWriter:
 
   The file is rewritten whole at each epoch (it has one short line per epoch), which works
   on storage without appends (e.g. gs:// workdirs through etils.epath), through a
-  temporary file and a rename, so a crash never leaves it torn. On resume from a
-  checkpoint at `resume_step`, records written after that step (by a run that died before
-  its next checkpoint) are dropped, so the file keeps one record per epoch.
+  temporary file and a rename, so a crash never leaves it torn. On resume, records and
+  TensorBoard events after `keep_through_step` (written by a run that died before its
+  next checkpoint, or an epoch end the resumed run redoes) are dropped, so both keep one
+  record per epoch.
   """
 
-  def __init__(self, workdir: str, *, enabled: bool = True, resume_step: int = 0):
+  def __init__(self, workdir: str, *, enabled: bool = True, keep_through_step: int = 0):
     self._enabled = enabled
     self._path = epath.Path(workdir) / METRICS_FILE
     self._tensorboard = None
@@ -98,13 +99,13 @@ class MetricWriter:
     if not enabled:
       return
     epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-    kept = [r for r in read_metrics(workdir) if r.get('step', 0) <= resume_step]
+    kept = [r for r in read_metrics(workdir) if r.get('step', 0) <= keep_through_step]
     self._lines = [json.dumps(r) for r in kept]
     self._rewrite()
-    # purge_step hides events a dead run wrote after the checkpoint we resume from.
+    # TensorBoard hides the events logged earlier at steps >= purge_step.
     self._tensorboard = tensorboardX.SummaryWriter(
-        logdir=os.path.join(workdir, EVENTS_DIR), purge_step=resume_step or None, flush_secs=30
-    )
+        logdir=os.path.join(workdir, EVENTS_DIR), purge_step=keep_through_step + 1,
+        flush_secs=30)
 
   def write(self, step: int, scalars: dict[str, Any]) -> None:
     if not self._enabled:
@@ -199,12 +200,23 @@ class Progress:
       logging.info('%s', self.line(step, loss))
 
 
+def _about_full_disk(record) -> bool:
+  error = record.exc_info[1] if record.exc_info else None
+  return ((error is not None and errors.is_disk_full(error))
+          or 'No space left on device' in record.getMessage())
+
+
 def _own_info_or_warning(record) -> bool:
-  return record.levelno >= std_logging.WARNING or f'{os.sep}hscl_jax{os.sep}' in record.pathname
+  if f'{os.sep}hscl_jax{os.sep}' in record.pathname:
+    return True
+  # A full disk ends the program with one line (hscl_jax.errors); the libraries' own
+  # tracebacks of it (Orbax logs one per background thread) would bury that line.
+  return record.levelno >= std_logging.WARNING and not _about_full_disk(record)
 
 
 def show_only_own_info_logs() -> None:
-  """Keeps warnings and errors from everyone, INFO lines only from hscl_jax.
+  """Keeps warnings and errors from everyone (but library reports of a full disk), INFO
+  lines only from hscl_jax.
 
   Orbax logs a dozen INFO lines per checkpoint; they would drown the progress line.
   """

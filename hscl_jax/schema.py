@@ -7,10 +7,12 @@ optimizers); this module only names the fields and checks the values.
 
 import dataclasses
 import math
+import numbers
 
 import ml_collections
 
 from hscl_jax import augment
+from hscl_jax import errors
 from hscl_jax import data
 from hscl_jax import models
 from hscl_jax import optim
@@ -43,7 +45,7 @@ CONFIG_FIELDS = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(errors.UserError, ValueError):
   """An invalid configuration; raised before anything is compiled."""
 
 
@@ -74,6 +76,26 @@ def _check_known_fields(config: ml_collections.ConfigDict) -> None:
       fail(field, 'missing field', 'start from configs/default.py, which defines every field')
 
 
+def _numbers(node, prefix: str = ''):
+  """(dotted field, number) for every number in the config, also inside tuples/lists."""
+  for key, value in node.items():
+    field = prefix + key
+    if isinstance(value, (ml_collections.ConfigDict, dict)):
+      yield from _numbers(value, field + '.')
+    elif isinstance(value, (tuple, list)):
+      yield from ((field, v) for v in value if isinstance(v, numbers.Number))
+    elif isinstance(value, numbers.Number) and not isinstance(value, bool):
+      yield field, value
+
+
+def _check_finite(config: ml_collections.ConfigDict) -> None:
+  for field, value in _numbers(config):
+    if not math.isfinite(value):
+      fail(field, f'must be a finite number, got {value}',
+           f'pass a finite value, or drop the --config.{field} override to keep the config '
+           "file's")
+
+
 def _round_up(value: int, multiple: int) -> int:
   return -(-value // multiple) * multiple
 
@@ -95,7 +117,11 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int,
     raise ConfigError(f'config.{e}') from None
   if config.dataset == 'image_folder' and not config.folder:
     fail('folder', 'image_folder needs a root directory', 'pass --config.folder=/path/to/root')
+  _check_finite(config)
 
+  # Epochs first: other fields are checked against num_epochs.
+  if config.num_epochs < 1:
+    fail('num_epochs', f'must be >= 1, got {config.num_epochs}', 'use e.g. 200')
   if not config.temperature > 0:
     fail('temperature', f'must be positive, got {config.temperature}',
          'use e.g. --config.temperature=0.5 (the paper)')
@@ -110,8 +136,6 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int,
     fail('beta_anneal_steps', f'must be in [0, num_epochs], got {config.beta_anneal_steps}',
          'use 0 (constant beta) or the number of beta decrements')
 
-  if config.num_epochs < 1:
-    fail('num_epochs', f'must be >= 1, got {config.num_epochs}', 'use e.g. 200')
   if config.steps_per_epoch_limit is not None and config.steps_per_epoch_limit < 1:
     fail('steps_per_epoch_limit', f'must be >= 1, got {config.steps_per_epoch_limit}',
          'leave it unset (a full pass per epoch)')
@@ -128,9 +152,17 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int,
     fail('optimizer.learning_rate', f'must be positive, got {opt.learning_rate}', 'use e.g. 1e-3')
   if opt.weight_decay < 0:
     fail('optimizer.weight_decay', f'must be >= 0, got {opt.weight_decay}', 'use e.g. 1e-6')
-  if not 0 <= opt.warmup_epochs < config.num_epochs:
-    fail('optimizer.warmup_epochs', f'must be in [0, num_epochs), got {opt.warmup_epochs}',
-         'use a few epochs, e.g. 10, or 0')
+  if not 0 <= opt.warmup_epochs <= config.num_epochs:
+    fail('optimizer.warmup_epochs',
+         f'must be in [0, num_epochs={config.num_epochs}], got {opt.warmup_epochs}',
+         f'use at most {config.num_epochs} (e.g. --config.optimizer.warmup_epochs=0)')
+  for field in ('b1', 'b2', 'momentum'):
+    if not 0 <= opt[field] < 1:
+      fail(f'optimizer.{field}', f'must be in [0, 1), got {opt[field]}', 'use e.g. 0.9')
+  for field in ('eps', 'trust_coefficient'):
+    if not opt[field] > 0:
+      fail(f'optimizer.{field}', f'must be positive, got {opt[field]}',
+           "drop the override to keep the config file's value")
 
   if config.knn.every_epochs < 0:
     fail('knn.every_epochs', f'must be >= 0, got {config.knn.every_epochs}', 'use 1, or 0 to disable')
@@ -143,7 +175,33 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int,
   for field in ('checkpoint_every_epochs', 'keep_checkpoints', 'log_every_steps'):
     if config[field] < 1:
       fail(field, f'must be >= 1, got {config[field]}', 'use e.g. 1')
+  validate_linear_eval(config.linear_eval)
   try:
     augment.AugmentParams.from_config(config.augment)
   except (TypeError, ValueError) as e:
     fail('augment', str(e), 'see the fields of hscl_jax.augment.AugmentParams')
+
+
+def validate_linear_eval(linear_eval: ml_collections.ConfigDict) -> None:
+  """config.linear_eval (checked at training too, so a run's config.json is usable)."""
+  for field in ('num_epochs', 'batch_size'):
+    if linear_eval[field] < 1:
+      fail(f'linear_eval.{field}', f'must be >= 1, got {linear_eval[field]}', 'use e.g. 100')
+  if not (math.isfinite(linear_eval.learning_rate) and linear_eval.learning_rate > 0):
+    fail('linear_eval.learning_rate', f'must be positive, got {linear_eval.learning_rate}',
+         'use e.g. 1e-3')
+  if not (math.isfinite(linear_eval.weight_decay) and linear_eval.weight_decay >= 0):
+    fail('linear_eval.weight_decay', f'must be >= 0, got {linear_eval.weight_decay}',
+         'use e.g. 1e-6')
+
+
+SUPERVISED_METHODS = ('scl', 'hscl')
+
+
+def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> None:
+  """Checks that need the dataset: supervised methods need negatives of another class."""
+  if config.method in SUPERVISED_METHODS and num_classes < 2:
+    fail('method', f'{config.method!r} takes its negatives from other classes, but the '
+         f'{config.dataset} training split has {num_classes} class (every loss would be 0)',
+         'add classes (one sub-folder each), or use an unsupervised method, '
+         '--config.method=ucl or hucl')

@@ -39,6 +39,7 @@ import optax
 from hscl_jax import augment
 from hscl_jax import checkpointing
 from hscl_jax import data
+from hscl_jax import errors
 from hscl_jax import evaluation
 from hscl_jax import losses
 from hscl_jax import metrics
@@ -46,9 +47,11 @@ from hscl_jax import models
 from hscl_jax import optim
 from hscl_jax import parallel
 from hscl_jax import schema
+from hscl_jax import stored_config
+from hscl_jax import workdir_lock
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(errors.UserError, RuntimeError):
   """The training loss became NaN/inf; the bad state was not saved."""
 
 
@@ -313,15 +316,33 @@ def epoch_summary(record: dict[str, Any]) -> str:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       mesh: jax.sharding.Mesh | None = None) -> TrainResult:
-  """Trains per `config`, resuming from the latest checkpoint in `workdir` if there is one."""
+                       mesh: jax.sharding.Mesh | None = None,
+                       allowed_config_changes: tuple[str, ...] = ()) -> TrainResult:
+  """Trains per `config`, resuming from the latest checkpoint in `workdir` if there is one.
+
+  The workdir is locked for the run (a second run on it stops, naming the holder); resuming
+  with a config that differs from DIR/config.json is refused unless the differing fields
+  are in `allowed_config_changes` (see hscl_jax.stored_config).
+  """
   mesh = parallel.make_mesh() if mesh is None else mesh
   schema.validate_config(config, num_devices=mesh.size, num_processes=jax.process_count())
-  is_writer = jax.process_index() == 0
+  lock = workdir_lock.acquire_for_run(workdir)
+  try:
+    if checkpointing.finished_steps(workdir):
+      stored_config.check_unchanged(workdir, config, allowed=allowed_config_changes)
+    return _train_and_evaluate(config, workdir, mesh)
+  finally:
+    if lock is not None:
+      lock.release()
 
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                        mesh: jax.sharding.Mesh) -> TrainResult:
+  is_writer = jax.process_index() == 0
   source_kwargs = dict(data_dir=config.data_dir, seed=config.split_seed, folder=config.folder)
   train_source = data.get_source(config.dataset, config.train_split, **source_kwargs)
   test_source = data.get_source(config.dataset, config.test_split, **source_kwargs)
+  schema.validate_dataset(config, num_classes=train_source.num_classes)
   plan = make_plan(config, len(train_source))
   augment_params = augment.AugmentParams.from_config(config.augment)
 
@@ -334,11 +355,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       shard_count=jax.process_count(), num_classes=train_source.num_classes)
 
   checkpointer = checkpointing.Checkpointer(workdir, keep=config.keep_checkpoints)
-  start_step = checkpointer.latest_step() or 0
-  if start_step:
-    tree, iterator_state = checkpointer.restore(start_step, state_to_checkpoint(state))
+  start_step, resume_info = 0, checkpointing.ResumeInfo()
+  restored = checkpointer.restore_latest(state_to_checkpoint(state))
+  if restored is not None:
+    start_step, tree, iterator_state = restored
     state = state_from_checkpoint(tree)
     train_iter.set_state(iterator_state)
+    resume_info = checkpointer.resume_info(start_step)
     logging.info('Resumed from the checkpoint at step %d.', start_step)
 
   metrics.write_config(workdir, config, enabled=is_writer)
@@ -351,7 +374,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       feature_fn=evaluation.make_feature_fn(model, augment_params, mesh),
       train_iter=train_iter, train_source=train_source, test_source=test_source,
       checkpointer=checkpointer,
-      writer=metrics.MetricWriter(workdir, enabled=is_writer, resume_step=start_step),
+      # An epoch end the resumed run redoes gets its record (again).
+      writer=metrics.MetricWriter(
+          workdir, enabled=is_writer,
+          keep_through_step=start_step - 1 if resume_info.epoch_end_pending else start_step),
       progress=metrics.Progress(
           total_steps=plan.total_steps, start_step=start_step,
           steps_per_epoch=plan.steps_per_epoch, images_per_step=2 * config.batch_size,
@@ -359,7 +385,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   )
   try:
     with PreemptionWatcher() as preemption:
-      return run.train(state, preemption)
+      return run.train(state, preemption, resume_info)
   finally:
     checkpointer.close()
     run.writer.close()
@@ -382,18 +408,32 @@ class _Run:
   progress: metrics.Progress
   compiled: bool = False  # whether the train step has run (and compiled) in this process
 
-  def train(self, state: TrainState, preemption: PreemptionWatcher) -> TrainResult:
+  def train(self, state: TrainState, preemption: PreemptionWatcher,
+            resumed: checkpointing.ResumeInfo) -> TrainResult:
+    """Epochs until the end or a SIGTERM, which may land in any phase: the checkpoint
+    written on stopping says where the epoch was (`ResumeInfo`), so a resumed run writes
+    exactly the records an uninterrupted one would."""
     step = int(parallel.replicated_value(state.step))
     record = None
-    while step < self.plan.total_steps:
-      epoch = self.plan.epoch_of_step(step)
+    pending = resumed.epoch_end_pending  # this epoch's steps are done, its record is not
+    timed = (resumed.epoch_seconds, resumed.epoch_steps_timed)  # of the epoch so far
+    while step < self.plan.total_steps or pending:
+      epoch = self.plan.epoch_of_step(step - 1 if pending else step)
       hyper = loss_hyperparameters(self.config, epoch)
       start_step, start_time = step, time.perf_counter()
-      state, step, preempted = self.train_epoch(state, step, epoch, hyper, preemption)
+      preempted = False
+      if not pending:
+        state, step, preempted = self.train_epoch(state, step, epoch, hyper, preemption)
+      timed = (timed[0] + time.perf_counter() - start_time, timed[1] + step - start_step)
+      at_epoch_end = step == epoch * self.plan.steps_per_epoch
       if preempted:
-        return self.stop_for_preemption(state, record, epoch)
-      seconds = time.perf_counter() - start_time
-      state, record = self.end_epoch(state, epoch, hyper, step - start_step, seconds)
+        return self.stop_for_preemption(state, record, epoch, checkpointing.ResumeInfo(
+            at_epoch_end, *timed))
+      state, epoch_record = self.end_epoch(state, epoch, hyper, timed, preemption)
+      if epoch_record is None:  # SIGTERM during the kNN: nothing written, redo on resume
+        return self.stop_for_preemption(state, record, epoch, checkpointing.ResumeInfo(
+            True, *timed))
+      record, pending, timed = epoch_record, False, (0.0, 0)
       if step < self.plan.total_steps and preemption.requested(sync_point=True):
         return self.stop_for_preemption(state, record, epoch)
     return TrainResult(state=state, preempted=False, last_record=record)
@@ -423,40 +463,49 @@ class _Run:
     finally:
       self.progress.pause_timer()
 
-  def end_epoch(self, state, epoch, hyper, steps_done, seconds):
-    """Epoch means, kNN, metrics record and checkpoint; resets the metric sums."""
+  def end_epoch(self, state, epoch, hyper, timed, preemption):
+    """Epoch means, kNN, metrics record and checkpoint; resets the metric sums.
+
+    Returns (state, record), or (state, None) if a SIGTERM came during the kNN: then
+    nothing was written and the state still holds the epoch's sums.
+    """
     config, step = self.config, epoch * self.plan.steps_per_epoch
+    seconds, steps_done = timed
     record = {name: float(parallel.replicated_value(value)) / self.plan.steps_per_epoch
               for name, value in state.metric_sums.items()}
-    # Fresh zeros each epoch: the step donates (deletes) the state's buffers.
-    state = state.replace(metric_sums=jax.tree.map(jnp.zeros_like, state.metric_sums))
     record.update(
         epoch=epoch,
         step=step,
         learning_rate=float(self.plan.learning_rate(step - 1)),
         epoch_time=seconds,
-        images_per_second=2 * config.batch_size * steps_done / seconds,
-        samples_per_second=config.batch_size * steps_done / seconds,
+        images_per_second=2 * config.batch_size * steps_done / max(seconds, 1e-9),
+        samples_per_second=config.batch_size * steps_done / max(seconds, 1e-9),
         **{name: float(hyper[name]) for name in used_hyperparameters(config)},
     )
     if config.knn.every_epochs and (epoch % config.knn.every_epochs == 0
                                     or epoch == self.plan.num_epochs):
       eval_start = time.perf_counter()
       variables = {'params': state.params, 'batch_stats': state.batch_stats}
-      record['knn_top1'] = evaluation.knn_accuracy(
-          config.knn, self.feature_fn, variables, self.train_source, self.test_source,
-          num_classes=self.train_source.num_classes, mesh=self.mesh)
+      try:
+        record['knn_top1'] = evaluation.knn_accuracy(
+            config.knn, self.feature_fn, variables, self.train_source, self.test_source,
+            num_classes=self.train_source.num_classes, mesh=self.mesh,
+            should_stop=lambda: preemption.requested(sync_point=True))
+      except evaluation.Interrupted:
+        return state, None
       record['knn_time'] = time.perf_counter() - eval_start
       self.progress.eval_seconds_per_epoch = record['knn_time'] / config.knn.every_epochs
+    # Fresh zeros each epoch: the step donates (deletes) the state's buffers.
+    state = state.replace(metric_sums=jax.tree.map(jnp.zeros_like, state.metric_sums))
     self.writer.write(step, record)
     logging.info('%s', epoch_summary(record))
     if epoch % config.checkpoint_every_epochs == 0 or epoch == self.plan.num_epochs:
       self.save(state)
     return state, record
 
-  def save(self, state: TrainState) -> None:
+  def save(self, state: TrainState, resume_info: checkpointing.ResumeInfo | None = None) -> None:
     self.checkpointer.save(int(parallel.replicated_value(state.step)), state_to_checkpoint(state),
-                           self.train_iter.get_state())
+                           self.train_iter.get_state(), resume_info)
 
   def check_finite(self, state: TrainState, step: int, epoch: int) -> None:
     """Raises if a step of the epoch so far had a non-finite loss or gradient."""
@@ -473,10 +522,11 @@ class _Run:
         f'{step}. The state was not saved; {where}. Try a lower optimizer.learning_rate, a '
         'larger temperature, or model.dtype=float32.')
 
-  def stop_for_preemption(self, state, record, epoch) -> TrainResult:
+  def stop_for_preemption(self, state, record, epoch,
+                          resume_info: checkpointing.ResumeInfo | None = None) -> TrainResult:
     step = int(parallel.replicated_value(state.step))
     self.check_finite(state, step, epoch)
-    self.save(state)  # a no-op if this step is already saved
+    self.save(state, resume_info)  # a no-op if this step is already saved
     self.checkpointer.wait_until_finished()
     logging.warning('SIGTERM: saved the checkpoint at step %d; rerun the same command to '
                     'resume.', step)

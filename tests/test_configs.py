@@ -125,11 +125,33 @@ def _setitem(path, value):
     ('optimizer.warmup_epochs', 500.0, r'config\.optimizer\.warmup_epochs'),
     ('augment.flip_prob', 2.0, r'config\.augment: flip_prob must be in \[0, 1\]'),
     ('keep_checkpoints', 0, r'config\.keep_checkpoints'),
+    # Non-finite values, and the field actually at fault (the issue's cases).
+    ('beta', float('nan'), r'config\.beta: must be a finite number, got nan.*drop the'),
+    ('tau_start', float('nan'), r'config\.tau_start: must be a finite number'),
+    ('tau_end', float('inf'), r'config\.tau_end: must be a finite number'),
+    ('optimizer.learning_rate', float('nan'), r'config\.optimizer\.learning_rate: must be a fin'),
+    ('augment.crop_scale', (float('nan'), 1.0), r'config\.augment\.crop_scale: must be a finite'),
+    ('knn.temperature', float('inf'), r'config\.knn\.temperature: must be a finite'),
+    ('num_epochs', -1, r'config\.num_epochs: must be >= 1, got -1'),
+    ('optimizer.b2', 1.0, r'config\.optimizer\.b2: must be in \[0, 1\)'),
+    ('linear_eval.num_epochs', 0, r'config\.linear_eval\.num_epochs: must be >= 1'),
 ])
 def test_invalid_configs_name_the_field_and_the_fix(path, value, expected):
   message = _invalid(_setitem(path, value))
   assert 'Fix:' in message
   assert re.search(expected, message), message
+
+
+@pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
+def test_every_shipped_config_accepts_one_epoch(name):
+  """num_epochs=1 keeps each config valid (a warm-up may span the whole run)."""
+  config = ALL_CONFIGS[name].get_config()
+  config.num_epochs = 1
+  schema.validate_config(config, num_devices=4)
+  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=5,
+                                                 total_steps=5)
+  rates = [float(schedule(step)) for step in range(5)]
+  assert all(0 <= r <= config.optimizer.learning_rate for r in rates) and rates[-1] > 0
 
 
 def test_config_errors_are_value_errors():

@@ -50,3 +50,22 @@ def test_unusable_workdirs_are_one_line(tmp_path):
     workdir_lock.WorkdirLock(str(tmp_path / 'file')).acquire()
   with pytest.raises(workdir_lock.WorkdirError, match='cannot create workdir .*Fix: '):
     workdir_lock.make_workdir(str(tmp_path / 'file' / 'below'))
+
+
+def test_checkpoint_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatch):
+  import collections
+  import jax.numpy as jnp
+  from hscl_jax import checkpointing
+  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  state = {'w': jnp.zeros((1000,), jnp.float32)}  # 4,000 bytes
+  usage = collections.namedtuple('usage', 'total used free')
+  monkeypatch.setattr(checkpointing.shutil, 'disk_usage', lambda path: usage(10**6, 0, 3999))
+  with pytest.raises(OSError) as error:
+    checkpointer.save(1, state, {'position': 0})
+  assert errors.is_disk_full(error.value)
+  monkeypatch.undo()
+  checkpointer.save(1, state, {'position': 0})
+  checkpointer.close()
+  assert checkpointing.finished_steps(str(tmp_path)) == [1]
+  assert errors.disk_full_message(str(tmp_path)).startswith(
+      f'no space at {tmp_path}, last good checkpoint 1 is intact')

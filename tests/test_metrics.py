@@ -21,7 +21,7 @@ def test_torn_last_line_is_dropped_with_a_warning(tmp_path, caplog):
   with caplog.at_level('WARNING'):
     assert metrics.read_metrics(str(tmp_path)) == _records(10, 20)
   assert 'torn last line' in caplog.text
-  writer = metrics.MetricWriter(str(tmp_path), resume_step=20)  # a resume rewrites the file
+  writer = metrics.MetricWriter(str(tmp_path), keep_through_step=20)  # a resume rewrites the file
   writer.write(30, {'epoch': 3, 'train_loss': 1 / 30})
   writer.close()
   assert metrics.read_metrics(str(tmp_path)) == _records(10, 20, 30)

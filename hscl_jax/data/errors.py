@@ -1,13 +1,14 @@
 """Errors of the input pipeline, each with a message that says what to do."""
+from hscl_jax.errors import UserError
 
 
-class UnknownDatasetError(ValueError):
+class UnknownDatasetError(UserError, ValueError):
   """The dataset name is not one of hscl_jax.data.DATASETS."""
 
 
-class DatasetNotPreparedError(FileNotFoundError):
+class DatasetNotPreparedError(UserError, FileNotFoundError):
   """A TFDS dataset has no prepared array_record files under data_dir."""
 
 
-class ImageFolderError(ValueError):
+class ImageFolderError(UserError, ValueError):
   """An image folder is missing, empty, badly laid out or has an unreadable file."""

@@ -1,0 +1,115 @@
+"""The programs as a user meets them: user errors are one line with the fix, no traceback.
+
+Each case runs `python -m hscl_jax.main` (or linear_eval) in a fresh process; all but the
+disk-full case stop before anything compiles.
+"""
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from test_workdir_lock import _holder
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DIGITS = str(REPO / 'configs' / 'digits.py')
+ENV = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': str(REPO)}
+
+
+def run(*args, cwd=REPO, timeout=240):
+  result = subprocess.run([sys.executable, '-m', *args], cwd=cwd, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+  return result.returncode, result.stdout + result.stderr
+
+
+def error_lines(output):
+  return [line for line in output.splitlines() if line.startswith(('E', 'F')) and '] ' in line]
+
+
+def assert_one_line(output, *parts):
+  assert 'Traceback' not in output, output[-3000:]
+  (line,) = error_lines(output)
+  for part in parts:
+    assert part in line, line
+
+
+def test_missing_config_file_names_the_path(tmp_path):
+  code, output = run('hscl_jax.main', '--config=configs/nope.py', f'--workdir={tmp_path / "w"}')
+  assert code != 0
+  assert 'configs/nope.py' in output and 'Fix:' in output and 'Traceback' not in output
+  assert not (tmp_path / 'w').exists()
+
+
+def test_config_path_works_from_any_directory(tmp_path):
+  # Stops at validation, after the config file (which imports configs/default.py) loaded.
+  code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={tmp_path / "w"}',
+                     '--config.temperature=-0.5', cwd=tmp_path)
+  assert code == 1
+  assert_one_line(output, 'config.temperature: must be positive')
+
+
+def test_workdir_that_is_a_file(tmp_path):
+  (tmp_path / 'file').write_text('')
+  code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={tmp_path / "file"}')
+  assert code == 1
+  assert_one_line(output, f'workdir {tmp_path / "file"} is a file', 'Fix:')
+
+
+def _mount_tmpfs(path, options):
+  path.mkdir()
+  if subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(path)],
+                    capture_output=True).returncode != 0:
+    pytest.skip('cannot mount a tmpfs here (needs root): read-only/disk-full case not run')
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+  path = tmp_path / 'ro'
+  _mount_tmpfs(path, 'ro,size=1m')
+  yield path
+  subprocess.run(['umount', str(path)], check=True)
+
+
+def test_read_only_workdir(read_only_dir):
+  code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={read_only_dir / "w"}')
+  assert code == 1
+  assert_one_line(output, f'{read_only_dir / "w"}', 'Read-only file system', 'Fix:')
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """6 MB: the first digits checkpoint (4.2 MB) fits, the second does not."""
+  path = tmp_path / 'small'
+  _mount_tmpfs(path, 'size=6m')
+  yield path
+  subprocess.run(['umount', str(path)], check=True)
+
+
+@pytest.mark.slow  # compiles a step; tests/test_errors.py covers the path
+def test_disk_full_says_which_checkpoint_is_intact(small_disk):
+  workdir = small_disk / 'w'
+  code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={workdir}',
+                     '--config.num_epochs=3', '--config.steps_per_epoch_limit=1',
+                     '--config.batch_size=32', '--config.checkpoint_every_epochs=1',
+                     '--config.knn.every_epochs=0', '--config.keep_checkpoints=3')
+  assert code == 1, output[-3000:]
+  assert_one_line(output, f'no space at {workdir}, last good checkpoint 1 is intact', 'Fix:')
+
+
+def test_linear_eval_refuses_zero_epochs(tmp_path):
+  code, output = run('hscl_jax.linear_eval', f'--workdir={tmp_path}', '--num_epochs=0')
+  assert code == 1
+  assert_one_line(output, '--num_epochs', 'Fix:')
+
+
+def test_second_run_on_a_live_workdir_names_the_holder(tmp_path):
+  holder = _holder(tmp_path)  # a live process holding the workdir's lock
+  try:
+    code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={tmp_path}')
+  finally:
+    holder.communicate('\n', timeout=30)
+  assert code == 1
+  assert_one_line(output, f'in use by another run (host {socket.gethostname()}, '
+                          f'pid {holder.pid})', 'Fix:')
