@@ -18,8 +18,8 @@ DIGITS = str(REPO / 'configs' / 'digits.py')
 ENV = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': str(REPO)}
 
 
-def run(*args, cwd=REPO, timeout=240):
-  result = subprocess.run([sys.executable, '-m', *args], cwd=cwd, env=ENV, capture_output=True,
+def run(*args, cwd=REPO, env=ENV, timeout=240):
+  result = subprocess.run([sys.executable, '-m', *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
   return result.returncode, result.stdout + result.stderr
 
@@ -43,9 +43,13 @@ def test_missing_config_file_names_the_path(tmp_path):
 
 
 def test_config_path_works_from_any_directory(tmp_path):
+  # Only the package is importable (as after `pip install`), not the repository's configs/.
+  (tmp_path / 'site').mkdir()
+  (tmp_path / 'site' / 'hscl_jax').symlink_to(REPO / 'hscl_jax')
   # Stops at validation, after the config file (which imports configs/default.py) loaded.
   code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={tmp_path / "w"}',
-                     '--config.temperature=-0.5', cwd=tmp_path)
+                     '--config.temperature=-0.5', cwd=tmp_path,
+                     env={**ENV, 'PYTHONPATH': str(tmp_path / 'site')})
   assert code == 1
   assert_one_line(output, 'config.temperature: must be positive')
 
