@@ -3,6 +3,7 @@
 Each case runs `python -m hscl_jax.main` (or linear_eval) in a fresh process; all but the
 disk-full case stop before anything compiles.
 """
+import contextlib
 import os
 import pathlib
 import socket
@@ -61,43 +62,34 @@ def test_workdir_that_is_a_file(tmp_path):
   assert_one_line(output, f'workdir {tmp_path / "file"} is a file', 'Fix:')
 
 
-def _mount_tmpfs(path, options):
+@contextlib.contextmanager
+def _tmpfs(path, options):
   path.mkdir()
   if subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(path)],
                     capture_output=True).returncode != 0:
     pytest.skip('cannot mount a tmpfs here (needs root): read-only/disk-full case not run')
+  try:
+    yield path
+  finally:
+    subprocess.run(['umount', str(path)], check=True)
 
 
-@pytest.fixture
-def read_only_dir(tmp_path):
-  path = tmp_path / 'ro'
-  _mount_tmpfs(path, 'ro,size=1m')
-  yield path
-  subprocess.run(['umount', str(path)], check=True)
-
-
-def test_read_only_workdir(read_only_dir):
-  code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={read_only_dir / "w"}')
+def test_read_only_workdir(tmp_path):
+  with _tmpfs(tmp_path / 'ro', 'ro,size=1m') as read_only:
+    code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={read_only / "w"}')
   assert code == 1
-  assert_one_line(output, f'{read_only_dir / "w"}', 'Read-only file system', 'Fix:')
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-  """6 MB: the first digits checkpoint (4.2 MB) fits, the second does not."""
-  path = tmp_path / 'small'
-  _mount_tmpfs(path, 'size=6m')
-  yield path
-  subprocess.run(['umount', str(path)], check=True)
+  assert_one_line(output, f'{read_only / "w"}', 'Read-only file system', 'Fix:')
 
 
 @pytest.mark.slow  # compiles a step; tests/test_errors.py covers the path
-def test_disk_full_says_which_checkpoint_is_intact(small_disk):
-  workdir = small_disk / 'w'
-  code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={workdir}',
-                     '--config.num_epochs=3', '--config.steps_per_epoch_limit=1',
-                     '--config.batch_size=32', '--config.checkpoint_every_epochs=1',
-                     '--config.knn.every_epochs=0', '--config.keep_checkpoints=3')
+def test_disk_full_says_which_checkpoint_is_intact(tmp_path):
+  """6 MB: the first digits checkpoint (4.2 MB) fits, the second does not."""
+  with _tmpfs(tmp_path / 'small', 'size=6m') as small_disk:
+    workdir = small_disk / 'w'
+    code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={workdir}',
+                       '--config.num_epochs=3', '--config.steps_per_epoch_limit=1',
+                       '--config.batch_size=32', '--config.checkpoint_every_epochs=1',
+                       '--config.knn.every_epochs=0', '--config.keep_checkpoints=3')
   assert code == 1, output[-3000:]
   assert_one_line(output, f'no space at {workdir}, last good checkpoint 1 is intact', 'Fix:')
 
