@@ -94,7 +94,8 @@ def restore_usable_encoder(workdir: str, step: int | None, model: models.Contras
   restores (a damaged newer one is skipped with a warning). An unusable checkpoint raises
   LinearEvalError listing the steps that can be used."""
   steps = checkpointing.finished_steps(workdir)
-  candidates = [resolve_step(workdir, step)] if step is not None else steps[::-1]
+  first = resolve_step(workdir, step)  # raises if there is none, or no such step
+  candidates = [first] if step is not None else steps[::-1]
   failed = {}
   for candidate in candidates:
     try:
