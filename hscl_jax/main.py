@@ -11,7 +11,6 @@ on every host: jax.distributed is started from the cluster environment (SLURM, m
 TPU) or from --coordinator_address/--num_processes/--process_id (hscl_jax.distributed).
 """
 
-import os
 import sys
 
 from absl import app
@@ -22,6 +21,7 @@ from ml_collections import config_flags
 from hscl_jax import distributed
 from hscl_jax import errors
 from hscl_jax import metrics
+from hscl_jax import schema
 from hscl_jax import train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
@@ -40,34 +40,6 @@ _ALLOW_CONFIG_CHANGE = flags.DEFINE_list(
     'Config fields (dotted; a section name allows all of its fields) that may differ from '
     "the workdir's config.json when resuming, e.g. num_epochs to train longer.")
 flags.mark_flags_as_required(['config', 'workdir'])
-
-
-def config_file_argument(argv: list[str]) -> str | None:
-  """The value of --config in `argv` (its path part: config_flags allows PATH:ARG)."""
-  for i, arg in enumerate(argv):
-    if arg.startswith('--config='):
-      value = arg.split('=', 1)[1]
-    elif arg == '--config' and i + 1 < len(argv):
-      value = argv[i + 1]
-    else:
-      continue
-    return value if os.path.exists(value) else value.split(':', 1)[0]
-  return None
-
-
-def make_config_importable(argv: list[str]) -> None:
-  """Lets configs/<name>.py, which imports `configs.default`, load from any directory;
-  a missing file is one line naming it, before flags are parsed."""
-  path = config_file_argument(argv)
-  if path is None:
-    return
-  if not os.path.isfile(path):
-    sys.exit(f'config file {path} not found (from directory {os.getcwd()}). Fix: pass the '
-             'path of a file in the repository\'s configs/ folder, e.g. '
-             '--config=configs/digits.py from the repository root, or its absolute path.')
-  configs_dir = os.path.dirname(os.path.abspath(path))
-  if os.path.isfile(os.path.join(configs_dir, '__init__.py')):
-    sys.path.insert(0, os.path.dirname(configs_dir))
 
 
 def main(argv):
@@ -90,5 +62,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  make_config_importable(sys.argv)
+  schema.make_config_importable(sys.argv)
   app.run(main)

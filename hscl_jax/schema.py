@@ -8,6 +8,8 @@ optimizers); this module only names the fields and checks the values.
 import dataclasses
 import math
 import numbers
+import os
+import sys
 
 import ml_collections
 
@@ -205,3 +207,35 @@ def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> 
          f'{config.dataset} training split has {num_classes} class (every loss would be 0)',
          'add classes (one sub-folder each), or use an unsupervised method, '
          '--config.method=ucl or hucl')
+
+
+# ----------------------------------------------------------------------------------------
+# The config file on the command line.
+
+
+def config_file_argument(argv: list[str]) -> str | None:
+  """The value of --config in `argv` (its path part: config_flags allows PATH:ARG)."""
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      value = arg.split('=', 1)[1]
+    elif arg == '--config' and i + 1 < len(argv):
+      value = argv[i + 1]
+    else:
+      continue
+    return value if os.path.exists(value) else value.split(':', 1)[0]
+  return None
+
+
+def make_config_importable(argv: list[str]) -> None:
+  """Lets configs/<name>.py, which imports `configs.default`, load from any directory;
+  a missing file is one line naming it, before flags are parsed."""
+  path = config_file_argument(argv)
+  if path is None:
+    return
+  if not os.path.isfile(path):
+    sys.exit(f'config file {path} not found (from directory {os.getcwd()}). Fix: pass the '
+             'path of a file in the repository\'s configs/ folder, e.g. '
+             '--config=configs/digits.py from the repository root, or its absolute path.')
+  configs_dir = os.path.dirname(os.path.abspath(path))
+  if os.path.isfile(os.path.join(configs_dir, '__init__.py')):
+    sys.path.insert(0, os.path.dirname(configs_dir))

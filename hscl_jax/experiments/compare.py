@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import json
 import os
+import sys
 import time
 
 from absl import app
@@ -27,8 +28,10 @@ import ml_collections
 from ml_collections import config_flags
 import numpy as np
 
+from hscl_jax import errors
 from hscl_jax import linear_eval
 from hscl_jax import metrics
+from hscl_jax import schema
 from hscl_jax import train
 
 BETA_GRID = (0.1, 0.5, 1.0, 2.0, 5.0)
@@ -230,8 +233,12 @@ def _define_flags():
 
 def main(argv):
   del argv
-  FLAGS = flags.FLAGS
   metrics.show_only_own_info_logs()
+  errors.exit_on_user_error(_compare_from_flags, workdir=flags.FLAGS.workdir)
+
+
+def _compare_from_flags():
+  FLAGS = flags.FLAGS
   grids = set(FLAGS.grid)
   if grids - {'beta', 'tau'}:
     raise app.UsageError(f'--grid takes beta and/or tau, got {sorted(grids - {"beta", "tau"})}.')
@@ -251,5 +258,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  schema.make_config_importable(sys.argv)
   _define_flags()
   app.run(main)
