@@ -312,6 +312,7 @@ def test_one_class_folder_refuses_supervised_methods(tmp_path):
     Image.new('RGB', (8, 8), (i, 0, 0)).save(path)
   config = tiny_config()
   config.dataset, config.folder = 'image_folder', str(tmp_path / 'images')
+  config.batch_size = 4  # fits the 6 training images: only the missing negatives are wrong
   with pytest.raises(schema.ConfigError,
                      match=r"config.method: 'hscl' takes its negatives from other classes, but "
                            r'the image_folder training split has 1 class.*--config.method=ucl'):
