@@ -26,8 +26,10 @@ import numpy as np
 from hscl_jax import errors
 
 LOCK_FILE = 'run.lock'
-HEARTBEAT_SECONDS = 30.0
-STALE_SECONDS = 300.0  # 10 missed heartbeats
+HEARTBEAT_SECONDS = 15.0
+# 4 missed heartbeats: a run restarted on other hosts after a hard preemption (the old
+# hosts gone without releasing) waits about a minute at most.
+STALE_SECONDS = 60.0
 
 
 class WorkdirBusyError(errors.UserError, RuntimeError):
@@ -76,7 +78,11 @@ def _identity() -> dict:
 
 
 def describe(holder: dict) -> str:
-  return f"host {holder.get('host')}, pid {holder.get('pid')}"
+  text = f"host {holder.get('host')}, pid {holder.get('pid')}"
+  if holder.get('host') != socket.gethostname() and 'heartbeat' in holder:
+    text += (f'; alive {time.time() - holder["heartbeat"]:.0f} s ago, taken over once '
+             f'{STALE_SECONDS:.0f} s pass without a sign of life')
+  return text
 
 
 def is_stale(holder: dict, *, stale_seconds: float = STALE_SECONDS) -> bool:
