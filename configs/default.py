@@ -63,6 +63,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.head_out = 128
   config.model.dtype = 'float32'  # compute dtype: float32 | bfloat16 (the loss is always f32)
   config.model.bn_momentum = 0.9
+  # batch (the paper's; synced over devices) | group | layer: group and layer never mix
+  # samples, so chunk_size > 0 then gives exactly the unchunked gradient.
+  config.model.norm = 'batch'
 
   # --- Augmentation (fields of hscl_jax.augment.AugmentParams; SimCLR's recipe) ---
   config.augment = ml_collections.ConfigDict()
@@ -101,6 +104,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.optimizer.exclude_rank1_from_decay = False
 
   config.batch_size = 512  # global, in samples (each gives two views)
+  # Gradient caching: samples per device per chunk (0 = off). The step runs the encoder
+  # chunk by chunk (forward, then the loss of the whole batch, then per chunk the forward
+  # again with its backward), so memory holds one chunk's activations. BatchNorm then
+  # normalises each chunk (its samples on every device) instead of the whole batch.
+  config.chunk_size = 0
   config.num_epochs = 200
   config.seed = 0
   # Cap on optimisation steps per epoch (smoke tests); None = one full pass over the split.

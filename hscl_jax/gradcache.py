@@ -73,8 +73,3 @@ def value_and_grad(forward: Callable, loss_fn: Callable, params: PyTree, state: 
 def split(tree: PyTree, num_chunks: int) -> PyTree:
   """Leaves [batch, ...] -> [num_chunks, batch // num_chunks, ...] (consecutive samples)."""
   return jax.tree.map(lambda x: x.reshape((num_chunks, -1) + x.shape[1:]), tree)
-
-
-def valid_chunk_sizes(batch: int) -> list[int]:
-  """Chunk sizes that divide ``batch`` (samples per device), smallest first."""
-  return [c for c in range(1, batch + 1) if batch % c == 0]

@@ -302,7 +302,7 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> Contrastiv
   """
   name = model_config.name
   _check_name(name)
-  norm = model_config.get('norm', 'batch')
+  norm = model_config.norm
   _check_choice('norm', norm, NORMS)
   _check_choice('stem', model_config.stem, STEMS)
   _check_choice('dtype', model_config.dtype, DTYPES)

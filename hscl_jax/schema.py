@@ -33,9 +33,9 @@ CONFIG_FIELDS = {
         'temperature', 'M', 'stop_gradient_weights', 'diagnostics', 'diagnostics_positives',
         'model', 'augment', 'optimizer', 'batch_size', 'num_epochs', 'seed',
         'steps_per_epoch_limit', 'knn', 'linear_eval', 'checkpoint_every_epochs',
-        'keep_checkpoints', 'log_every_steps',
+        'keep_checkpoints', 'log_every_steps', 'chunk_size',
     ),
-    'model': ('name', 'stem', 'head_hidden', 'head_out', 'dtype', 'bn_momentum'),
+    'model': ('name', 'stem', 'norm', 'head_hidden', 'head_out', 'dtype', 'bn_momentum'),
     'augment': tuple(f.name for f in dataclasses.fields(augment.AugmentParams)),
     'optimizer': (
         'name', 'learning_rate', 'weight_decay', 'schedule', 'warmup_epochs', 'b1', 'b2', 'eps',
@@ -102,6 +102,16 @@ def _round_up(value: int, multiple: int) -> int:
   return -(-value // multiple) * multiple
 
 
+def _check_chunk_size(chunk_size: int, per_device_batch: int) -> None:
+  if chunk_size == 0:
+    return
+  if chunk_size < 0 or per_device_batch % chunk_size:
+    valid = [c for c in range(1, per_device_batch + 1) if per_device_batch % c == 0]
+    fail('chunk_size', f'{chunk_size} does not divide the {per_device_batch} samples per device',
+         f'use one of {", ".join(map(str, valid))} (samples per device per chunk), or 0 to '
+         'turn chunking off')
+
+
 def validate_config(config: ml_collections.ConfigDict, *, num_devices: int,
                     num_processes: int = 1) -> None:
   """Raises ConfigError naming the field and the fix for an impossible configuration."""
@@ -148,6 +158,7 @@ def validate_config(config: ml_collections.ConfigDict, *, num_devices: int,
       fail(field, f'{value} does not split evenly over the {num_devices} devices '
            f'({num_processes} processes)',
            f'use a multiple of {divisor}, e.g. --config.{field}={_round_up(max(value, 1), divisor)}')
+  _check_chunk_size(config.chunk_size, config.batch_size // num_devices)
 
   opt = config.optimizer
   if not opt.learning_rate > 0:

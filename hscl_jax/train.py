@@ -12,6 +12,12 @@ optimizer state are replicated; the batch is split along 'data'. Inside the step
     the global loss: JAX transposes the implicit broadcast of the parameters into a
     cross-device sum (tests/test_train.py checks 4 devices against 1);
   * the optax update runs on the replicated gradient, so replicas stay identical.
+With `chunk_size` > 0 the encoder runs in chunks of that many samples per device
+(hscl_jax.gradcache): forward per chunk keeping only the projections, the loss and its
+gradient with respect to all projections of the global batch, then per chunk the forward
+again with its backward; the same gradient, with one chunk's activations in memory.
+BatchNorm then normalises each chunk (synced over devices) and updates its running
+statistics once per chunk.
 
 Each epoch: the paper's diagnostics (Assumption 1 fraction; the four losses) averaged
 over the training batches, a weighted kNN monitor (train split as memory bank, test split
@@ -41,6 +47,7 @@ from hscl_jax import checkpointing
 from hscl_jax import data
 from hscl_jax import errors
 from hscl_jax import evaluation
+from hscl_jax import gradcache
 from hscl_jax import losses
 from hscl_jax import metrics
 from hscl_jax import models
@@ -204,11 +211,9 @@ def make_loss_fn(config: ml_collections.ConfigDict):
   return loss_fn, diagnostics_fn
 
 
-def augment_batch(rng: jax.Array, step: jax.Array, images: jax.Array,
+def augment_batch(rng: jax.Array, step: jax.Array, images: jax.Array, global_index: jax.Array,
                   params: augment.AugmentParams) -> jax.Array:
-  """Two views of the local shard; example i's key is fold_in(fold_in(rng, step), global i)."""
-  local_batch = images.shape[0]
-  global_index = jax.lax.axis_index(parallel.AXIS) * local_batch + jnp.arange(local_batch)
+  """Two views per image; example i's key is fold_in(fold_in(rng, step), global_index[i])."""
   step_key = jax.random.fold_in(rng, step)
   keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(step_key, global_index)
   one_example = lambda key, image: augment.two_views(key, image[None], params)[0]
@@ -224,18 +229,32 @@ def make_train_step(config: ml_collections.ConfigDict, model: models.Contrastive
   def per_device_step(state: TrainState, batch, hyper):
     images, labels = batch['image'], batch['label']
     local_batch = labels.shape[0]
-    views = augment_batch(state.rng, state.step, images, augment_params)
-    # Sample-major rows [x0v0, x0v1, x1v0, ...]: the losses' row order.
-    x = views.reshape((local_batch * views.shape[1],) + views.shape[2:])
+    global_index = jax.lax.axis_index(parallel.AXIS) * local_batch + jnp.arange(local_batch)
 
-    def compute_loss(params):
+    def encode(params, batch_stats, inputs):
+      """(images, their global indices) -> (normalised projections [b, 2, d], batch_stats)."""
+      images, index = inputs
+      views = augment_batch(state.rng, state.step, images, index, augment_params)
+      # Sample-major rows [x0v0, x0v1, x1v0, ...]: the losses' row order.
+      x = views.reshape((-1,) + views.shape[2:])
       (_, projections), updates = model.apply(
-          {'params': params, 'batch_stats': state.batch_stats}, x, train=True,
-          mutable=['batch_stats'])
-      z = losses.l2_normalize(projections).reshape(local_batch, views.shape[1], -1)
-      return loss_fn(z, labels, hyper), (z, updates['batch_stats'])
+          {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats'])
+      z = losses.l2_normalize(projections).reshape(images.shape[0], views.shape[1], -1)
+      return z, updates.get('batch_stats', batch_stats)  # none without BatchNorm
 
-    (loss, (z, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(state.params)
+    if config.chunk_size:
+      # Gradient caching: one chunk's activations at a time, the same loss and gradient.
+      chunks = gradcache.split((images, global_index), local_batch // config.chunk_size)
+      (loss, _, z, batch_stats), grads = gradcache.value_and_grad(
+          encode, lambda z: (loss_fn(z, labels, hyper), None), state.params, state.batch_stats,
+          chunks, axis_name=parallel.AXIS)
+    else:
+      def compute_loss(params):
+        z, batch_stats = encode(params, state.batch_stats, (images, global_index))
+        return loss_fn(z, labels, hyper), (z, batch_stats)
+
+      (loss, (z, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(
+          state.params)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     step_metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads)}
     if config.diagnostics:

@@ -119,6 +119,10 @@ def _setitem(path, value):
     ('batch_size', 510, r'config\.batch_size: 510 does not split evenly over the 4 devices'
                         r'.*--config\.batch_size=512'),
     ('knn.batch_size', 6, r'config\.knn\.batch_size: 6 does not split evenly.*=8'),
+    ('chunk_size', 48, r'config\.chunk_size: 48 does not divide the 128 samples per device'
+                       r'.*use one of 1, 2, 4, 8, 16, 32, 64, 128 .*or 0'),
+    ('chunk_size', -4, r'config\.chunk_size: -4 does not divide'),
+    ('model.norm', 'instance', r"config\.model\.norm: unknown value 'instance'"),
     ('beta', -1.0, r'config\.beta: must be >= 0'),
     ('M', 0, r'config\.M: must be positive'),
     ('num_epochs', 0, r'config\.num_epochs'),

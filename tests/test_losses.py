@@ -293,6 +293,28 @@ def test_gradient_with_respect_to_temperature():
     np.testing.assert_allclose(grad, expected, rtol=1e-3)
 
 
+@pytest.mark.parametrize("block_size", [0, 16])
+def test_kernels_export_for_gpu_and_tpu(block_size):
+  """jax.export lowers value and gradient for CUDA and TPU from this CPU host (it rejects
+  custom calls without a stability guarantee): no CPU-only piece in the kernels."""
+  features = jax.ShapeDtypeStruct((64, 2, 16), jnp.float32)
+  labels = jax.ShapeDtypeStruct((64,), jnp.int32)
+  beta = jax.ShapeDtypeStruct((), jnp.float32)
+  kernels = {
+      "hscl": lambda f, y, b: losses.hscl(f, y, hardening=losses.exponential(b),
+                                          block_size=block_size),
+      "hucl": lambda f, y, b: losses.hucl(f, beta=b, tau_plus=0.1, block_size=block_size),
+      "diagnostics": lambda f, y, b: losses.batch_diagnostics(
+          f, y, hardening=losses.threshold(b), block_size=block_size)["loss_hscl"],
+  }
+  for name, kernel in kernels.items():
+    exported = jax.export.export(jax.jit(jax.value_and_grad(kernel)), platforms=("cuda", "tpu"))(
+        features, labels, beta)
+    module = exported.mlir_module()
+    assert exported.platforms == ("cuda", "tpu"), name
+    assert "custom_call" not in module and "callback" not in module, name
+
+
 class PrecisionTest(parameterized.TestCase):
 
   def dot_precisions(self, fn, *args):

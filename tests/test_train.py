@@ -9,11 +9,14 @@ import json
 import os
 import shutil
 import pathlib
+import re
 import signal
 import sys
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import pytest
 
@@ -22,7 +25,7 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from configs import digits  # noqa: E402
 from hscl_jax import augment, checkpointing, evaluation, metrics, models, optim, parallel  # noqa: E402,E501
-from hscl_jax import linear_eval, schema, stored_config, train  # noqa: E402
+from hscl_jax import linear_eval, losses, schema, stored_config, train  # noqa: E402
 import tensorboard_events  # noqa: E402
 
 EPOCH_KEYS = ('epoch', 'step', 'train_loss', 'knn_top1', 'assumption1_fraction',
@@ -470,3 +473,154 @@ def test_main_saves_on_sigterm_and_resumes(tmp_path):
   output, _ = resumed.communicate(timeout=300)
   assert resumed.returncode == 0, output
   assert [r['epoch'] for r in metrics.read_metrics(str(workdir))] == [1, 2, 3]
+
+
+# ----------------------------------------------------------------------------------------
+# Gradient caching (config.chunk_size).
+
+
+SPMD_CUSTOM_CALLS = {'Sharding', 'SPMDFullToShardShape', 'SPMDShardToFullShape'}
+
+
+def _sgd_config(**model):
+  config = tiny_config()
+  config.batch_size = 16
+  config.optimizer.name, config.optimizer.learning_rate = 'sgd', 0.5
+  config.optimizer.momentum = 0.0
+  config.model.update(model)
+  return config
+
+
+def _random_batch(seed=0, size=16):
+  rng = np.random.default_rng(seed)
+  return {'image': rng.integers(0, 256, (size, 2, 8, 8, 3), dtype=np.uint8),
+          'label': rng.integers(0, 3, (size,), dtype=np.int32)}
+
+
+@pytest.mark.parametrize('num_devices', [1, 4])
+def test_chunked_step_equals_unchunked_without_batch_statistics(num_devices):
+  """GroupNorm mixes no samples: 4 chunks per device give the same parameters, optimizer
+  state and metrics as one pass (plain SGD with a large step: a scale error would show)."""
+  config = _sgd_config(norm='group')
+  batch = _random_batch()
+  plain, plain_losses = _three_steps(config, num_devices, batch)
+  config.chunk_size = 16 // num_devices // 4
+  chunked, chunked_losses = _three_steps(config, num_devices, batch)
+  np.testing.assert_allclose(chunked_losses, plain_losses, rtol=1e-6)
+  assert plain_losses[0] != plain_losses[2]
+  for tree in ('params', 'opt_state', 'metric_sums'):
+    for x, y in zip(_leaves(getattr(chunked, tree)), _leaves(getattr(plain, tree)), strict=True):
+      np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+  assert not jax.tree.leaves(chunked.batch_stats)
+
+
+def _reference_step_normalising_each_chunk(config, mesh, chunk_size):
+  """The unchunked step's gradient (autodiff through every chunk at once), with the model
+  applied to each chunk separately: BatchNorm statistics per chunk (over all devices),
+  running statistics updated chunk after chunk."""
+  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  augment_params = augment.AugmentParams.from_config(config.augment)
+  loss_fn, _ = train.make_loss_fn(config)
+
+  def per_device(state, batch, hyper):
+    images, labels = batch['image'], batch['label']
+    local = labels.shape[0]
+    index = jax.lax.axis_index(parallel.AXIS) * local + np.arange(local)
+
+    def loss_of(params):
+      outputs, stats = [], state.batch_stats
+      for start in range(0, local, chunk_size):
+        part = slice(start, start + chunk_size)
+        views = train.augment_batch(state.rng, state.step, images[part], index[part],
+                                    augment_params)
+        (_, projections), updates = model.apply(
+            {'params': params, 'batch_stats': stats}, views.reshape((-1, 8, 8, 3)), train=True,
+            mutable=['batch_stats'])
+        stats = updates['batch_stats']
+        outputs.append(projections.reshape(chunk_size, 2, -1))
+      z = losses.l2_normalize(jnp.concatenate(outputs))
+      return loss_fn(z, labels, hyper), stats
+
+    (loss, stats), grads = jax.value_and_grad(loss_of, has_aux=True)(state.params)
+    lr = config.optimizer.learning_rate
+    return jax.tree.map(lambda p, g: p - lr * g, state.params, grads), stats, loss
+
+  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(parallel.AXIS), P()),
+                               out_specs=P()))
+
+
+def test_chunked_step_with_batchnorm_normalises_each_chunk(num_devices=4):
+  config = _sgd_config()  # synced BatchNorm: each chunk's statistics over the 4 devices
+  config.optimizer.weight_decay = 0.0
+  config.chunk_size = 16 // num_devices // 2
+  mesh = parallel.make_mesh(jax.devices()[:num_devices])
+  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  optimizer = optim.create_optimizer(config.optimizer, optim.create_learning_rate_schedule(
+      config.optimizer, steps_per_epoch=1, total_steps=1))
+  augment_params = augment.AugmentParams.from_config(config.augment)
+  state = train.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
+  batch = parallel.global_batch(_random_batch(1), mesh, ('image', 'label'))
+  hyper = train.loss_hyperparameters(config, 1)
+  params, stats, loss = jax.device_get(
+      _reference_step_normalising_each_chunk(config, mesh, config.chunk_size)(state, batch, hyper))
+  step = train.make_train_step(config, model, optimizer, augment_params, mesh)
+  new_state, new_loss = jax.device_get(step(state, batch, hyper))
+  np.testing.assert_allclose(new_loss, loss, rtol=1e-6)
+  for x, y in zip(_leaves(new_state.params), _leaves(params), strict=True):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+  for x, y in zip(_leaves(new_state.batch_stats), _leaves(stats), strict=True):
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_chunked_run_resumes_exactly(tmp_path, monkeypatch):
+  """SIGTERM after step 2 of 3, then the same command: the chunked run of 3 steps."""
+  config = tiny_config()
+  config.num_epochs, config.knn.every_epochs, config.chunk_size = 1, 0, 4
+  reference = train.train_and_evaluate(config, str(tmp_path / 'uninterrupted'))
+  make_train_step = train.make_train_step
+
+  def make_train_step_sending_sigterm(*args, **kwargs):
+    step = make_train_step(*args, **kwargs)
+
+    def step_then_sigterm(state, batch, hyper):
+      new_state, loss = step(state, batch, hyper)
+      if int(new_state.step) == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return new_state, loss
+
+    return step_then_sigterm
+
+  with monkeypatch.context() as patch:
+    patch.setattr(train, 'make_train_step', make_train_step_sending_sigterm)
+    stopped = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert stopped.preempted and int(stopped.state.step) == 2
+  resumed = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert int(resumed.state.step) == 3
+  for tree in ('params', 'batch_stats', 'opt_state'):
+    _assert_trees_equal(getattr(resumed.state, tree), getattr(reference.state, tree))
+
+
+@pytest.mark.parametrize('chunk_size', [0, 2])
+def test_train_step_exports_for_gpu_and_tpu(chunk_size):
+  """jax.export lowers the real step (4-device mesh) for CUDA and TPU from this CPU host:
+  nothing CPU-only (host callbacks, CPU custom calls) hides in it."""
+  config = tiny_config()
+  config.chunk_size = chunk_size
+  mesh = parallel.make_mesh()
+  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  optimizer = optim.create_optimizer(config.optimizer, optim.create_learning_rate_schedule(
+      config.optimizer, steps_per_epoch=1, total_steps=1))
+  augment_params = augment.AugmentParams.from_config(config.augment)
+  state = jax.eval_shape(lambda: train.create_train_state(
+      config, model, optimizer, augment_params.image_size, mesh))
+  batch = {'image': jax.ShapeDtypeStruct((32, 2, 8, 8, 3), np.uint8),
+           'label': jax.ShapeDtypeStruct((32,), np.int32)}
+  hyper = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype),
+                       train.loss_hyperparameters(config, 1))
+  step = train.make_train_step(config, model, optimizer, augment_params, mesh)
+  exported = jax.export.export(step, platforms=('cuda', 'tpu'))(state, batch, hyper)
+  assert exported.platforms == ('cuda', 'tpu') and exported.nr_devices == 4
+  module = exported.mlir_module()
+  assert 'callback' not in module
+  # Only the SPMD partitioner's markers (jax.export also rejects unstable custom calls).
+  assert set(re.findall(r'custom_call @(\w+)', module)) <= SPMD_CUSTOM_CALLS
