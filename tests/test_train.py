@@ -266,11 +266,15 @@ def test_changed_config_is_refused_unless_allowed(uninterrupted, tmp_path):
   assert (workdir / 'config.json').read_text() == stored
   assert len(metrics.read_metrics(str(workdir))) == 2
   longer = tiny_config()
-  longer.num_epochs, longer.log_every_steps = 3, 1  # the log period may change freely
-  result = train.train_and_evaluate(longer, str(workdir), allowed_config_changes=('num_epochs',))
-  assert int(result.state.step) == 9
-  assert [r['epoch'] for r in metrics.read_metrics(str(workdir))] == [1, 2, 3]
-  assert json.loads((workdir / 'config.json').read_text())['num_epochs'] == 3
+  longer.num_epochs = 3
+  with pytest.raises(stored_config.ConfigChangedError, match='num_epochs: 2 -> 3'):
+    train.train_and_evaluate(longer, str(workdir))
+  # A named change is allowed (the run is finished: nothing to train); the log period is free.
+  deliberate = tiny_config()
+  deliberate.knn.k, deliberate.log_every_steps = 50, 1
+  result = train.train_and_evaluate(deliberate, str(workdir), allowed_config_changes=('knn.k',))
+  assert int(result.state.step) == 6
+  assert json.loads((workdir / 'config.json').read_text())['knn']['k'] == 50
 
 
 # Orbax leaves the coroutines of the failed read unawaited; that noise is not ours.
