@@ -27,9 +27,6 @@ class ConfigChangedError(errors.UserError, ValueError):
   """The config differs from the one the workdir was trained with."""
 
 
-_ABSENT = object()  # a field one of the two configs does not have
-
-
 def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
   flat = {}
   for key, value in tree.items():
@@ -45,15 +42,14 @@ def _is_free(field: str, allowed) -> bool:
 
 
 def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-  """{dotted field: (stored value, current value)} of every field that differs."""
+  """{dotted field: (stored value, current value)} of the fields both have that differ.
+
+  A field only one of them has comes from another version of hscl_jax (a field added or
+  removed since the run started); it does not stop the run from resuming.
+  """
   old, new = _flatten(stored), _flatten(current)
-  return {field: (old.get(field, _ABSENT), new.get(field, _ABSENT))
-          for field in sorted(old.keys() | new.keys())
-          if old.get(field, _ABSENT) != new.get(field, _ABSENT)}
-
-
-def _show(value) -> str:
-  return '(absent)' if value is _ABSENT else json.dumps(value)
+  return {field: (old[field], new[field]) for field in sorted(old.keys() & new.keys())
+          if old[field] != new[field]}
 
 
 def check_unchanged(workdir: str, config: ml_collections.ConfigDict, *,
@@ -71,7 +67,8 @@ def check_unchanged(workdir: str, config: ml_collections.ConfigDict, *,
              if not _is_free(f, allowed)}
   if not changed:
     return
-  listed = '; '.join(f'{f}: {_show(old)} -> {_show(new)}' for f, (old, new) in changed.items())
+  listed = '; '.join(f'{f}: {json.dumps(old)} -> {json.dumps(new)}'
+                     for f, (old, new) in changed.items())
   raise ConfigChangedError(
       f'workdir {workdir} holds a run trained with another config ({listed}). '
       f'Fix: use a new --workdir, or, to change it deliberately (e.g. more epochs), '

@@ -1,4 +1,5 @@
 """A resumed run is the run that was started: config changes are refused, listed, with the fix."""
+import json
 import pathlib
 import sys
 
@@ -44,4 +45,13 @@ def test_logging_and_evaluation_fields_may_change(tmp_path):
 
 
 def test_no_stored_config_nothing_to_compare(tmp_path):
+  stored_config.check_unchanged(str(tmp_path), digits.get_config())
+
+
+def test_fields_of_another_version_do_not_block_a_resume(tmp_path):
+  metrics.write_config(str(tmp_path), digits.get_config())
+  stored = json.loads((tmp_path / 'config.json').read_text())
+  del stored['batch_size']  # a field this version has and the run's version had not
+  stored['removed_field'] = 1  # and one it has dropped
+  (tmp_path / 'config.json').write_text(json.dumps(stored))
   stored_config.check_unchanged(str(tmp_path), digits.get_config())
