@@ -7,7 +7,8 @@ execution). Which mode is used:
   explicit  `coordinator_address`, `num_processes` and `process_id` all given (e.g. the
             flags --coordinator_address=10.0.0.1:1234 --num_processes=2 --process_id=0 on
             every host, with its own id). Giving only some of them is an error.
-  slurm     launched by `srun` with more than one task (SLURM_JOB_ID set, SLURM_NTASKS > 1):
+  slurm     launched by `srun` with more than one task (SLURM_JOB_ID and SLURM_STEP_NODELIST
+            set, SLURM_NTASKS > 1; a batch script run without srun is one process):
             `jax.distributed.initialize()` reads the job from the environment. With one
             task per node and several GPUs per node, every task is given all GPUs of its
             node (JAX would otherwise give each task only GPU SLURM_LOCALID).
@@ -68,8 +69,13 @@ def _int_env(env: Mapping[str, str], name: str) -> int | None:
 
 
 def _slurm_multi_task(env: Mapping[str, str]) -> bool:
-  """Inside a SLURM job step with more than one task (srun -n N, N > 1)."""
-  if 'SLURM_JOB_ID' not in env:
+  """Inside a SLURM job step with more than one task (srun -n N, N > 1).
+
+  The batch script of an `sbatch --ntasks=N` job has SLURM_NTASKS=N and SLURM_PROCID=0
+  too, but it is one process: only srun's tasks (SLURM_STEP_NODELIST, which JAX reads for
+  the coordinator) join a jax.distributed run.
+  """
+  if 'SLURM_JOB_ID' not in env or not env.get('SLURM_STEP_NODELIST'):
     return False
   tasks = _int_env(env, 'SLURM_NTASKS') or _int_env(env, 'SLURM_NPROCS') or 1
   return tasks > 1 and 'SLURM_PROCID' in env

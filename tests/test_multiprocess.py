@@ -147,13 +147,16 @@ def test_decide_modes():
                                                    'SLURM_PROCID': '0'})
   assert (explicit.mode, explicit.num_processes, explicit.process_id) == (d.EXPLICIT, 2, 1)
   slurm = {'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '2', 'SLURM_PROCID': '1',
-           'SLURM_STEP_NUM_NODES': '2', 'SLURM_GPUS_ON_NODE': '4'}
+           'SLURM_STEP_NODELIST': 'n[1-2]', 'SLURM_STEP_NUM_NODES': '2',
+           'SLURM_GPUS_ON_NODE': '4'}
   per_node = d.decide(env=slurm)
   assert per_node.mode == d.SLURM and per_node.local_device_ids == (0, 1, 2, 3)
   per_gpu = d.decide(env={**slurm, 'SLURM_STEP_NUM_NODES': '1'})  # 2 tasks on one node
   assert per_gpu.mode == d.SLURM and per_gpu.local_device_ids is None  # JAX: GPU LOCALID
   assert d.decide(env={**slurm, 'JAX_LOCAL_DEVICE_IDS': '0,1'}).local_device_ids is None
   assert d.decide(env={**slurm, 'SLURM_NTASKS': '1'}).mode == d.SINGLE  # sbatch, no srun -n
+  batch_shell = {k: v for k, v in slurm.items() if not k.startswith('SLURM_STEP_')}
+  assert d.decide(env=batch_shell).mode == d.SINGLE  # sbatch --ntasks=2, python without srun
   assert d.decide(env=slurm, multihost=False).mode == d.SINGLE
   assert d.decide(env={'TPU_WORKER_HOSTNAMES': 'h0,h1'}).mode == d.TPU
   assert d.decide(env={'TPU_WORKER_HOSTNAMES': 'h0'}).mode == d.SINGLE
