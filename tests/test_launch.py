@@ -17,7 +17,7 @@ pytestmark = pytest.mark.filterwarnings(
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH = REPO / 'launch'
-SCRIPTS = ('local.sh', 'slurm_gpu.sbatch', 'tpu_vm.sh')
+SCRIPTS = ('local.sh', 'slurm_gpu.sbatch', 'tpu_vm.sh', 'local_slurm_cluster.sh')
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
 from hscl_jax import schema  # noqa: E402
