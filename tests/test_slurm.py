@@ -1,0 +1,253 @@
+"""launch/slurm_gpu.sbatch submitted to a real one-node SLURM cluster, on CPU.
+
+The cluster (munge, slurmctld, slurmd on 127.0.0.1, in a temporary directory and on free
+ports) is started and stopped with launch/local_slurm_cluster.sh. The jobs are submitted
+as a user would, with sbatch's own options (2 tasks, no GPUs, 2 fake CPU devices per task
+through XLA_FLAGS in the submitting environment) and a short digits run:
+
+  * an uninterrupted 2-task job: both tasks join one jax.distributed run, it finishes, only
+    process 0 writes metrics, and every epoch's metrics equal those of one process with the
+    4 devices on the same global batches (the single-process reference, started directly);
+  * a 2-task job that gets SIGTERM mid-run through the scheduler (`scancel --signal=TERM`,
+    what `--signal=TERM@180` sends before the time limit): the tasks save a checkpoint, the
+    batch script requeues the job, and the requeued job resumes and ends with the metrics of
+    the uninterrupted job.
+
+Skipped, with the reason, where SLURM is not installed. Everything this file starts is
+stopped at the end (jobs cancelled, daemons stopped, reference process killed).
+"""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CLUSTER = REPO / 'launch' / 'local_slurm_cluster.sh'
+SBATCH_SCRIPT = REPO / 'launch' / 'slurm_gpu.sbatch'
+PROGRAMS = ('munged', 'mungekey', 'slurmctld', 'slurmd', 'sbatch', 'scontrol', 'scancel')
+MISSING = [p for p in PROGRAMS if shutil.which(p) is None]
+pytestmark = pytest.mark.skipif(
+    bool(MISSING), reason=f'SLURM is not installed ({", ".join(MISSING)} not found; '
+    'apt-get install slurm-wlm munge): launch/slurm_gpu.sbatch is not run')
+
+TIMEOUT_SECONDS = 420  # per job; ~40 s each on a quiet 2-core machine
+EPOCHS, STEPS_PER_EPOCH = 3, 8
+# SGD at a small learning rate: Adam's first steps (~lr*sign(g)) or a large SGD step would
+# amplify summation-order noise over the run (~1e-3 after 24 steps at lr 0.1 vs 1e-7 here).
+OVERRIDES = [f'--config.num_epochs={EPOCHS}', f'--config.steps_per_epoch_limit={STEPS_PER_EPOCH}',
+             '--config.batch_size=32', '--config.optimizer.name=sgd',
+             '--config.optimizer.learning_rate=0.02', '--config.optimizer.warmup_epochs=0',
+             f'--config.knn.every_epochs={EPOCHS}', '--config.knn.batch_size=256',
+             '--config.checkpoint_every_epochs=1', '--config.log_every_steps=1']
+SBATCH_OPTIONS = ['--ntasks=2', '--cpus-per-task=1', '--gpus-per-node=0', '--time=15']
+TIMING_FIELDS = ('epoch_time', 'images_per_second', 'samples_per_second', 'knn_time')
+
+
+def _free_port_pair() -> int:
+  """A port p with p and p + 1 free (slurmctld, slurmd)."""
+  for _ in range(50):
+    with socket.socket() as a:
+      a.bind(('127.0.0.1', 0))
+      port = a.getsockname()[1]
+      with socket.socket() as b:
+        try:
+          b.bind(('127.0.0.1', port + 1))
+        except OSError:
+          continue
+      return port
+  raise RuntimeError('no two consecutive free ports')
+
+
+def _env(devices: int | None = None, **extra: str) -> dict[str, str]:
+  """This environment as a plain shell's (even inside a SLURM job), on CPU, with `devices`
+  fake devices per process and the compilation cache shared by this file's runs."""
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(('SLURM_', 'SBATCH_', 'SRUN_', 'TPU_', 'JAX_COORDINATOR'))}
+  flags = [f for f in env.get('XLA_FLAGS', '').split()
+           if not f.startswith('--xla_force_host_platform_device_count')]
+  if devices:
+    flags.append(f'--xla_force_host_platform_device_count={devices}')
+  env.update(XLA_FLAGS=' '.join(flags), JAX_PLATFORMS='cpu',
+             PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep),
+             **extra)
+  return env
+
+
+def _cached(cache: pathlib.Path) -> dict[str, str]:
+  return {'JAX_COMPILATION_CACHE_DIR': str(cache),
+          'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
+
+
+class Cluster:
+  def __init__(self, root: pathlib.Path):
+    self.env = {**_env(), 'HSCL_SLURM_DIR': str(root / 'slurm'),
+                'HSCL_SLURM_PORT': str(_free_port_pair()),
+                'SLURM_CONF': str(root / 'slurm' / 'slurm.conf')}
+
+  def run(self, *args: str, check: bool = True, timeout: float = 120) -> str:
+    done = subprocess.run(args, env=self.env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    if check and done.returncode:
+      pytest.fail(f'{" ".join(args)} exited with {done.returncode}:\n{done.stdout}{done.stderr}')
+    return done.stdout
+
+  def job(self, job_id: str) -> dict[str, str]:
+    """`scontrol show job` as a dict (JobState, Restarts, ExitCode, ...)."""
+    text = self.run('scontrol', 'show', 'job', '--oneliner', job_id)
+    return dict(field.split('=', 1) for field in text.split() if '=' in field)
+
+
+@pytest.fixture(scope='module')
+def cluster(tmp_path_factory):
+  root = tmp_path_factory.mktemp('cluster')
+  cluster = Cluster(root)
+  try:
+    cluster.run('bash', str(CLUSTER), 'start')
+    yield cluster
+  finally:
+    cluster.run('bash', str(CLUSTER), 'stop', check=False)
+
+
+def _log_tail(path: pathlib.Path, lines: int = 40) -> str:
+  try:
+    text = path.read_text(errors='replace').splitlines()
+  except OSError:
+    return '(no log)'
+  return '\n'.join([line for line in text if '[Gloo]' not in line][-lines:])
+
+
+def _submit(cluster: Cluster, workdir: pathlib.Path, cache: pathlib.Path) -> tuple[str, pathlib.Path]:
+  """sbatch as a user would, from the repository root; returns (job id, job log)."""
+  log = workdir.parent / f'{workdir.name}-%j.out'
+  env = _env(2, PYTHON=sys.executable, SLURM_CONF=cluster.env['SLURM_CONF'], **_cached(cache))
+  done = subprocess.run(
+      ['sbatch', '--parsable', *SBATCH_OPTIONS, f'--output={log}', str(SBATCH_SCRIPT),
+       'configs/digits.py', str(workdir), *OVERRIDES],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+  assert done.returncode == 0, done.stderr
+  job_id = done.stdout.strip().split(';')[0]
+  return job_id, pathlib.Path(str(log).replace('%j', job_id))
+
+
+def _wait_for(cluster: Cluster, job_id: str, log: pathlib.Path, done, what: str,
+              timeout: float = TIMEOUT_SECONDS) -> dict[str, str]:
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    job = cluster.job(job_id)
+    if done(job):
+      return job
+    if job['JobState'] in ('FAILED', 'CANCELLED', 'TIMEOUT', 'NODE_FAIL', 'OUT_OF_MEMORY'):
+      break
+    time.sleep(1)
+  cluster.run('scancel', job_id, check=False)
+  pytest.fail(f'job {job_id}: {what} did not happen (JobState={job["JobState"]}, '
+              f'ExitCode={job.get("ExitCode")}):\n{_log_tail(log)}')
+
+
+def _finished(job: dict[str, str]) -> bool:
+  return job['JobState'] == 'COMPLETED'
+
+
+def _epochs_done(workdir: pathlib.Path) -> int:
+  try:
+    return len((workdir / 'metrics.jsonl').read_text().splitlines())
+  except FileNotFoundError:
+    return 0
+
+
+def _metrics(workdir: pathlib.Path) -> list[dict]:
+  return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+
+
+def _assert_same_metrics(actual: list[dict], expected: list[dict]) -> None:
+  assert [r['step'] for r in actual] == [r['step'] for r in expected]
+  for got, want in zip(actual, expected):
+    assert set(got) == set(want), (got.keys(), want.keys())
+    for name in sorted(set(want) - set(TIMING_FIELDS)):
+      # One test image's kNN vote may flip on a summation-order difference.
+      atol = 2e-3 if name == 'knn_top1' else 1e-5
+      np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=atol,
+                                 err_msg=f'step {want["step"]}: {name}')
+
+
+def _assert_one_two_process_run(log_text: str, workdir: pathlib.Path) -> None:
+  # Both tasks joined one jax.distributed run of 2 processes x 2 devices.
+  for process in (0, 1):
+    assert f'JAX slurm: process {process}/2, 2 local of 4 devices (cpu)' in log_text
+  records = _metrics(workdir)
+  # Only process 0 wrote metrics: one row per epoch, none twice.
+  assert [r['epoch'] for r in records] == list(range(1, EPOCHS + 1))
+  assert records[-1]['step'] == EPOCHS * STEPS_PER_EPOCH
+
+
+@pytest.fixture(scope='module')
+def runs(cluster, tmp_path_factory):
+  """The uninterrupted job, the interrupted one and the 1-process reference."""
+  root = tmp_path_factory.mktemp('runs')
+  cache = root / 'jax_cache'
+  plain_id, plain_log = _submit(cluster, root / 'plain', cache)
+  with open(root / 'reference.log', 'w') as reference_log:
+    reference = subprocess.Popen(
+        [sys.executable, '-m', 'hscl_jax.main', '--config=configs/digits.py',
+         f'--workdir={root / "reference"}', *OVERRIDES],
+        cwd=REPO, stdout=reference_log, stderr=subprocess.STDOUT,
+        env=_env(4, **_cached(cache)))
+  try:
+    # The second job starts once the first has compiled its programs (into `cache`): less
+    # work for the 2 cores than compiling them twice at once.
+    _wait_for(cluster, plain_id, plain_log, lambda job: _epochs_done(root / 'plain') >= 1,
+              'epoch 1')
+    requeued_id, requeued_log = _submit(cluster, root / 'requeued', cache)
+    # SIGTERM to the tasks once the first epoch's checkpoint is written, as SLURM sends it
+    # before the time limit (--signal=TERM@180; the batch shell itself is not signalled).
+    _wait_for(cluster, requeued_id, requeued_log,
+              lambda job: _epochs_done(root / 'requeued') >= 1, 'epoch 1')
+    cluster.run('scancel', '--signal=TERM', requeued_id)
+    # Restarts counts from the request; the job is requeued once its tasks have ended.
+    _wait_for(cluster, requeued_id, requeued_log,
+              lambda job: (int(job['Restarts']) >= 1 and job['JobState'] == 'PENDING')
+              or _finished(job), 'requeue')
+    # SLURM holds a requeued job back for a while (BeginTime, ~2 min); a user may skip it.
+    cluster.run('scontrol', 'update', f'JobId={requeued_id}', 'StartTime=now', check=False)
+    jobs = {'plain': _wait_for(cluster, plain_id, plain_log, _finished, 'completion'),
+            'requeued': _wait_for(cluster, requeued_id, requeued_log, _finished, 'completion')}
+    code = reference.wait(timeout=TIMEOUT_SECONDS)
+    assert code == 0, _log_tail(root / 'reference.log')
+  finally:
+    if reference.poll() is None:
+      reference.kill()
+      reference.wait()
+  return {'root': root, 'jobs': jobs, 'logs': {'plain': plain_log, 'requeued': requeued_log}}
+
+
+def test_two_tasks_train_like_one_process(runs):
+  root, job, log_text = runs['root'], runs['jobs']['plain'], runs['logs']['plain'].read_text()
+  assert (job['ExitCode'], job['Restarts']) == ('0:0', '0')
+  assert re.search(r'hscl: job \d+ \(restart 0\): 1 node\(s\), 2 task\(s\), 0 GPU', log_text)
+  _assert_one_two_process_run(log_text, root / 'plain')
+  # Same global batches, synced BN, global negatives and gradients: same metrics.
+  _assert_same_metrics(_metrics(root / 'plain'), _metrics(root / 'reference'))
+
+
+def test_sigterm_requeues_and_resumes_to_the_same_end(runs):
+  root, job = runs['root'], runs['jobs']['requeued']
+  log_text = runs['logs']['requeued'].read_text()
+  assert (job['ExitCode'], job['Restarts']) == ('0:0', '1')
+  # First run: checkpoint on SIGTERM and requeue; second: resume from that checkpoint.
+  assert 'checkpoint saved on SIGTERM; requeueing job' in log_text
+  saved = [int(s) for s in re.findall(r'SIGTERM: saved the checkpoint at step (\d+)', log_text)]
+  resumed = [int(s) for s in re.findall(r'Resumed from the checkpoint at step (\d+)', log_text)]
+  assert saved and resumed and set(resumed) == {saved[0]}, (saved, resumed)
+  assert STEPS_PER_EPOCH <= saved[0] < EPOCHS * STEPS_PER_EPOCH
+  assert re.search(r'hscl: job \d+ \(restart 1\)', log_text)
+  _assert_one_two_process_run(log_text, root / 'requeued')
+  _assert_same_metrics(_metrics(root / 'requeued'), _metrics(root / 'plain'))
