@@ -155,14 +155,22 @@ stop_daemon() {
   kill -KILL "$pid" 2>/dev/null || true
 }
 
+# Waits up to $1 seconds for the cluster to have no running or completing job.
+wait_for_no_jobs() {
+  for _ in $(seq "$1"); do
+    [[ -z $(SLURM_CONF=$conf squeue -h -t running,completing -o %i 2>/dev/null) ]] && return 0
+    sleep 1
+  done
+  return 1
+}
+
 stop() {
   if running_pid slurmctld >/dev/null; then
     SLURM_CONF=$conf scancel --full --quiet --user="$user" 2>/dev/null || true
     # Jobs end (their SIGTERM handlers run) before the daemons that track them go.
-    for _ in $(seq 30); do
-      [[ -z $(SLURM_CONF=$conf squeue -h -t running,completing -o %i 2>/dev/null) ]] && break
-      sleep 1
-    done
+    wait_for_no_jobs 30 ||
+      SLURM_CONF=$conf scancel --full --quiet --signal=KILL --user="$user" 2>/dev/null || true
+    wait_for_no_jobs 10 || true
   fi
   stop_daemon slurmd
   stop_daemon slurmctld
