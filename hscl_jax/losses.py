@@ -689,7 +689,8 @@ def batch_diagnostics(features: Array, labels: Array, *, hardening: Hardening, t
 # Graphs: the local–global objective of InfoGraph with the four settings (Sec. V-C,
 # Table II). Scores s_vG = <l_v, g_G> between every node v and every graph G of a batch.
 
-_LOG2 = float(jnp.log(2.0))
+# NumPy, not jnp: a JAX op at import time would start the backend before jax.distributed.
+_LOG2 = float(np.log(2.0))
 
 
 def _rescaled_scores(scores: Array, valid: Array) -> Array:

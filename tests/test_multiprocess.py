@@ -175,6 +175,18 @@ def test_decide_rejects_incomplete_or_bad_flags(kwargs, message):
     d.decide(env={}, **kwargs)
 
 
+def test_importing_main_leaves_jax_uninitialised():
+  """hscl_jax.main imports train, losses, models, ... before it calls
+  jax.distributed.initialize, which must come before any backend use: no module may run a
+  JAX computation at import time (a module-level jnp constant broke SLURM launches)."""
+  code = ('import hscl_jax.main\n'
+          'from jax._src import xla_bridge\n'
+          'assert not xla_bridge.backends_are_initialized()\n')
+  done = subprocess.run([sys.executable, '-c', code], env=_worker_env(1), cwd=REPO,
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert done.returncode == 0, done.stderr[-2000:]
+
+
 # ----------------------------------------------------------------------------------------
 # The cases.
 
