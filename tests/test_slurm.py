@@ -8,10 +8,10 @@ through XLA_FLAGS in the submitting environment) and a short digits run:
   * an uninterrupted 2-task job: both tasks join one jax.distributed run, it finishes, only
     process 0 writes metrics, and every epoch's metrics equal those of one process with the
     4 devices on the same global batches (the single-process reference, started directly);
-  * a 2-task job that gets SIGTERM mid-run through the scheduler (`scancel --signal=TERM`,
-    what `--signal=TERM@180` sends before the time limit): the tasks save a checkpoint, the
-    batch script requeues the job, and the requeued job resumes and ends with the metrics of
-    the uninterrupted job.
+  * a 2-task job whose batch script gets SIGUSR1 mid-run through the scheduler
+    (`scancel --batch --signal=USR1`, what the script's `--signal=B:USR1@180` sends before
+    the time limit): the tasks save a checkpoint on SIGTERM, the script requeues the job,
+    and the requeued job resumes and ends with the metrics of the uninterrupted job.
 
 Skipped, with the reason, where SLURM is not installed. Everything this file starts is
 stopped at the end (jobs cancelled, daemons stopped, reference process killed).
@@ -207,11 +207,11 @@ def runs(cluster, tmp_path_factory):
     _wait_for(cluster, plain_id, plain_log, lambda job: _epochs_done(root / 'plain') >= 1,
               'epoch 1')
     requeued_id, requeued_log = _submit(cluster, root / 'requeued', cache)
-    # SIGTERM to the tasks once the first epoch's checkpoint is written, as SLURM sends it
-    # before the time limit (--signal=TERM@180; the batch shell itself is not signalled).
+    # Once the first epoch's checkpoint is written, the signal SLURM sends before the time
+    # limit (--signal=B:USR1@180: to the batch shell only).
     _wait_for(cluster, requeued_id, requeued_log,
               lambda job: _epochs_done(root / 'requeued') >= 1, 'epoch 1')
-    cluster.run('scancel', '--signal=TERM', requeued_id)
+    cluster.run('scancel', '--batch', '--signal=USR1', requeued_id)
     # Restarts counts from the request; the job is requeued once its tasks have ended.
     _wait_for(cluster, requeued_id, requeued_log,
               lambda job: (int(job['Restarts']) >= 1 and job['JobState'] == 'PENDING')
@@ -238,12 +238,13 @@ def test_two_tasks_train_like_one_process(runs):
   _assert_same_metrics(_metrics(root / 'plain'), _metrics(root / 'reference'))
 
 
-def test_sigterm_requeues_and_resumes_to_the_same_end(runs):
+def test_time_limit_signal_requeues_and_resumes_to_the_same_end(runs):
   root, job = runs['root'], runs['jobs']['requeued']
   log_text = runs['logs']['requeued'].read_text()
   assert (job['ExitCode'], job['Restarts']) == ('0:0', '1')
   # First run: checkpoint on SIGTERM and requeue; second: resume from that checkpoint.
-  assert 'checkpoint saved on SIGTERM; requeueing job' in log_text
+  assert 'hscl: SIGUSR1: the tasks save a checkpoint' in log_text
+  assert 'hscl: checkpoint saved; requeueing job' in log_text
   saved = [int(s) for s in re.findall(r'SIGTERM: saved the checkpoint at step (\d+)', log_text)]
   resumed = [int(s) for s in re.findall(r'Resumed from the checkpoint at step (\d+)', log_text)]
   assert saved and resumed and set(resumed) == {saved[0]}, (saved, resumed)
