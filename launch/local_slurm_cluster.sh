@@ -91,6 +91,9 @@ AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
 SchedulerType=sched/backfill
+# One small node: look for startable jobs every 5 s (a requeued job starts within seconds
+# of its begin time, not after the default 30-60 s).
+SchedulerParameters=sched_interval=5,bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 # The node is what this file says, even with fewer CPUs in the machine.

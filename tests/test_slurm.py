@@ -216,8 +216,9 @@ def runs(cluster, tmp_path_factory):
     _wait_for(cluster, requeued_id, requeued_log,
               lambda job: (int(job['Restarts']) >= 1 and job['JobState'] == 'PENDING')
               or _finished(job), 'requeue')
-    # SLURM holds a requeued job back for a while (BeginTime, ~2 min); a user may skip it.
-    cluster.run('scontrol', 'update', f'JobId={requeued_id}', 'StartTime=now', check=False)
+    # SLURM holds a requeued job back (BeginTime, ~2 min); a user may shorten that, but not
+    # to the second of the requeue: slurmd then refuses the launch (credential revoked).
+    cluster.run('scontrol', 'update', f'JobId={requeued_id}', 'StartTime=now+5', check=False)
     jobs = {'plain': _wait_for(cluster, plain_id, plain_log, _finished, 'completion'),
             'requeued': _wait_for(cluster, requeued_id, requeued_log, _finished, 'completion')}
     code = reference.wait(timeout=TIMEOUT_SECONDS)
