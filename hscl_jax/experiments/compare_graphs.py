@@ -10,6 +10,8 @@ ROOT/report.md: Table II's shape (accuracy %, mean ± std over repeats; for the 
 methods the β with the best mean), the paper's Table II, and every setting and run.
 Finished runs (ROOT/DATASET/SETTING/seed_K/graph_eval.json) are reused, so an interrupted
 grid resumes by running the same command; `--report_only` writes the report from them.
+Several processes may run the same command on one ROOT: each run's workdir lock makes
+them share the grid (a run held by another process is skipped).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 
 from hscl_jax import errors
 from hscl_jax import metrics
+from hscl_jax import workdir_lock
 from hscl_jax.graphs import train
 
 DATASETS = ('MUTAG', 'PTC', 'ENZYMES', 'IMDB-BINARY', 'IMDB-MULTI')
@@ -65,8 +68,9 @@ def run_dir(root: str, dataset: str, method: str, beta: float, seed: int) -> str
   return os.path.join(root, dataset, setting_name(method, beta), f'seed_{seed}')
 
 
-def run_one(base, root, dataset, method, beta, seed, data_dir) -> dict:
-  """The run's graph_eval.json, training and evaluating it first if it is not finished."""
+def run_one(base, root, dataset, method, beta, seed, data_dir) -> dict | None:
+  """The run's graph_eval.json, training and evaluating it first if it is not finished;
+  None if another process is running it (several workers can share one grid)."""
   workdir = run_dir(root, dataset, method, beta, seed)
   path = os.path.join(workdir, train.EVAL_FILE)
   if os.path.exists(path):
@@ -77,7 +81,10 @@ def run_one(base, root, dataset, method, beta, seed, data_dir) -> dict:
   config.dataset, config.data_dir, config.method, config.seed = dataset, data_dir, method, seed
   if method in ('hucl', 'hscl'):
     config.beta = beta
-  return train.run(config, workdir)
+  try:
+    return train.run(config, workdir)
+  except workdir_lock.WorkdirBusyError:
+    return None
 
 
 def collect(root: str, datasets, betas, repeats: int) -> list[dict]:
@@ -191,9 +198,10 @@ def main(argv):
               lambda: run_one(base, root, dataset, method, beta, seed, _DATA_DIR.value),  # noqa: B023
               workdir=root)
           done += 1
-          logging.info('[%d/%d, %s] %s %s seed %d: %.4f', done, total,
+          outcome = 'run by another worker' if result is None else f'{result["accuracy"]:.4f}'
+          logging.info('[%d/%d, %s] %s %s seed %d: %s', done, total,
                        metrics.format_duration(time.perf_counter() - start), dataset,
-                       setting_name(method, beta), seed, result['accuracy'])
+                       setting_name(method, beta), seed, outcome)
         write_report(root, datasets, betas, _REPEATS.value, base)
   path = write_report(root, datasets, betas, _REPEATS.value, base)
   logging.info('wrote %s', path)

@@ -24,6 +24,7 @@ import optax
 from hscl_jax import errors
 from hscl_jax import losses
 from hscl_jax import metrics
+from hscl_jax import workdir_lock
 from hscl_jax.graphs import data
 from hscl_jax.graphs import evaluate
 from hscl_jax.graphs import model as model_lib
@@ -205,11 +206,18 @@ def embed_all(config, dataset: data.GraphDataset, state) -> np.ndarray:
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains and evaluates one setting; writes and returns DIR/graph_eval.json's content."""
+  """Trains and evaluates one setting; writes and returns DIR/graph_eval.json's content.
+
+  Holds DIR/run.lock meanwhile (a second run on DIR raises WorkdirBusyError).
+  """
   validate_config(config)
   dataset = data.load_tu(config.dataset, config.data_dir)
   check_dataset(config, dataset)
-  os.makedirs(workdir, exist_ok=True)
+  with workdir_lock.WorkdirLock(workdir):
+    return _train_and_evaluate(config, dataset, workdir)
+
+
+def _train_and_evaluate(config, dataset: data.GraphDataset, workdir: str) -> dict:
   metrics.write_config(workdir, config)
   protocol = protocol_of(config)
   folds = evaluate.outer_folds(dataset.labels, config.eval.num_folds, config.seed)
