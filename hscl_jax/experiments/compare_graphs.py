@@ -42,16 +42,6 @@ PAPER = {
 INFOGRAPH = {'MUTAG': '89.0 ± 1.1', 'PTC': '61.7 ± 1.4', 'IMDB-BINARY': '73.0 ± 0.9',
              'IMDB-MULTI': '49.7 ± 0.5'}
 
-_CONFIG = config_flags.DEFINE_config_file(
-    'config', os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'graphs.py'),
-    'Base graph configuration (configs/graphs.py); override fields with --config.X=...')
-_DATASETS = flags.DEFINE_list('datasets', list(DATASETS), 'TU dataset names.')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'Runs per setting (seeds 0..N-1).')
-_BETAS = flags.DEFINE_list('betas', ['1', '2', '10'], 'β grid of H-UCL and H-SCL(β).')
-_DATA_DIR = flags.DEFINE_string('data_dir', None, 'Folder holding the dataset folders.')
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Root of the runs and of report.md.')
-_REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only write the report from finished runs.')
-flags.mark_flags_as_required(['data_dir', 'workdir'])
 
 
 def settings(betas) -> list[tuple[str, float]]:
@@ -99,13 +89,14 @@ def collect(root: str, datasets, betas, repeats: int) -> list[dict]:
   return runs
 
 
-def _cell(values) -> str:
+def _cell(values, repeats: int) -> str:
+  """Mean ± std in %; fewer runs than ``repeats`` are marked (n=...)."""
   if not values:
     return '—'
   values = 100 * np.asarray(values)
-  if len(values) == 1:
-    return f'{values[0]:.1f} (1 run)'
-  return f'{values.mean():.1f} ± {values.std(ddof=1):.1f}'
+  cell = (f'{values[0]:.1f}' if len(values) == 1
+          else f'{values.mean():.1f} ± {values.std(ddof=1):.1f}')
+  return cell + (f' (n={len(values)})' if len(values) < repeats else '')
 
 
 def summarise(runs: list[dict]) -> dict[tuple[str, str, float], list[float]]:
@@ -141,7 +132,7 @@ def markdown_report(runs, datasets, betas, repeats, config) -> str:
     for dataset in datasets:
       beta = best_beta(table, dataset, method, betas) if method in ('hucl', 'hscl') else 0.0
       values = table.get((dataset, method, beta), []) if beta is not None else []
-      cell = _cell(values)
+      cell = _cell(values, repeats)
       if method in ('hucl', 'hscl') and values:
         cell += f' (β={beta:g})'
       cells.append(cell)
@@ -164,7 +155,7 @@ def markdown_report(runs, datasets, betas, repeats, config) -> str:
         continue
       lines.append(
           f'| {dataset} | {setting_name(method, beta)} | {len(group)} | '
-          f'{_cell([r["accuracy"] for r in group])} | '
+          f'{_cell([r["accuracy"] for r in group], repeats)} | '
           f'{np.mean([r["train_seconds"] for r in group]):.0f} | '
           f'{np.mean([r["eval_seconds"] for r in group]):.0f} |')
   missing = len(datasets) * len(settings(betas)) * repeats - len(runs)
@@ -180,32 +171,48 @@ def write_report(root, datasets, betas, repeats, config) -> str:
   return path
 
 
+def _define_flags():
+  """Command-line flags, defined only when run as a program."""
+  config_flags.DEFINE_config_file(
+      'config', os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'graphs.py'),
+      'Base graph configuration (configs/graphs.py); override fields with --config.X=...')
+  flags.DEFINE_list('datasets', list(DATASETS), 'TU dataset names.')
+  flags.DEFINE_integer('repeats', 3, 'Runs per setting (seeds 0..N-1).')
+  flags.DEFINE_list('betas', ['1', '2', '10'], 'β grid of H-UCL and H-SCL(β).')
+  flags.DEFINE_string('data_dir', None, 'Folder holding the dataset folders.')
+  flags.DEFINE_string('workdir', None, 'Root of the runs and of report.md.')
+  flags.DEFINE_bool('report_only', False, 'Only write the report from finished runs.')
+  flags.mark_flags_as_required(['data_dir', 'workdir'])
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  FLAGS = flags.FLAGS
   metrics.show_only_own_info_logs()
-  base = _CONFIG.value
-  betas = [float(b) for b in _BETAS.value]
-  datasets, root = _DATASETS.value, _WORKDIR.value
+  base, repeats, data_dir = FLAGS.config, FLAGS.repeats, FLAGS.data_dir
+  betas = [float(b) for b in FLAGS.betas]
+  datasets, root = FLAGS.datasets, FLAGS.workdir
   os.makedirs(root, exist_ok=True)
-  if not _REPORT_ONLY.value:
-    total = len(datasets) * len(settings(betas)) * _REPEATS.value
+  if not FLAGS.report_only:
+    total = len(datasets) * len(settings(betas)) * repeats
     done, start = 0, time.perf_counter()
-    for seed in range(_REPEATS.value):
+    for seed in range(repeats):
       for dataset in datasets:
         for method, beta in settings(betas):
           result = errors.exit_on_user_error(
-              lambda: run_one(base, root, dataset, method, beta, seed, _DATA_DIR.value),  # noqa: B023
+              lambda: run_one(base, root, dataset, method, beta, seed, data_dir),  # noqa: B023
               workdir=root)
           done += 1
           outcome = 'run by another worker' if result is None else f'{result["accuracy"]:.4f}'
           logging.info('[%d/%d, %s] %s %s seed %d: %s', done, total,
                        metrics.format_duration(time.perf_counter() - start), dataset,
                        setting_name(method, beta), seed, outcome)
-        write_report(root, datasets, betas, _REPEATS.value, base)
-  path = write_report(root, datasets, betas, _REPEATS.value, base)
+        write_report(root, datasets, betas, repeats, base)
+  path = write_report(root, datasets, betas, repeats, base)
   logging.info('wrote %s', path)
 
 
 if __name__ == '__main__':
+  _define_flags()
   app.run(main)
