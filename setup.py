@@ -1,4 +1,6 @@
 """hscl_jax: hard-negative supervised contrastive learning in JAX/Flax."""
+from __future__ import annotations
+
 import setuptools
 
 # Compatible ranges: the floor is the version tested (constraints.txt holds the exact

@@ -18,7 +18,9 @@ import time
 
 import jax
 import numpy as np
-from PIL import Image, ImageEnhance, ImageFilter
+from PIL import Image
+from PIL import ImageEnhance
+from PIL import ImageFilter
 
 from hscl_jax import augment
 

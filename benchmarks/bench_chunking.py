@@ -17,6 +17,7 @@ On CPU, XLA runs the convolutions of a loop body on a slow path (jax-ml/jax#1286
 the chunked step loops over chunks (lax.scan): expect its CPU step time to be far above
 the unchunked one; on GPUs and TPUs the loop costs the second forward pass only.
 """
+from __future__ import annotations
 
 import argparse
 import json
@@ -37,8 +38,13 @@ def child(model_name: str, batch: int, chunk_size: int, image_size: int, run: bo
   sys.path.insert(0, str(ROOT))  # `configs`, as from the root
   import jax
   import numpy as np
+
   from configs import default
-  from hscl_jax import augment, models, optim, parallel, train
+  from hscl_jax import augment
+  from hscl_jax import models
+  from hscl_jax import optim
+  from hscl_jax import parallel
+  from hscl_jax import train
 
   config = default.get_config()
   config.model.name = model_name

@@ -8,6 +8,7 @@ trained together (vmapped), and its ratio; then the wall time (train + SVM evalu
 UCL run and of a leak-free H-SCL(β = 1) run at --epochs epochs, compilation included.
 On a shared machine the figures move with the load (the 1-minute load average is printed).
 """
+from __future__ import annotations
 
 import argparse
 import os

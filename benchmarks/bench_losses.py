@@ -16,9 +16,9 @@ forward+backward, next to a child that only holds the inputs. Last, at ``--optax
 ``losses.ucl`` against ``optax.losses.ntxent``, the same loss (NT-Xent, M = n - 2), which
 materialises an n×n×d tensor.
 """
+from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import subprocess
@@ -40,6 +40,7 @@ def _setup(n):
 
 def _loss_step(block_size):
   import jax
+
   from hscl_jax import losses
 
   def loss(z, labels):
@@ -62,8 +63,8 @@ def _matmul_step():
 
 def _time(fn, *args, repeats):
   """(best wall time, best process CPU time) of ``repeats`` calls after a warm-up."""
-  import jax
   from bench_train_step import best_time  # a sibling script: same timing rule
+  import jax
   jax.block_until_ready(fn(*args))  # compile + warm up
   cpu = float('inf')
   for _ in range(repeats):
@@ -96,6 +97,7 @@ def versus_optax(n, repeats):
   """losses.ucl against optax.losses.ntxent (the same loss, M = n - 2), forward+backward."""
   import jax
   import optax
+
   from hscl_jax import losses
   z, _ = _setup(n)
   rows, labels = z.reshape(n, DIM), jax.numpy.repeat(jax.numpy.arange(n // 2), 2)

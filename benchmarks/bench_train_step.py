@@ -18,6 +18,7 @@ steps and at the end. On a shared machine the peak moves with the load; MFU is r
 against the highest peak seen (`mfu`) and against the one measured next to the model's
 steps (`mfu_local`), with the 1-minute load average.
 """
+from __future__ import annotations
 
 import argparse
 import json

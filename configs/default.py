@@ -5,6 +5,7 @@ that follow from others (steps per epoch, the learning-rate schedule, tau and be
 each epoch, M = n - 2) are derived in `hscl_jax.train` in one place each.
 Override any field on the command line, e.g. `--config.method=scl --config.num_epochs=50`.
 """
+from __future__ import annotations
 
 import ml_collections
 from ml_collections import config_dict

@@ -14,9 +14,9 @@ it can equally be a static argument of ``jax.jit`` or be closed over.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 import dataclasses
 import numbers
-from collections.abc import Mapping
 from typing import Any
 
 import jax

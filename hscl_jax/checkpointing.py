@@ -11,9 +11,11 @@ directory DIR/checkpoints/<step>/ with two items:
 Saving is asynchronous (training continues while arrays are written); the manager keeps
 the newest `keep` checkpoints. A checkpoint written on preemption carries `ResumeInfo`
 (Orbax custom metadata). A checkpoint that no longer restores (a truncated file) is moved
-to DIR/checkpoints_unusable/<step> and the run falls back to the newest one that does. `restore_subtree` reads part of the state (e.g. only the
-encoder, for evaluation) without building the training state.
+to DIR/checkpoints_unusable/<step> and the run falls back to the newest one that does.
+`restore_subtree` reads part of the state (e.g. only the encoder, for evaluation) without
+building the training state.
 """
+from __future__ import annotations
 
 import base64
 import dataclasses
@@ -112,10 +114,10 @@ class IteratorStateHandler(ocp.CheckpointHandler):
   def _path(self, directory: epath.Path) -> epath.Path:
     return directory / f'process_{jax.process_index()}-of-{jax.process_count()}.json'
 
-  def save(self, directory: epath.Path, args: 'IteratorStateSave'):
+  def save(self, directory: epath.Path, args: IteratorStateSave):
     self._path(directory).write_text(json.dumps(_encode_iterator_state(args.state)))
 
-  def restore(self, directory: epath.Path, args: 'IteratorStateRestore | None' = None):
+  def restore(self, directory: epath.Path, args: IteratorStateRestore | None = None):
     del args
     path = self._path(directory)
     if not path.exists():

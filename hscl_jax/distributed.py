@@ -27,9 +27,9 @@ backend is created; `initialize` does that unless another implementation was cho
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
 
 import jax
 

@@ -6,9 +6,10 @@ derive from `UserError` or are recognised here; entry points run their work thro
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 import errno
 import sys
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 from absl import logging
 

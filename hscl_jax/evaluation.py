@@ -3,8 +3,9 @@
 Shared by training (the per-epoch kNN monitor) and linear evaluation (features of the
 frozen encoder): evaluation never imports training.
 """
+from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 from jax.sharding import PartitionSpec as P

@@ -14,6 +14,7 @@ the number of chunks). The result equals the unchunked gradient whenever the enc
 treats samples independently; a layer that mixes samples (BatchNorm in training mode)
 sees one chunk at a time instead, identically in passes (1) and (3).
 """
+from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any

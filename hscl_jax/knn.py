@@ -9,6 +9,7 @@ Queries are processed on the device in fixed-size chunks (``jax.lax.map``), so t
 similarity matrix held in memory is [chunk_size, bank_size], and the function compiles
 once per (bank size, query count) and never per chunk.
 """
+from __future__ import annotations
 
 import functools
 

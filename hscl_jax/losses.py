@@ -54,9 +54,10 @@ similarities (and so the loss) accurate to about 3 significant digits.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import functools
-from typing import Any, Callable, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -514,7 +515,8 @@ def _infonce_pair_loss(log_m):
 
 
 def _debiased_pair_loss(log_m, tau_plus, temperature, clamp):
-  """HCL's debiased term: Ng = M (E - τ⁺ e^{g_ip}) / (1 - τ⁺), floored; ℓ = log(1 + Ng e^{-g_ip})."""
+  """HCL's debiased term: Ng = M (E - τ⁺ e^{g_ip}) / (1 - τ⁺), floored;
+  ℓ = log(1 + Ng e^{-g_ip})."""
   floor = log_m - 1.0 / temperature if clamp else _NEG_INF
 
   def pair_loss(g, log_e, has_negative):
@@ -543,8 +545,8 @@ def _check_temperature(temperature):
 # Public losses.
 
 
-def ucl(features: Array, *, temperature=0.5, M=None, axis_name: Optional[str] = None,
-        block_size: Optional[int] = None, precision: Precision = DEFAULT_PRECISION) -> Array:
+def ucl(features: Array, *, temperature=0.5, M=None, axis_name: str | None = None,
+        block_size: int | None = None, precision: Precision = DEFAULT_PRECISION) -> Array:
   """UCL (SimCLR / NT-Xent): positives are the other views of the same sample, negatives
   every row of another sample, η ≡ 1; eq. (3). With M = n - 2 this is NT-Xent exactly."""
   features, _ = _check_inputs(features, None)
@@ -557,8 +559,8 @@ def ucl(features: Array, *, temperature=0.5, M=None, axis_name: Optional[str] = 
 
 
 def hucl(features: Array, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp: bool = True,
-         stop_gradient_weights: bool = False, axis_name: Optional[str] = None,
-         block_size: Optional[int] = None, precision: Precision = DEFAULT_PRECISION) -> Array:
+         stop_gradient_weights: bool = False, axis_name: str | None = None,
+         block_size: int | None = None, precision: Precision = DEFAULT_PRECISION) -> Array:
   """H-UCL (HCL, Robinson et al. eq. (4)/Fig. 13): UCL's positives and negatives with
   q_i ∝ e^{β g_ij} (Sec. III-C), and τ⁺ debiasing with the negative mass floored at
   M·e^{-1/γ} (``clamp=True``, HCL's rule) or at 0 (``clamp=False``). τ⁺ = 0 and
@@ -576,7 +578,7 @@ def hucl(features: Array, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp:
 
 
 def scl(features: Array, labels: Array, *, temperature=0.5, M=None,
-        axis_name: Optional[str] = None, block_size: Optional[int] = None,
+        axis_name: str | None = None, block_size: int | None = None,
         precision: Precision = DEFAULT_PRECISION) -> Array:
   """SCL: positives every other row with the anchor's label (including its other views),
   negatives every row with another label, η ≡ 1 (Sec. III-B, eq. (3))."""
@@ -585,8 +587,8 @@ def scl(features: Array, labels: Array, *, temperature=0.5, M=None,
 
 
 def hscl(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5, M=None,
-         stop_gradient_weights: bool = False, axis_name: Optional[str] = None,
-         block_size: Optional[int] = None, precision: Precision = DEFAULT_PRECISION) -> Array:
+         stop_gradient_weights: bool = False, axis_name: str | None = None,
+         block_size: int | None = None, precision: Precision = DEFAULT_PRECISION) -> Array:
   """H-SCL (Sec. III-C, eq. (3)): SCL's positives and negatives with q_i ∝ η(g_ij).
 
   ``hardening`` maps g to log η(g): ``exponential(beta)`` for H-SCL(β),
@@ -607,7 +609,7 @@ def hscl(features: Array, labels: Array, *, hardening: Hardening, temperature=0.
 
 
 def log_alphas(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
-               axis_name: Optional[str] = None,
+               axis_name: str | None = None,
                precision: Precision = DEFAULT_PRECISION) -> dict[str, Array]:
   """Per-anchor log α_HUCL, log α_HSCL, log α_Hcol (Prop. 2), each ``[local rows]``.
 
@@ -634,7 +636,7 @@ def log_alphas(features: Array, labels: Array, *, hardening: Hardening, temperat
 
 
 def assumption1(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
-                axis_name: Optional[str] = None, precision: Precision = DEFAULT_PRECISION) -> Array:
+                axis_name: str | None = None, precision: Precision = DEFAULT_PRECISION) -> Array:
   """Per-anchor indicator of Assumption 1: E_{q_Hcol}[e^g] >= E_{q_HSCL}[e^g].
 
   q_Hcol ∝ η over label collisions among UCL's negatives, q_HSCL ∝ η over rows of another
@@ -651,8 +653,8 @@ def assumption1(features: Array, labels: Array, *, hardening: Hardening, tempera
 
 
 def batch_diagnostics(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
-                      M=None, positives: str = "sample", axis_name: Optional[str] = None,
-                      block_size: Optional[int] = None,
+                      M=None, positives: str = "sample", axis_name: str | None = None,
+                      block_size: int | None = None,
                       precision: Precision = DEFAULT_PRECISION) -> dict[str, Array]:
   """The four losses of one batch with the same positives, and Assumption 1 (Figs. 4, 5).
 
@@ -705,9 +707,9 @@ def _rescaled_scores(scores: Array, valid: Array) -> Array:
 
 
 def local_global_jsd(local_features: Array, graph_features: Array, node_graph: Array, *,
-                     graph_labels: Optional[Array] = None, hardening: Optional[Hardening] = None,
-                     node_mask: Optional[Array] = None,
-                     graph_mask: Optional[Array] = None) -> Array:
+                     graph_labels: Array | None = None, hardening: Hardening | None = None,
+                     node_mask: Array | None = None,
+                     graph_mask: Array | None = None) -> Array:
   """InfoGraph's Jensen–Shannon local–global loss with (hard) negatives, Table II.
 
   L = (1/N) Σ_v Σ_{G∈N(v)} q_v(G)·(sp(s_vG) − log 2) − (1/N) Σ_v (log 2 − sp(−s_{v,g(v)})),

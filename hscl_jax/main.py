@@ -10,6 +10,7 @@ train longer). On several hosts, run the same command
 on every host: jax.distributed is started from the cluster environment (SLURM, multi-host
 TPU) or from --coordinator_address/--num_processes/--process_id (hscl_jax.distributed).
 """
+from __future__ import annotations
 
 import sys
 

@@ -2,6 +2,7 @@
 
 Only process 0 writes (`enabled=False` elsewhere), so a multi-host run produces one copy.
 """
+from __future__ import annotations
 
 import json
 import logging as std_logging

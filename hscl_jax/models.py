@@ -14,6 +14,7 @@ the channels). Group and layer normalisation never mix samples, so a sample's ou
 does not depend on the rest of the batch (what exact gradient caching needs) and the
 model has no ``batch_stats``.
 """
+from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 import functools

@@ -3,6 +3,7 @@
 'adam' is the paper's: torch.optim.Adam's weight_decay, i.e. an L2 term added to the
 gradient before the Adam moments (coupled), unlike AdamW's decoupled decay.
 """
+from __future__ import annotations
 
 import jax
 import ml_collections

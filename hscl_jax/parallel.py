@@ -4,6 +4,7 @@ The batch is split along the mesh axis 'data'; parameters and optimizer state ar
 replicated. These helpers move batches onto the mesh and values back to the host; they
 work unchanged with one process or many (each process feeds its own slice).
 """
+from __future__ import annotations
 
 import jax
 from jax.experimental import multihost_utils

@@ -4,6 +4,7 @@ Every error is one line, `config.<field>: <problem>. Fix: <fix>.`, raised as Con
 The choices come from the modules that implement them (datasets, positive modes, models,
 optimizers); this module only names the fields and checks the values.
 """
+from __future__ import annotations
 
 import dataclasses
 import math
@@ -14,8 +15,8 @@ import sys
 import ml_collections
 
 from hscl_jax import augment
-from hscl_jax import errors
 from hscl_jax import data
+from hscl_jax import errors
 from hscl_jax import models
 from hscl_jax import optim
 

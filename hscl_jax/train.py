@@ -24,6 +24,7 @@ over the training batches, a weighted kNN monitor (train split as memory bank, t
 as queries, normalised backbone features, BatchNorm in eval mode), throughput, epoch time
 and learning rate, written to DIR/metrics.jsonl and TensorBoard; then an Orbax checkpoint.
 """
+from __future__ import annotations
 
 import dataclasses
 import signal

@@ -186,7 +186,7 @@ class WorkdirLock:
       os.remove(self.path)
     self._record = None
 
-  def __enter__(self) -> 'WorkdirLock':
+  def __enter__(self) -> WorkdirLock:
     self.acquire()
     return self
 

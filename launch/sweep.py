@@ -23,6 +23,7 @@ Every command is `python -m hscl_jax.main --config=configs/<dataset>.py --workdi
 workdir that already holds checkpoints resumes, so resubmitting a sweep finishes it.
 --dry_run prints the submission commands instead of running them.
 """
+from __future__ import annotations
 
 import argparse
 import dataclasses

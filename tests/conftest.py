@@ -1,4 +1,6 @@
 """Test set-up: 4 fake CPU devices, set before JAX is imported anywhere."""
+from __future__ import annotations
+
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

@@ -4,8 +4,10 @@ Event files are TFRecord files of serialized `Event` protos. A `SessionLog.START
 step S (what tensorboardX writes for `purge_step=S`) discards the scalars logged earlier
 at steps >= S, as TensorBoard does with the data of a run that died and was resumed.
 """
-import struct
+from __future__ import annotations
+
 import pathlib
+import struct
 
 from tensorboardX.proto import event_pb2
 

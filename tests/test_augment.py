@@ -1,4 +1,6 @@
 """Properties of the JAX augmentations (small images: every distinct params is one compile)."""
+from __future__ import annotations
+
 import colorsys
 import dataclasses
 import functools

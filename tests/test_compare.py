@@ -1,4 +1,5 @@
 """The comparison report (hscl_jax.experiments.compare): settings, summary, table, plots."""
+from __future__ import annotations
 
 import pathlib
 import subprocess

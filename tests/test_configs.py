@@ -1,4 +1,5 @@
 """The configs: paper defaults, the field schema, command-line overrides, validation errors."""
+from __future__ import annotations
 
 import json
 import os
@@ -13,8 +14,14 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
-from configs import cifar10, cifar100, default, digits, stl10  # noqa: E402
-from hscl_jax import optim, schema, train  # noqa: E402
+from configs import cifar10  # noqa: E402
+from configs import cifar100  # noqa: E402
+from configs import default  # noqa: E402
+from configs import digits  # noqa: E402
+from configs import stl10  # noqa: E402
+from hscl_jax import optim  # noqa: E402
+from hscl_jax import schema  # noqa: E402
+from hscl_jax import train  # noqa: E402
 
 ALL_CONFIGS = {'digits': digits, 'cifar10': cifar10, 'cifar100': cifar100, 'stl10': stl10}
 

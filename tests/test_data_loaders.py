@@ -1,4 +1,6 @@
 """Training/eval loaders: sharding, determinism, exact resume, label-mode pairs, padding."""
+from __future__ import annotations
+
 import numpy as np
 import pytest
 

@@ -1,11 +1,13 @@
 """Digits and image-folder sources, the stratified split, and error messages."""
+from __future__ import annotations
+
 import os
 import subprocess
 import sys
 
 import numpy as np
-import pytest
 from PIL import Image
+import pytest
 
 from hscl_jax import data
 

@@ -6,15 +6,17 @@ Two kinds of fakes, both without network or TensorFlow:
   * `tfds.testing.mock_data` (MockPolicy.USE_FILES, pointed at the metadata),
     which mocks the array_record reader inside `tfds.data_source`.
 """
+from __future__ import annotations
+
 import io
 import sys
 import time
 
+from array_record.python import array_record_module
 import numpy as np
+from PIL import Image
 import pytest
 import tensorflow_datasets as tfds
-from array_record.python import array_record_module
-from PIL import Image
 from tensorflow_datasets.core import naming
 from tensorflow_datasets.core import splits as splits_lib
 

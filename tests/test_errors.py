@@ -1,9 +1,12 @@
 """User errors: one line and the fix; programming errors keep their traceback."""
+from __future__ import annotations
+
 import errno
 
 import pytest
 
-from hscl_jax import errors, workdir_lock
+from hscl_jax import errors
+from hscl_jax import workdir_lock
 
 
 def test_disk_full_is_recognised_through_wrappers():
@@ -54,7 +57,9 @@ def test_unusable_workdirs_are_one_line(tmp_path):
 
 def test_checkpoint_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypatch):
   import collections
+
   import jax.numpy as jnp
+
   from hscl_jax import checkpointing
   checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
   state = {'w': jnp.zeros((1000,), jnp.float32)}  # 4,000 bytes

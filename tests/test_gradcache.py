@@ -1,8 +1,10 @@
 """Gradient caching: chunked value and gradient equal the one-pass ones."""
+from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import pytest
 

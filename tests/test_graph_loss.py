@@ -1,11 +1,12 @@
 """losses.local_global_jsd against a float64 NumPy reference written from the formulas."""
+from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hscl_jax import losses
 
+from hscl_jax import losses
 
 LOG2 = np.log(2.0)
 

@@ -1,4 +1,5 @@
 """The graph experiment: TU reader, batches, GIN encoder, SVM protocol, program, prepare."""
+from __future__ import annotations
 
 import json
 import os

@@ -1,7 +1,6 @@
 """Weighted kNN monitor against a brute-force float64 NumPy reference."""
+from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

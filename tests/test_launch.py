@@ -1,4 +1,5 @@
 """launch/: the sweep's commands are valid configs; the shell scripts parse (and lint)."""
+from __future__ import annotations
 
 import json
 import pathlib

@@ -1,4 +1,5 @@
 """Linear evaluation from Orbax checkpoints: the pipeline, the protocols, the errors."""
+from __future__ import annotations
 
 import json
 import os
@@ -13,7 +14,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax import checkpointing, linear_eval, train  # noqa: E402
+from hscl_jax import checkpointing  # noqa: E402
+from hscl_jax import linear_eval  # noqa: E402
+from hscl_jax import train  # noqa: E402
 
 RESULT_KEYS = ('protocol', 'top1', 'top5', 'checkpoint_step', 'num_train', 'num_test')
 

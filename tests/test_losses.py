@@ -1,4 +1,5 @@
 """Loss kernels against an independent float64 reference and the paper's identities."""
+from __future__ import annotations
 
 import functools
 
@@ -7,13 +8,13 @@ import chex
 import jax
 import jax.extend
 import jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import optax
 import pytest
 
 from hscl_jax import losses
-
 
 # --------------------------------------------------------------------------------------
 # Independent float64 reference, written from eq. (3) (docs/method.md) with explicit sets.

@@ -3,6 +3,8 @@
 Each case runs `python -m hscl_jax.main` (or linear_eval) in a fresh process; all but the
 disk-full case stop before anything compiles.
 """
+from __future__ import annotations
+
 import contextlib
 import os
 import pathlib
@@ -11,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from test_workdir_lock import _holder
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -1,13 +1,15 @@
 """Backbones, projection head, BatchNorm behaviour (incl. cross-device sync)."""
+from __future__ import annotations
 
 import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 import ml_collections
 import numpy as np
 import pytest
-from jax.sharding import Mesh, PartitionSpec as P
 
 from hscl_jax import models
 

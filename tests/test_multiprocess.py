@@ -16,6 +16,7 @@ write their results to .npz files; the test compares them here.
 
 Every worker is killed if the test fails or times out (try/finally, Popen.kill).
 """
+from __future__ import annotations
 
 import json
 import os

@@ -1,4 +1,5 @@
 """Optimizers: the paper's Adam (coupled L2) against an independent NumPy reference."""
+from __future__ import annotations
 
 import jax
 import jax.numpy as jnp

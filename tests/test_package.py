@@ -1,4 +1,5 @@
 """Packaging: the loss kernels are importable without the training stack."""
+from __future__ import annotations
 
 import json
 import os

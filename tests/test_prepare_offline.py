@@ -5,6 +5,8 @@ training then reads without TensorFlow.
 Needs the [prepare] extra (TensorFlow); skipped, saying so, without it. The only thing
 faked is the archive's registered checksum (ours is a small archive, not the official one).
 """
+from __future__ import annotations
+
 import importlib.util
 import io
 import pathlib
@@ -19,7 +21,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import cifar10  # noqa: E402
-from hscl_jax import data, metrics, train  # noqa: E402
+from hscl_jax import data  # noqa: E402
+from hscl_jax import metrics  # noqa: E402
+from hscl_jax import train  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec('tensorflow') is None,

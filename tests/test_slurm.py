@@ -16,6 +16,7 @@ through XLA_FLAGS in the submitting environment) and a short digits run:
 Skipped, with the reason, where SLURM is not installed. Everything this file starts is
 stopped at the end (jobs cancelled, daemons stopped, reference process killed).
 """
+from __future__ import annotations
 
 import json
 import os

@@ -1,4 +1,6 @@
 """A resumed run is the run that was started: config changes are refused, listed, with the fix."""
+from __future__ import annotations
+
 import json
 import pathlib
 import sys
@@ -9,7 +11,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax import metrics, stored_config  # noqa: E402
+from hscl_jax import metrics  # noqa: E402
+from hscl_jax import stored_config  # noqa: E402
 
 
 def test_changes_that_alter_the_run_are_refused_with_the_fix(tmp_path):

@@ -4,12 +4,13 @@ Every run uses the small CNN on 8x8 digits with a few steps. The tests share one
 persistent compilation cache, so a configuration compiled once (e.g. the uninterrupted
 run) is reused by the runs that must reproduce it.
 """
+from __future__ import annotations
 
 import json
 import os
-import shutil
 import pathlib
 import re
+import shutil
 import signal
 import sys
 
@@ -23,10 +24,21 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
-from configs import digits  # noqa: E402
-from hscl_jax import augment, checkpointing, evaluation, metrics, models, optim, parallel  # noqa: E402,E501
-from hscl_jax import linear_eval, losses, schema, stored_config, train  # noqa: E402
 import tensorboard_events  # noqa: E402
+
+from configs import digits  # noqa: E402
+from hscl_jax import augment  # noqa: E402,E501
+from hscl_jax import checkpointing  # noqa: E402,E501
+from hscl_jax import evaluation  # noqa: E402,E501
+from hscl_jax import linear_eval  # noqa: E402
+from hscl_jax import losses  # noqa: E402
+from hscl_jax import metrics  # noqa: E402,E501
+from hscl_jax import models  # noqa: E402,E501
+from hscl_jax import optim  # noqa: E402,E501
+from hscl_jax import parallel  # noqa: E402,E501
+from hscl_jax import schema  # noqa: E402
+from hscl_jax import stored_config  # noqa: E402
+from hscl_jax import train  # noqa: E402
 
 EPOCH_KEYS = ('epoch', 'step', 'train_loss', 'knn_top1', 'assumption1_fraction',
               'images_per_second', 'learning_rate', 'epoch_time', 'loss_ucl', 'loss_hucl',
@@ -370,7 +382,9 @@ def _write_tfds_metadata(data_dir, name):
 @pytest.mark.parametrize('name', ['cifar10', 'stl10'])
 def test_mock_tfds_dataset_one_short_epoch(name, tmp_path):
   import tensorflow_datasets as tfds
-  from configs import cifar10, stl10
+
+  from configs import cifar10
+  from configs import stl10
 
   config = {'cifar10': cifar10, 'stl10': stl10}[name].get_config()
   config.model.name = 'small_cnn'  # a tiny backbone: this tests the pipeline, not ResNet-50

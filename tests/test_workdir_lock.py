@@ -1,4 +1,6 @@
 """One run per workdir: a live holder refuses a second run by name; a dead one is taken over."""
+from __future__ import annotations
+
 import json
 import os
 import signal

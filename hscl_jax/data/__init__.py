@@ -2,12 +2,25 @@
 
 Augmentations run on the accelerator and live in :mod:`hscl_jax.augment`.
 """
-from hscl_jax.data.arrays import ArraySource, stratified_split
-from hscl_jax.data.errors import DatasetNotPreparedError, ImageFolderError, UnknownDatasetError
+from __future__ import annotations
+
+from hscl_jax.data.arrays import ArraySource
+from hscl_jax.data.arrays import stratified_split
+from hscl_jax.data.errors import DatasetNotPreparedError
+from hscl_jax.data.errors import ImageFolderError
+from hscl_jax.data.errors import UnknownDatasetError
 from hscl_jax.data.image_folder import ImageFolderSource
-from hscl_jax.data.loaders import POSITIVE_MODES, EvalLoader, TrainLoader, steps_per_epoch
-from hscl_jax.data.sources import DATASETS, SPLITS, DatasetInfo, dataset_info, get_source
-from hscl_jax.data.tfds_sources import TFDS_DATASETS, TfdsSource
+from hscl_jax.data.loaders import POSITIVE_MODES
+from hscl_jax.data.loaders import EvalLoader
+from hscl_jax.data.loaders import TrainLoader
+from hscl_jax.data.loaders import steps_per_epoch
+from hscl_jax.data.sources import DATASETS
+from hscl_jax.data.sources import SPLITS
+from hscl_jax.data.sources import DatasetInfo
+from hscl_jax.data.sources import dataset_info
+from hscl_jax.data.sources import get_source
+from hscl_jax.data.tfds_sources import TFDS_DATASETS
+from hscl_jax.data.tfds_sources import TfdsSource
 
 __all__ = [
     'ArraySource', 'DATASETS', 'DatasetInfo', 'DatasetNotPreparedError', 'EvalLoader',

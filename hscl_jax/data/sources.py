@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from hscl_jax.data import arrays, image_folder, tfds_sources
-from hscl_jax.data.errors import ImageFolderError, UnknownDatasetError
+from hscl_jax.data import arrays
+from hscl_jax.data import image_folder
+from hscl_jax.data import tfds_sources
+from hscl_jax.data.errors import ImageFolderError
+from hscl_jax.data.errors import UnknownDatasetError
 
 DATASETS = ('digits', 'cifar10', 'cifar100', 'stl10', 'image_folder')
 SPLITS = {

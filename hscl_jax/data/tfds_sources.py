@@ -55,8 +55,8 @@ def prepared_builder(name: str, data_dir: str | None):
   ``tfds.builder`` only reads metadata from disk (no network); the download
   could only start in ``download_and_prepare``, which we never call here.
   """
-  import tensorflow_datasets as tfds  # Local import: tfds is slow to import.
   from etils import epath
+  import tensorflow_datasets as tfds  # Local import: tfds is slow to import.
 
   builder = tfds.builder(name, data_dir=data_dir)
   info_file = epath.Path(builder.data_dir) / 'dataset_info.json'

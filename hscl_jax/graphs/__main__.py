@@ -7,6 +7,7 @@ r"""Trains and evaluates one graph setting (Table II).
 Writes DIR/graph_eval.json (accuracy, fold_accuracies, protocol, method, dataset, ...),
 DIR/metrics.jsonl (training loss per epoch) and DIR/config.json.
 """
+from __future__ import annotations
 
 from absl import app
 from absl import flags

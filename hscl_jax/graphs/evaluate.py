@@ -7,9 +7,9 @@ accuracy over the folds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent import futures
 import os
-from typing import Sequence
 
 import numpy as np
 from sklearn import model_selection

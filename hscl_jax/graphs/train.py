@@ -99,7 +99,7 @@ def make_model(config, dataset: data.GraphDataset) -> model_lib.InfoGraph:
                              bn_momentum=config.model.bn_momentum)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool):
   """(init, epoch, embed) functions, vmapped over encoders and jitted."""
   optimizer = optax.adam(learning_rate)
