@@ -9,6 +9,7 @@ normalisation) on uint8 images already at the output size (CIFAR 32 px, STL-10
 torchvision does with PIL images), one process; the JAX side is one jitted call
 per batch on whatever JAX device is present (CPU here).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,12 @@ def parse_args():
   parser.add_argument('--batch', type=int, default=256)
   parser.add_argument('--sizes', default='32,96')
   parser.add_argument('--repeats', type=int, default=5, help='timed JAX batches per size')
-  parser.add_argument('--pil_samples', type=int, default=256,
-                      help='samples timed on the PIL side (the rate is per sample)')
+  parser.add_argument(
+    '--pil_samples',
+    type=int,
+    default=256,
+    help='samples timed on the PIL side (the rate is per sample)',
+  )
   return parser.parse_args()
 
 
@@ -74,10 +79,10 @@ def pil_jitter(rng, image, params):
     return rng.uniform(max(0.0, 1 - strength), 1 + strength)
 
   steps = [
-      lambda im: ImageEnhance.Brightness(im).enhance(around_one(params.brightness)),
-      lambda im: ImageEnhance.Contrast(im).enhance(around_one(params.contrast)),
-      lambda im: ImageEnhance.Color(im).enhance(around_one(params.saturation)),
-      lambda im: pil_hue(im, rng.uniform(-params.hue, params.hue)),
+    lambda im: ImageEnhance.Brightness(im).enhance(around_one(params.brightness)),
+    lambda im: ImageEnhance.Contrast(im).enhance(around_one(params.contrast)),
+    lambda im: ImageEnhance.Color(im).enhance(around_one(params.saturation)),
+    lambda im: pil_hue(im, rng.uniform(-params.hue, params.hue)),
   ]
   for index in rng.permutation(len(steps)):
     image = steps[index](image)
@@ -113,17 +118,20 @@ def time_pil(images: np.ndarray, params: augment.AugmentParams, samples: int) ->
 
 def main():
   args = parse_args()
-  print(f'JAX {jax.__version__} on {jax.devices()[0].platform}, batch {args.batch}, '
-        f'load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs')
-  print(f"{'size':>5} {'blur':>5} {'JAX samples/s':>14} {'PIL samples/s':>14} {'JAX/PIL':>8}")
+  print(
+    f'JAX {jax.__version__} on {jax.devices()[0].platform}, batch {args.batch}, '
+    f'load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs'
+  )
+  print(f'{"size":>5} {"blur":>5} {"JAX samples/s":>14} {"PIL samples/s":>14} {"JAX/PIL":>8}')
   for size in (int(s) for s in args.sizes.split(',')):
     params = augment.AugmentParams(image_size=size)
-    images = np.random.default_rng(size).integers(0, 256, (args.batch, 2, size, size, 3),
-                                                   np.uint8)
+    images = np.random.default_rng(size).integers(0, 256, (args.batch, 2, size, size, 3), np.uint8)
     jax_rate = args.batch / time_jax(images, params, args.repeats)
     pil_rate = 1.0 / time_pil(images, params, args.pil_samples)
-    print(f'{size:>5} {str(params.blur_enabled):>5} {jax_rate:>14.0f} {pil_rate:>14.0f} '
-          f'{jax_rate / pil_rate:>8.2f}')
+    print(
+      f'{size:>5} {str(params.blur_enabled):>5} {jax_rate:>14.0f} {pil_rate:>14.0f} '
+      f'{jax_rate / pil_rate:>8.2f}'
+    )
   print('samples/s counts two-view samples (2 augmented images each).')
 
 

@@ -17,6 +17,7 @@ On CPU, XLA runs the convolutions of a loop body on a slow path (jax-ml/jax#1286
 the chunked step loops over chunks (lax.scan): expect its CPU step time to be far above
 the unchunked one; on GPUs and TPUs the loop costs the second forward pass only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,7 @@ def child(model_name: str, batch: int, chunk_size: int, image_size: int, run: bo
   config.chunk_size = chunk_size
   mesh = parallel.make_mesh(jax.devices()[:1])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1,
-                                                 total_steps=1)
+  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1, total_steps=1)
   optimizer = optim.create_optimizer(config.optimizer, schedule)
   augment_params = augment.AugmentParams.from_config(config.augment)
   state = train.create_train_state(config, model, optimizer, image_size, mesh)
@@ -63,14 +63,28 @@ def child(model_name: str, batch: int, chunk_size: int, image_size: int, run: bo
   rng = np.random.default_rng(0)
   shape = (batch, VIEWS, image_size, image_size, 3)
   data = parallel.global_batch(
-      {'image': rng.integers(0, 256, shape, dtype=np.uint8),
-       'label': (np.arange(batch) % 10).astype(np.int32)}, mesh, ('image', 'label'))
+    {
+      'image': rng.integers(0, 256, shape, dtype=np.uint8),
+      'label': (np.arange(batch) % 10).astype(np.int32),
+    },
+    mesh,
+    ('image', 'label'),
+  )
   compiled = step.lower(state, data, hyper).compile()
   memory = compiled.memory_analysis()
-  xla_mib = (memory.argument_size_in_bytes + memory.output_size_in_bytes
-             + memory.temp_size_in_bytes - memory.alias_size_in_bytes) / 2**20
-  result = dict(model=model_name, batch=batch, chunk_size=chunk_size, image_size=image_size,
-                xla_mib=round(xla_mib))
+  xla_mib = (
+    memory.argument_size_in_bytes
+    + memory.output_size_in_bytes
+    + memory.temp_size_in_bytes
+    - memory.alias_size_in_bytes
+  ) / 2**20
+  result = dict(
+    model=model_name,
+    batch=batch,
+    chunk_size=chunk_size,
+    image_size=image_size,
+    xla_mib=round(xla_mib),
+  )
   if not run:
     return result
   start = time.perf_counter()
@@ -78,17 +92,30 @@ def child(model_name: str, batch: int, chunk_size: int, image_size: int, run: bo
   jax.block_until_ready(loss)
   seconds = time.perf_counter() - start
   peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-  return dict(result, peak_mib=round(peak_mib), step_s=round(seconds, 2), loss=float(loss),
-              load=round(os.getloadavg()[0], 1))
+  return dict(
+    result,
+    peak_mib=round(peak_mib),
+    step_s=round(seconds, 2),
+    loss=float(loss),
+    load=round(os.getloadavg()[0], 1),
+  )
 
 
 def run_child(model_name, batch, chunk_size, image_size, run) -> dict:
-  args = [sys.executable, __file__,
-          f'--child={model_name},{batch},{chunk_size},{image_size},{int(run)}']
+  args = [
+    sys.executable,
+    __file__,
+    f'--child={model_name},{batch},{chunk_size},{image_size},{int(run)}',
+  ]
   result = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
   if result.returncode:
-    return dict(model=model_name, batch=batch, chunk_size=chunk_size, image_size=image_size,
-                error=result.stderr.strip().splitlines()[-1:])
+    return dict(
+      model=model_name,
+      batch=batch,
+      chunk_size=chunk_size,
+      image_size=image_size,
+      error=result.stderr.strip().splitlines()[-1:],
+    )
   return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -103,17 +130,24 @@ def fit_line(points):
 
 
 def summarise(results, budget_mib):
-  print(f'\n{"batch":>6} {"XLA MiB":>9} {"chunked":>9} {"RSS MiB":>9} {"chunked":>9} '
-        f'{"step s":>8} {"chunked":>9} {"time ratio":>10}')
+  print(
+    f'\n{"batch":>6} {"XLA MiB":>9} {"chunked":>9} {"RSS MiB":>9} {"chunked":>9} '
+    f'{"step s":>8} {"chunked":>9} {"time ratio":>10}'
+  )
   by_key = {(r['batch'], r['chunk_size'] > 0): r for r in results if 'error' not in r}
   cell = lambda r, k: f'{r[k]:>9}' if r and k in r else f'{"-":>9}'
   for batch in sorted({r['batch'] for r in results}):
     plain, chunked = by_key.get((batch, False)), by_key.get((batch, True))
-    ratio = (f'{chunked["step_s"] / plain["step_s"]:>10.2f}'
-             if plain and chunked and 'step_s' in plain and 'step_s' in chunked else f'{"-":>10}')
-    print(f'{batch:>6} {cell(plain, "xla_mib")} {cell(chunked, "xla_mib")} '
-          f'{cell(plain, "peak_mib")} {cell(chunked, "peak_mib")} '
-          f'{cell(plain, "step_s"):>8} {cell(chunked, "step_s")} {ratio}')
+    ratio = (
+      f'{chunked["step_s"] / plain["step_s"]:>10.2f}'
+      if plain and chunked and 'step_s' in plain and 'step_s' in chunked
+      else f'{"-":>10}'
+    )
+    print(
+      f'{batch:>6} {cell(plain, "xla_mib")} {cell(chunked, "xla_mib")} '
+      f'{cell(plain, "peak_mib")} {cell(chunked, "peak_mib")} '
+      f'{cell(plain, "step_s"):>8} {cell(chunked, "step_s")} {ratio}'
+    )
   fits = {}
   for key in ('xla_mib', 'peak_mib'):
     for chunked in (False, True):
@@ -124,20 +158,31 @@ def summarise(results, budget_mib):
       largest = max(b for b, _ in points)
       # Under 0.1 MiB per sample the curve is flat over the measured range: no extrapolation.
       fits[key, chunked] = int((budget_mib - intercept) / slope) if slope >= 0.1 else None
-      where = (f'largest batch in {budget_mib / 1024:.0f} GiB ≈ {fits[key, chunked]}'
-               if fits[key, chunked] else f'flat up to batch {largest} (the limit is the loss)')
-      print(f'{key}, {"with" if chunked else "without"} chunks: ≈ {intercept:.0f} MiB + '
-            f'{slope:.2f} MiB/sample; {where}')
+      where = (
+        f'largest batch in {budget_mib / 1024:.0f} GiB ≈ {fits[key, chunked]}'
+        if fits[key, chunked]
+        else f'flat up to batch {largest} (the limit is the loss)'
+      )
+      print(
+        f'{key}, {"with" if chunked else "without"} chunks: ≈ {intercept:.0f} MiB + '
+        f'{slope:.2f} MiB/sample; {where}'
+      )
     if fits.get((key, False)) and fits.get((key, True)):
-      print(f'{key}: the budget holds {fits[key, True] / fits[key, False]:.1f}x the batch '
-            'with chunks')
-    both = [b for b in sorted({r['batch'] for r in results})
-            if key in by_key.get((b, False), {}) and key in by_key.get((b, True), {})]
+      print(
+        f'{key}: the budget holds {fits[key, True] / fits[key, False]:.1f}x the batch with chunks'
+      )
+    both = [
+      b
+      for b in sorted({r['batch'] for r in results})
+      if key in by_key.get((b, False), {}) and key in by_key.get((b, True), {})
+    ]
     if both:
       b = both[-1]
       plain, chunked = by_key[b, False][key], by_key[b, True][key]
-      print(f'{key} at batch {b}: {plain} MiB without chunks, {chunked} MiB with '
-            f'({plain / chunked:.1f}x less)')
+      print(
+        f'{key} at batch {b}: {plain} MiB without chunks, {chunked} MiB with '
+        f'({plain / chunked:.1f}x less)'
+      )
 
 
 def main():
@@ -147,10 +192,18 @@ def main():
   parser.add_argument('--chunk_size', type=int, default=16)
   parser.add_argument('--image_size', type=int, default=32)
   parser.add_argument('--budget_gib', type=float, default=8.0)
-  parser.add_argument('--max_gib', type=float, default=10.0,
-                      help='skip runs predicted (from XLA\'s figure) to need more than this')
-  parser.add_argument('--run_max_batch', type=int, default=512,
-                      help='run (RSS, time) unchunked steps up to this batch; compile only above')
+  parser.add_argument(
+    '--max_gib',
+    type=float,
+    default=10.0,
+    help="skip runs predicted (from XLA's figure) to need more than this",
+  )
+  parser.add_argument(
+    '--run_max_batch',
+    type=int,
+    default=512,
+    help='run (RSS, time) unchunked steps up to this batch; compile only above',
+  )
   parser.add_argument('--run_max_batch_chunked', type=int, default=64)
   parser.add_argument('--child', help=argparse.SUPPRESS)
   args = parser.parse_args()
@@ -158,19 +211,28 @@ def main():
     name, batch, chunk, size, run = args.child.split(',')
     print(json.dumps(child(name, int(batch), int(chunk), int(size), run == '1')))
     return
-  print(f'{args.model} at {args.image_size} px, chunk_size {args.chunk_size}; '
-        'one fresh process per setting', flush=True)
+  print(
+    f'{args.model} at {args.image_size} px, chunk_size {args.chunk_size}; '
+    'one fresh process per setting',
+    flush=True,
+  )
   results = []
   for batch in (int(b) for b in args.batches.split(',')):
     for chunk in (0, args.chunk_size):
-      points = [(r['batch'], r['xla_mib']) for r in results
-                if 'error' not in r and (r['chunk_size'] > 0) == (chunk > 0)]
+      points = [
+        (r['batch'], r['xla_mib'])
+        for r in results
+        if 'error' not in r and (r['chunk_size'] > 0) == (chunk > 0)
+      ]
       run = batch <= (args.run_max_batch_chunked if chunk else args.run_max_batch)
       if run and len(points) >= 2:
         intercept, slope = fit_line(points)
         if intercept + slope * batch > args.max_gib * 1024:
-          print(f'batch {batch} chunk_size {chunk}: not run, predicted to need '
-                f'{(intercept + slope * batch) / 1024:.1f} GiB > --max_gib', flush=True)
+          print(
+            f'batch {batch} chunk_size {chunk}: not run, predicted to need '
+            f'{(intercept + slope * batch) / 1024:.1f} GiB > --max_gib',
+            flush=True,
+          )
           run = False
       results.append(run_child(args.model, batch, chunk, args.image_size, run))
       print(json.dumps(results[-1]), flush=True)

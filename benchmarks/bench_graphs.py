@@ -8,6 +8,7 @@ trained together (vmapped), and its ratio; then the wall time (train + SVM evalu
 UCL run and of a leak-free H-SCL(β = 1) run at --epochs epochs, compilation included.
 On a shared machine the figures move with the load (the 1-minute load average is printed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,12 +30,15 @@ def epoch_throughput(config, dataset, num_encoders: int, repeats: int = 3) -> fl
   init, epoch, _ = train._compiled(model, float(config.learning_rate), True)
   rng = np.random.default_rng(0)
   num_batches = -(-dataset.num_graphs // config.batch_size)
-  groups = [data.epoch_batches(np.arange(dataset.num_graphs), config.batch_size, num_batches, rng)
-            for _ in range(num_encoders)]
+  groups = [
+    data.epoch_batches(np.arange(dataset.num_graphs), config.batch_size, num_batches, rng)
+    for _ in range(num_encoders)
+  ]
   budget = data.budget_for(dataset, [b for g in groups for b in g], config.batch_size)
   batches = train._device_batches(dataset, groups, budget)
-  state = init(jax.random.split(jax.random.key(0), num_encoders),
-               jax.tree.map(lambda x: x[0, 0], batches))
+  state = init(
+    jax.random.split(jax.random.key(0), num_encoders), jax.tree.map(lambda x: x[0, 0], batches)
+  )
   state, loss = epoch(state, batches, 1.0)  # compile
   jax.block_until_ready(loss)
   best = float('inf')
@@ -69,14 +73,18 @@ def main():
     dataset = data.load_tu(name, args.data_dir)
     one = epoch_throughput(config, dataset, 1)
     ten = epoch_throughput(config, dataset, 10)
-    line = (f'{name}: train step {one:.0f} graphs/s (1 encoder), {ten:.0f} graphs/s '
-            f'(10 vmapped fold encoders, {ten / one:.2f}x)')
+    line = (
+      f'{name}: train step {one:.0f} graphs/s (1 encoder), {ten:.0f} graphs/s '
+      f'(10 vmapped fold encoders, {ten / one:.2f}x)'
+    )
     if not args.skip_runs:
       ucl = run_seconds(config, 'ucl')
       hscl = run_seconds(config, 'hscl')
-      line += (f'; one run at {args.epochs} epochs: UCL {ucl[0]:.0f} s (train {ucl[1]:.0f} s, '
-               f'SVM {ucl[2]:.0f} s), leak-free H-SCL {hscl[0]:.0f} s (train {hscl[1]:.0f} s, '
-               f'SVM {hscl[2]:.0f} s)')
+      line += (
+        f'; one run at {args.epochs} epochs: UCL {ucl[0]:.0f} s (train {ucl[1]:.0f} s, '
+        f'SVM {ucl[2]:.0f} s), leak-free H-SCL {hscl[0]:.0f} s (train {hscl[1]:.0f} s, '
+        f'SVM {hscl[2]:.0f} s)'
+      )
     print(f'{line}  [load {os.getloadavg()[0]:.1f}]', flush=True)
 
 

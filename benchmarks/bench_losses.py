@@ -16,6 +16,7 @@ forward+backward, next to a child that only holds the inputs. Last, at ``--optax
 ``losses.ucl`` against ``optax.losses.ntxent``, the same loss (NT-Xent, M = n - 2), which
 materialises an n×n×d tensor.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ DIM = 128
 def _setup(n):
   import jax
   import jax.numpy as jnp
+
   kf, kl = jax.random.split(jax.random.key(0))
   z = jax.random.normal(kf, (n // 2, 2, DIM))
   z = z / jnp.linalg.norm(z, axis=-1, keepdims=True)
@@ -65,6 +67,7 @@ def _time(fn, *args, repeats):
   """(best wall time, best process CPU time) of ``repeats`` calls after a warm-up."""
   from bench_train_step import best_time  # a sibling script: same timing rule
   import jax
+
   jax.block_until_ready(fn(*args))  # compile + warm up
   cpu = float('inf')
   for _ in range(repeats):
@@ -77,20 +80,26 @@ def _time(fn, *args, repeats):
 def speed(sizes, block_size, repeats):
   import jax
   import jax.numpy as jnp
-  print(f"devices: {jax.devices()}  d={DIM}  (best of {repeats})")
-  print(f"{'n':>6} {'form':>10} {'loss ms':>10} {'matmul ms':>10} {'ratio':>7} "
-        f"{'cpu ratio':>10}  (load {os.getloadavg()[0]:.1f})")
+
+  print(f'devices: {jax.devices()}  d={DIM}  (best of {repeats})')
+  print(
+    f'{"n":>6} {"form":>10} {"loss ms":>10} {"matmul ms":>10} {"ratio":>7} '
+    f'{"cpu ratio":>10}  (load {os.getloadavg()[0]:.1f})'
+  )
   for n in sizes:
     z, labels = _setup(n)
     cotangent = jnp.ones((n, n), jnp.float32) / n
     matmul = _time(_matmul_step(), z, cotangent, repeats=repeats)
     del cotangent
-    forms = [("dense", 0)] if n <= 4096 else []
-    forms.append((f"block{block_size}", block_size))
+    forms = [('dense', 0)] if n <= 4096 else []
+    forms.append((f'block{block_size}', block_size))
     for name, size in forms:
       loss = _time(_loss_step(size), z, labels, repeats=repeats)
-      print(f"{n:>6} {name:>10} {loss[0] * 1e3:>10.1f} {matmul[0] * 1e3:>10.1f} "
-            f"{loss[0] / matmul[0]:>7.2f} {loss[1] / matmul[1]:>10.2f}", flush=True)
+      print(
+        f'{n:>6} {name:>10} {loss[0] * 1e3:>10.1f} {matmul[0] * 1e3:>10.1f} '
+        f'{loss[0] / matmul[0]:>7.2f} {loss[1] / matmul[1]:>10.2f}',
+        flush=True,
+      )
 
 
 def versus_optax(n, repeats):
@@ -99,28 +108,33 @@ def versus_optax(n, repeats):
   import optax
 
   from hscl_jax import losses
+
   z, _ = _setup(n)
   rows, labels = z.reshape(n, DIM), jax.numpy.repeat(jax.numpy.arange(n // 2), 2)
   ours = jax.jit(jax.value_and_grad(lambda z: losses.ucl(z, temperature=0.5)))
-  theirs = jax.jit(jax.value_and_grad(
-      lambda rows: optax.losses.ntxent(rows, labels, temperature=0.5)))
+  theirs = jax.jit(
+    jax.value_and_grad(lambda rows: optax.losses.ntxent(rows, labels, temperature=0.5))
+  )
   ours_s, theirs_s = _time(ours, z, repeats=repeats)[0], _time(theirs, rows, repeats=repeats)[0]
   gap = abs(float(ours(z)[0]) - float(theirs(rows)[0]))
-  print(f"n={n} forward+backward: losses.ucl {ours_s * 1e3:.1f} ms, optax.losses.ntxent "
-        f"{theirs_s * 1e3:.1f} ms: ours {theirs_s / ours_s:.0f}x faster; |value gap| {gap:.1e}")
+  print(
+    f'n={n} forward+backward: losses.ucl {ours_s * 1e3:.1f} ms, optax.losses.ntxent '
+    f'{theirs_s * 1e3:.1f} ms: ours {theirs_s / ours_s:.0f}x faster; |value gap| {gap:.1e}'
+  )
 
 
 def _child_peak(rows, block_size, run_loss):
   """Peak RSS (MiB) of a fresh process that builds the inputs and optionally runs the loss."""
   code = (
-      "import sys, jax; sys.path.insert(0, '.');"
-      "from benchmarks.bench_losses import _setup, _loss_step;"
-      f"z, y = _setup({rows});"
-      f"out = _loss_step({block_size})(z, y) if {run_loss} else (z, y);"
-      "jax.block_until_ready(out);"
-      "print(float(out[0]) if {run_loss} else 0.0)".replace("{run_loss}", str(run_loss)))
+    "import sys, jax; sys.path.insert(0, '.');"
+    'from benchmarks.bench_losses import _setup, _loss_step;'
+    f'z, y = _setup({rows});'
+    f'out = _loss_step({block_size})(z, y) if {run_loss} else (z, y);'
+    'jax.block_until_ready(out);'
+    'print(float(out[0]) if {run_loss} else 0.0)'.replace('{run_loss}', str(run_loss))
+  )
   before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+  result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
   peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
   if peak <= before:
     raise RuntimeError("child peak not above an earlier child's; run the memory check first")
@@ -133,26 +147,28 @@ def memory(rows, block_size):
   peak, value = _child_peak(rows, block_size, run_loss=True)
   elapsed = time.perf_counter() - start
   dense_gib = rows * rows * 4 / 2**30
-  print(f"blockwise n={rows} d={DIM} block={block_size}: peak RSS {peak:.0f} MiB "
-        f"(inputs-only process {baseline:.0f} MiB; one dense n×n f32 matrix would be "
-        f"{dense_gib:.0f} GiB); loss {value}; forward+backward incl. compile {elapsed:.0f} s")
+  print(
+    f'blockwise n={rows} d={DIM} block={block_size}: peak RSS {peak:.0f} MiB '
+    f'(inputs-only process {baseline:.0f} MiB; one dense n×n f32 matrix would be '
+    f'{dense_gib:.0f} GiB); loss {value}; forward+backward incl. compile {elapsed:.0f} s'
+  )
   return peak
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--sizes", default="1024,4096,16384")
-  parser.add_argument("--block_size", type=int, default=2048)
-  parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--memory_rows", type=int, default=65536, help="0 skips the memory check")
-  parser.add_argument("--optax_rows", type=int, default=1024, help="0 skips the optax row")
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--sizes', default='1024,4096,16384')
+  parser.add_argument('--block_size', type=int, default=2048)
+  parser.add_argument('--repeats', type=int, default=3)
+  parser.add_argument('--memory_rows', type=int, default=65536, help='0 skips the memory check')
+  parser.add_argument('--optax_rows', type=int, default=1024, help='0 skips the optax row')
   args = parser.parse_args()
   if args.memory_rows:  # first: ru_maxrss of children is a running maximum
     memory(args.memory_rows, args.block_size)
-  speed([int(s) for s in args.sizes.split(",") if s], args.block_size, args.repeats)
+  speed([int(s) for s in args.sizes.split(',') if s], args.block_size, args.repeats)
   if args.optax_rows:
     versus_optax(args.optax_rows, args.repeats)
 
 
-if __name__ == "__main__":
+if __name__ == '__main__':
   main()

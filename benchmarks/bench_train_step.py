@@ -18,6 +18,7 @@ steps and at the end. On a shared machine the peak moves with the load; MFU is r
 against the highest peak seen (`mfu`) and against the one measured next to the model's
 steps (`mfu_local`), with the 1-minute load average.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,9 @@ def bench_model(name, args):
   config = bench_config(name, args)
   mesh = parallel.make_mesh(jax.devices()[:1])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1,
-                                                 total_steps=args.steps + 1)
+  schedule = optim.create_learning_rate_schedule(
+    config.optimizer, steps_per_epoch=1, total_steps=args.steps + 1
+  )
   optimizer = optim.create_optimizer(config.optimizer, schedule)
   augment_params = augment.AugmentParams.from_config(config.augment)
   state = train.create_train_state(config, model, optimizer, args.image_size, mesh)
@@ -94,8 +96,13 @@ def bench_model(name, args):
   rng = np.random.default_rng(0)
   shape = (args.batch_size, VIEWS, args.image_size, args.image_size, 3)
   batch = parallel.global_batch(
-      {'image': rng.integers(0, 256, shape, dtype=np.uint8),
-       'label': (np.arange(args.batch_size) % 10).astype(np.int32)}, mesh, ('image', 'label'))
+    {
+      'image': rng.integers(0, 256, shape, dtype=np.uint8),
+      'label': (np.arange(args.batch_size) % 10).astype(np.int32),
+    },
+    mesh,
+    ('image', 'label'),
+  )
 
   start = time.perf_counter()
   compiled = step.lower(state, batch, hyper).compile()
@@ -115,23 +122,23 @@ def bench_model(name, args):
   images_per_step = args.batch_size * VIEWS
   achieved = flops / seconds
   return dict(
-      model=name,
-      dtype=args.dtype,
-      image_size=args.image_size,
-      batch_size=args.batch_size,
-      diagnostics=args.diagnostics,
-      images_per_step=images_per_step,
-      compile_s=round(compile_seconds, 1),
-      step_s_best=round(seconds, 3),
-      step_s_median=round(sorted(times)[len(times) // 2], 3),
-      images_per_s=round(images_per_step / seconds, 2),
-      step_gflop=round(flops / 1e9, 2),
-      gflop_per_image=round(flops / 1e9 / images_per_step, 3),
-      achieved_gflops=round(achieved / 1e9, 2),
-      matmul_peak_local_gflops=round(peak / 1e9, 2),
-      mfu_local=round(achieved / peak, 3),
-      load_average_1min=round(os.getloadavg()[0], 2),
-      loss=float(loss),
+    model=name,
+    dtype=args.dtype,
+    image_size=args.image_size,
+    batch_size=args.batch_size,
+    diagnostics=args.diagnostics,
+    images_per_step=images_per_step,
+    compile_s=round(compile_seconds, 1),
+    step_s_best=round(seconds, 3),
+    step_s_median=round(sorted(times)[len(times) // 2], 3),
+    images_per_s=round(images_per_step / seconds, 2),
+    step_gflop=round(flops / 1e9, 2),
+    gflop_per_image=round(flops / 1e9 / images_per_step, 3),
+    achieved_gflops=round(achieved / 1e9, 2),
+    matmul_peak_local_gflops=round(peak / 1e9, 2),
+    mfu_local=round(achieved / peak, 3),
+    load_average_1min=round(os.getloadavg()[0], 2),
+    loss=float(loss),
   )
 
 
@@ -142,8 +149,12 @@ def main():
   parser.add_argument('--image_size', type=int, default=32)
   parser.add_argument('--steps', type=int, default=3, help='timed steps after one warm-up')
   parser.add_argument('--dtype', default='float32', choices=tuple(models.DTYPES))
-  parser.add_argument('--diagnostics', action=argparse.BooleanOptionalAction, default=True,
-                      help='the per-step diagnostics of training (config.diagnostics)')
+  parser.add_argument(
+    '--diagnostics',
+    action=argparse.BooleanOptionalAction,
+    default=True,
+    help='the per-step diagnostics of training (config.diagnostics)',
+  )
   parser.add_argument('--matmul_size', type=int, default=2048)
   args = parser.parse_args()
 
@@ -158,14 +169,20 @@ def main():
     print(json.dumps(result))
   peaks.append(matmul_peak(args.matmul_size, repeats=5))
   peak = max(peaks)
-  print(f'matmul peak seen: {", ".join(f"{p / 1e9:.1f}" for p in peaks)} GFLOP/s; '
-        f'using {peak / 1e9:.1f}')
-  print(f'\n{"model":10s} {"img/s":>7s} {"GFLOP/img":>10s} {"GFLOP/s":>8s} {"peak":>7s} '
-        f'{"MFU":>6s} {"MFU_local":>9s}')
+  print(
+    f'matmul peak seen: {", ".join(f"{p / 1e9:.1f}" for p in peaks)} GFLOP/s; '
+    f'using {peak / 1e9:.1f}'
+  )
+  print(
+    f'\n{"model":10s} {"img/s":>7s} {"GFLOP/img":>10s} {"GFLOP/s":>8s} {"peak":>7s} '
+    f'{"MFU":>6s} {"MFU_local":>9s}'
+  )
   for r in results:
     r['mfu'] = round(r['achieved_gflops'] * 1e9 / peak, 3)
-    print(f'{r["model"]:10s} {r["images_per_s"]:7.2f} {r["gflop_per_image"]:10.3f} '
-          f'{r["achieved_gflops"]:8.2f} {peak / 1e9:7.1f} {r["mfu"]:6.3f} {r["mfu_local"]:9.3f}')
+    print(
+      f'{r["model"]:10s} {r["images_per_s"]:7.2f} {r["gflop_per_image"]:10.3f} '
+      f'{r["achieved_gflops"]:8.2f} {peak / 1e9:7.1f} {r["mfu"]:6.3f} {r["mfu_local"]:9.3f}'
+    )
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
 """CIFAR-10, the paper's protocol: ResNet-50 (CIFAR stem), batch 512, 200 epochs, H-SCL(beta=1)."""
+
 from __future__ import annotations
 
 from configs import default

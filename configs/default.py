@@ -5,6 +5,7 @@ that follow from others (steps per epoch, the learning-rate schedule, tau and be
 each epoch, M = n - 2) are derived in `hscl_jax.train` in one place each.
 Override any field on the command line, e.g. `--config.method=scl --config.num_epochs=50`.
 """
+
 from __future__ import annotations
 
 import ml_collections
@@ -13,11 +14,11 @@ from ml_collections import config_dict
 # Per-channel (mean, std) of each training split on [0, 1] pixels: config.augment.mean/std
 # of configs/<dataset>.py (image folders keep AugmentParams' ImageNet default).
 NORMALIZATION = {
-    # 8x8 grey digits, 0..16 scaled to 0..1 (0.3055, 0.3759 on our 80% split), rounded.
-    'digits': ((0.30,) * 3, (0.38,) * 3),
-    'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    'cifar100': ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    'stl10': ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
+  # 8x8 grey digits, 0..16 scaled to 0..1 (0.3055, 0.3759 on our 80% split), rounded.
+  'digits': ((0.30,) * 3, (0.38,) * 3),
+  'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+  'cifar100': ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+  'stl10': ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
 }
 
 

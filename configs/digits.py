@@ -5,6 +5,7 @@ learned features should beat that. The augmentations are milder than SimCLR's: a
 crop below ~30% of the area leaves a few pixels, the images are grey (no hue, saturation,
 or grayscale), and a horizontal flip turns some digits into others.
 """
+
 from __future__ import annotations
 
 from configs import default

@@ -7,6 +7,7 @@ Defaults are the paper's: Adam lr 0.01, batch 128 graphs, 200 epochs, hardening 
 rescaled scores with beta in {1, 2, 10}; evaluation by an RBF SVM (C in 1e-3..1e3 by a
 5-fold inner search) under 10-fold stratified cross-validation.
 """
+
 from __future__ import annotations
 
 import ml_collections

@@ -3,6 +3,7 @@
 The paper keeps the CIFAR stem at 96 px; `--config.model.stem=imagenet` (7x7/2 + max-pool)
 is about 16x cheaper per image. Gaussian blur is on at this size, as in SimCLR.
 """
+
 from __future__ import annotations
 
 from configs import default

@@ -12,6 +12,7 @@ whose numbers are leaves (changing a strength or probability does not
 recompile) and whose shape-defining fields are static; it is also hashable, so
 it can equally be a static argument of ``jax.jit`` or be closed over.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -127,15 +128,16 @@ class AugmentParams:
 def _is_concrete(params: AugmentParams) -> bool:
   """True for user-built params; False when JAX rebuilds them from tracers or arrays."""
   leaves = jax.tree.leaves(tuple(getattr(params, f.name) for f in dataclasses.fields(params)))
-  return all(isinstance(leaf, numbers.Number) and not isinstance(leaf, jax.Array)
-             for leaf in leaves)
+  return all(
+    isinstance(leaf, numbers.Number) and not isinstance(leaf, jax.Array) for leaf in leaves
+  )
 
 
 jax.tree_util.register_dataclass(
-    AugmentParams,
-    data_fields=[f.name for f in dataclasses.fields(AugmentParams)
-                 if f.name not in _STATIC_FIELDS],
-    meta_fields=list(_STATIC_FIELDS))
+  AugmentParams,
+  data_fields=[f.name for f in dataclasses.fields(AugmentParams) if f.name not in _STATIC_FIELDS],
+  meta_fields=list(_STATIC_FIELDS),
+)
 
 
 # ----------------------------------------------------------------------------
@@ -144,16 +146,16 @@ jax.tree_util.register_dataclass(
 # inlined, so one call per view instead of a dozen keeps compile time low.
 
 _DRAW_SIZES = {
-    'crop_area': _CROP_ATTEMPTS,
-    'crop_ratio': _CROP_ATTEMPTS,
-    'crop_offset': 2,
-    'flip': 1,
-    'jitter_apply': 1,
-    'jitter_factors': 4,  # brightness, contrast, saturation, hue
-    'jitter_order': 4,
-    'grayscale': 1,
-    'blur_apply': 1,
-    'blur_sigma': 1,
+  'crop_area': _CROP_ATTEMPTS,
+  'crop_ratio': _CROP_ATTEMPTS,
+  'crop_offset': 2,
+  'flip': 1,
+  'jitter_apply': 1,
+  'jitter_factors': 4,  # brightness, contrast, saturation, hue
+  'jitter_order': 4,
+  'grayscale': 1,
+  'blur_apply': 1,
+  'blur_sigma': 1,
 }
 _NUM_DRAWS = sum(_DRAW_SIZES.values())
 
@@ -162,7 +164,7 @@ def _carve(uniforms: jax.Array) -> dict[str, jax.Array]:
   """Splits a [_NUM_DRAWS] uniform vector into the named draws (1-element ones as scalars)."""
   draws, start = {}, 0
   for name, size in _DRAW_SIZES.items():
-    piece = uniforms[start:start + size]
+    piece = uniforms[start : start + size]
     draws[name] = piece[0] if size == 1 else piece
     start += size
   return draws
@@ -254,8 +256,15 @@ def normalize(images: jax.Array, params: AugmentParams) -> jax.Array:
 def random_resized_crop(image: jax.Array, params: AugmentParams, draws) -> jax.Array:
   """Crops a random box (area and aspect ratio from params) and resizes it to S x S."""
   height, width = image.shape[:2]
-  box = sample_crop_box(height, width, params.crop_scale, params.crop_ratio,
-                        draws['crop_area'], draws['crop_ratio'], draws['crop_offset'])
+  box = sample_crop_box(
+    height,
+    width,
+    params.crop_scale,
+    params.crop_ratio,
+    draws['crop_area'],
+    draws['crop_ratio'],
+    draws['crop_offset'],
+  )
   return crop_and_resize(image, box, params.image_size)
 
 
@@ -295,8 +304,8 @@ def crop_and_resize(image: jax.Array, box, size: int) -> jax.Array:
   scale = jnp.stack([size / crop_h, size / crop_w])
   translation = -jnp.stack([top, left]) * scale
   return jax.image.scale_and_translate(
-      image, (size, size, image.shape[2]), (0, 1), scale, translation,
-      method='linear', antialias=True)
+    image, (size, size, image.shape[2]), (0, 1), scale, translation, method='linear', antialias=True
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -352,9 +361,11 @@ def _hue_chroma_value(image):
   value = jnp.maximum(jnp.maximum(red, green), blue)
   chroma = value - jnp.minimum(jnp.minimum(red, green), blue)
   inverse = 1.0 / jnp.where(chroma > 0, chroma, 1.0)
-  sixths = jnp.where(value == red, (green - blue) * inverse,
-                     jnp.where(value == green, (blue - red) * inverse + 2.0,
-                               (red - green) * inverse + 4.0))
+  sixths = jnp.where(
+    value == red,
+    (green - blue) * inverse,
+    jnp.where(value == green, (blue - red) * inverse + 2.0, (red - green) * inverse + 4.0),
+  )
   return jnp.where(sixths < 0, sixths + 6.0, sixths), chroma, value
 
 
@@ -375,18 +386,22 @@ def jitter_factors(params: AugmentParams, factor_u):
   def around_one(strength, u):
     return _lerp(jnp.maximum(0.0, 1.0 - strength), 1.0 + strength, u)
 
-  return (around_one(params.brightness, factor_u[0]),
-          around_one(params.contrast, factor_u[1]),
-          around_one(params.saturation, factor_u[2]),
-          _lerp(-params.hue, params.hue, factor_u[3]))
+  return (
+    around_one(params.brightness, factor_u[0]),
+    around_one(params.contrast, factor_u[1]),
+    around_one(params.saturation, factor_u[2]),
+    _lerp(-params.hue, params.hue, factor_u[3]),
+  )
 
 
 def random_color_jitter(image: jax.Array, params: AugmentParams, draws) -> jax.Array:
   """Brightness, contrast, saturation and hue jitter, applied together with jitter_prob."""
   brightness, contrast, saturation, hue = jitter_factors(params, draws['jitter_factors'])
-  cheap = (lambda x: adjust_brightness(x, brightness),
-           lambda x: adjust_contrast(x, contrast),
-           lambda x: adjust_saturation(x, saturation))
+  cheap = (
+    lambda x: adjust_brightness(x, brightness),
+    lambda x: adjust_contrast(x, contrast),
+    lambda x: adjust_saturation(x, saturation),
+  )
   if params.jitter_random_order:
     order = jnp.argsort(draws['jitter_order'])  # A uniform random permutation of 0..3.
     jittered = _apply_in_order(image, order, cheap, lambda x: adjust_hue(x, hue))

@@ -15,6 +15,7 @@ to DIR/checkpoints_unusable/<step> and the run falls back to the newest one that
 `restore_subtree` reads part of the state (e.g. only the encoder, for evaluation) without
 building the training state.
 """
+
 from __future__ import annotations
 
 import base64
@@ -67,17 +68,20 @@ def restore_subtree(workdir: str, step: int, target: Any) -> Any:
   """
   sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   restore_args = jax.tree.map(
-      lambda x: ocp.ArrayRestoreArgs(sharding=sharding, global_shape=x.shape, dtype=x.dtype),
-      target)
+    lambda x: ocp.ArrayRestoreArgs(sharding=sharding, global_shape=x.shape, dtype=x.dtype), target
+  )
   path = directory(workdir) / str(step) / STATE
   try:
     with ocp.PyTreeCheckpointer() as checkpointer:
-      restored = checkpointer.restore(path, args=ocp.args.PyTreeRestore(
-          item=target, restore_args=restore_args, partial_restore=True))
+      restored = checkpointer.restore(
+        path,
+        args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True),
+      )
   except Exception as e:  # Orbax raises many types; all mean "this path is unusable"
     raise RestoreError(
-        f'cannot restore from {path}: {_first_line(e)}. The checkpoint is missing or '
-        'corrupt, or was written by a run with a different model config.') from e
+      f'cannot restore from {path}: {_first_line(e)}. The checkpoint is missing or '
+      'corrupt, or was written by a run with a different model config.'
+    ) from e
   _check_shapes(restored, target, path)
   return restored
 
@@ -91,8 +95,9 @@ def _check_shapes(restored, target, path) -> None:
   if missing or got != want:
     detail = f'it lacks {missing[0]}' if missing else 'the parameter shapes differ'
     raise RestoreError(
-        f'{path} holds another model than the config describes ({detail}): the workdir '
-        'is from a different model; pass the run\'s own config (DIR/config.json).')
+      f'{path} holds another model than the config describes ({detail}): the workdir '
+      "is from a different model; pass the run's own config (DIR/config.json)."
+    )
 
 
 def _encode_iterator_state(state: Any) -> dict[str, Any]:
@@ -170,12 +175,11 @@ class Checkpointer:
   def __init__(self, workdir: str, *, keep: int):
     self._workdir = workdir
     self._manager = ocp.CheckpointManager(
-        directory(workdir).absolute(),
-        options=ocp.CheckpointManagerOptions(
-            preservation_policy=ocp.checkpoint_managers.LatestN(keep),
-            enable_async_checkpointing=True,
-        ),
-        item_names=(STATE, DATA_ITERATOR),
+      directory(workdir).absolute(),
+      options=ocp.CheckpointManagerOptions(
+        preservation_policy=ocp.checkpoint_managers.LatestN(keep), enable_async_checkpointing=True
+      ),
+      item_names=(STATE, DATA_ITERATOR),
     )
 
   def latest_step(self) -> int | None:
@@ -184,20 +188,20 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return list(self._manager.all_steps())
 
-  def save(self, step: int, state: Any, iterator_state: Any,
-           resume_info: ResumeInfo | None = None) -> bool:
+  def save(
+    self, step: int, state: Any, iterator_state: Any, resume_info: ResumeInfo | None = None
+  ) -> bool:
     """Starts saving (asynchronously); a step that is already saved is skipped."""
     if step in self._manager.all_steps():
       return False
     self._check_space(state)
     return self._manager.save(
-        step,
-        args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardSave(state),
-            DATA_ITERATOR: IteratorStateSave(iterator_state),
-        }),
-        force=True,  # the training loop decides when to save
-        custom_metadata=dataclasses.asdict(resume_info or ResumeInfo()),
+      step,
+      args=ocp.args.Composite(
+        **{STATE: ocp.args.StandardSave(state), DATA_ITERATOR: IteratorStateSave(iterator_state)}
+      ),
+      force=True,  # the training loop decides when to save
+      custom_metadata=dataclasses.asdict(resume_info or ResumeInfo()),
     )
 
   def _check_space(self, state: Any) -> None:
@@ -209,8 +213,11 @@ class Checkpointer:
     needed = sum(x.nbytes for x in jax.tree.leaves(state))  # uncompressed: an upper bound
     free = shutil.disk_usage(path).free
     if free < needed:
-      raise OSError(errno.ENOSPC, f'No space left on device: a checkpoint needs up to '
-                    f'{needed} bytes, {free} are free', str(path))
+      raise OSError(
+        errno.ENOSPC,
+        f'No space left on device: a checkpoint needs up to {needed} bytes, {free} are free',
+        str(path),
+      )
 
   def resume_info(self, step: int) -> ResumeInfo:
     metadata = self._manager.metadata(step).custom_metadata or {}
@@ -253,19 +260,22 @@ class Checkpointer:
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices(f'moved aside checkpoint {step}')
     self._manager.reload()
-    logging.warning('The checkpoint at step %d cannot be restored (%s); it was moved to %s '
-                    'and the run resumes from step %d.', step,
-                    _first_line(error) if error else 'failed on another process', destination,
-                    fallback)
+    logging.warning(
+      'The checkpoint at step %d cannot be restored (%s); it was moved to %s '
+      'and the run resumes from step %d.',
+      step,
+      _first_line(error) if error else 'failed on another process',
+      destination,
+      fallback,
+    )
 
   def restore(self, step: int, target: Any) -> tuple[Any, Any]:
     """(state pytree shaped and sharded like `target`, iterator state) of checkpoint `step`."""
     restored = self._manager.restore(
-        step,
-        args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardRestore(target),
-            DATA_ITERATOR: IteratorStateRestore(),
-        }),
+      step,
+      args=ocp.args.Composite(
+        **{STATE: ocp.args.StandardRestore(target), DATA_ITERATOR: IteratorStateRestore()}
+      ),
     )
     return restored[STATE], restored[DATA_ITERATOR]
 

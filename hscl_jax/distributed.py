@@ -112,29 +112,37 @@ def _slurm_local_device_ids(env: Mapping[str, str]) -> tuple[int, ...] | None:
   return tuple(range(count))
 
 
-def decide(coordinator_address: str | None = None, num_processes: int | None = None,
-           process_id: int | None = None, *, multihost: bool | None = None,
-           local_device_ids: Sequence[int] | None = None,
-           env: Mapping[str, str] | None = None) -> Setup:
+def decide(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+  *,
+  multihost: bool | None = None,
+  local_device_ids: Sequence[int] | None = None,
+  env: Mapping[str, str] | None = None,
+) -> Setup:
   """The start-up mode for these arguments and environment (no side effects)."""
   env = os.environ if env is None else env
-  explicit = {'coordinator_address': coordinator_address, 'num_processes': num_processes,
-              'process_id': process_id}
+  explicit = {
+    'coordinator_address': coordinator_address,
+    'num_processes': num_processes,
+    'process_id': process_id,
+  }
   given = [name for name, value in explicit.items() if value is not None]
   if given and len(given) < len(explicit):
     missing = [name for name in explicit if name not in given]
     raise ValueError(
-        f'Multi-process flags: {", ".join(given)} given but {", ".join(missing)} missing. '
-        'Give all three (--coordinator_address=HOST:PORT --num_processes=N '
-        '--process_id=I, with I in [0, N) different on every process), or none of them '
-        'under SLURM or on a Cloud TPU VM.')
+      f'Multi-process flags: {", ".join(given)} given but {", ".join(missing)} missing. '
+      'Give all three (--coordinator_address=HOST:PORT --num_processes=N '
+      '--process_id=I, with I in [0, N) different on every process), or none of them '
+      'under SLURM or on a Cloud TPU VM.'
+    )
   ids = None if local_device_ids is None else tuple(int(i) for i in local_device_ids)
   if given:
     if not isinstance(num_processes, int) or num_processes < 1:
       raise ValueError(f'num_processes must be a positive integer, got {num_processes!r}')
     if not isinstance(process_id, int) or not 0 <= process_id < num_processes:
-      raise ValueError(f'process_id must be an integer in [0, {num_processes}), '
-                       f'got {process_id!r}')
+      raise ValueError(f'process_id must be an integer in [0, {num_processes}), got {process_id!r}')
     if ':' not in coordinator_address:
       raise ValueError(f'coordinator_address must be HOST:PORT, got {coordinator_address!r}')
     return Setup(EXPLICIT, coordinator_address, num_processes, process_id, ids)
@@ -159,10 +167,15 @@ def use_gloo_on_cpu() -> None:
     jax.config.update(CPU_COLLECTIVES_OPTION, 'gloo')
 
 
-def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, *, multihost: bool | None = None,
-               local_device_ids: Sequence[int] | None = None,
-               initialization_timeout: int = 300) -> Setup:
+def initialize(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+  *,
+  multihost: bool | None = None,
+  local_device_ids: Sequence[int] | None = None,
+  initialization_timeout: int = 300,
+) -> Setup:
   """Starts `jax.distributed` if this is one of several processes (see the module doc).
 
   Args:
@@ -176,23 +189,30 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   Returns:
     The `Setup` used. Idempotent: a second call returns without re-initialising.
   """
-  setup = decide(coordinator_address, num_processes, process_id, multihost=multihost,
-                 local_device_ids=local_device_ids)
+  setup = decide(
+    coordinator_address,
+    num_processes,
+    process_id,
+    multihost=multihost,
+    local_device_ids=local_device_ids,
+  )
   if not setup.initialized or jax.distributed.is_initialized():
     return setup
   use_gloo_on_cpu()
   jax.distributed.initialize(
-      coordinator_address=setup.coordinator_address,
-      num_processes=setup.num_processes,
-      process_id=setup.process_id,
-      local_device_ids=list(setup.local_device_ids) if setup.local_device_ids else None,
-      initialization_timeout=initialization_timeout,
+    coordinator_address=setup.coordinator_address,
+    num_processes=setup.num_processes,
+    process_id=setup.process_id,
+    local_device_ids=list(setup.local_device_ids) if setup.local_device_ids else None,
+    initialization_timeout=initialization_timeout,
   )
   return setup
 
 
 def describe(setup: Setup) -> str:
   """One log line: mode, process, local and global devices (call after `initialize`)."""
-  return (f'{setup.mode}: process {jax.process_index()}/{jax.process_count()}, '
-          f'{jax.local_device_count()} local of {jax.device_count()} devices '
-          f'({jax.default_backend()})')
+  return (
+    f'{setup.mode}: process {jax.process_index()}/{jax.process_count()}, '
+    f'{jax.local_device_count()} local of {jax.device_count()} devices '
+    f'({jax.default_backend()})'
+  )

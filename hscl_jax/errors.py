@@ -4,6 +4,7 @@ Exceptions caused by the user's input (a config value, a workdir, a dataset, a f
 derive from `UserError` or are recognised here; entry points run their work through
 `exit_on_user_error`, which logs the message and exits with status 1.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -31,17 +32,23 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
 
 def is_disk_full(error: BaseException) -> bool:
   """Whether `error` comes from a full disk (also as TensorStore's RESOURCE_EXHAUSTED text)."""
-  return any((isinstance(e, OSError) and e.errno == errno.ENOSPC)
-             or 'No space left on device' in str(e) for e in _chain(error))
+  return any(
+    (isinstance(e, OSError) and e.errno == errno.ENOSPC) or 'No space left on device' in str(e)
+    for e in _chain(error)
+  )
 
 
 def disk_full_message(workdir: str) -> str:
   from hscl_jax import checkpointing  # Local import: the data pipeline imports this module.
+
   steps = checkpointing.finished_steps(workdir)
-  kept = (f'last good checkpoint {steps[-1]} is intact' if steps
-          else 'no checkpoint had been written')
-  return (f'no space at {workdir}, {kept}. Fix: free space (or move the workdir) and rerun '
-          'the same command to resume.')
+  kept = (
+    f'last good checkpoint {steps[-1]} is intact' if steps else 'no checkpoint had been written'
+  )
+  return (
+    f'no space at {workdir}, {kept}. Fix: free space (or move the workdir) and rerun '
+    'the same command to resume.'
+  )
 
 
 def user_message(error: BaseException, workdir: str | None) -> str | None:

@@ -3,6 +3,7 @@
 Shared by training (the per-epoch kNN monitor) and linear evaluation (features of the
 frozen encoder): evaluation never imports training.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -24,8 +25,9 @@ class Interrupted(Exception):
   """`should_stop` asked to abandon a feature extraction (e.g. a SIGTERM during the kNN)."""
 
 
-def make_feature_fn(model: models.ContrastiveModel, augment_params: augment.AugmentParams,
-                    mesh: jax.sharding.Mesh):
+def make_feature_fn(
+  model: models.ContrastiveModel, augment_params: augment.AugmentParams, mesh: jax.sharding.Mesh
+):
   """jit(shard_map): (variables, eval batch) -> (normalised features, labels, mask), sharded."""
 
   def per_device(variables, batch):
@@ -33,41 +35,72 @@ def make_feature_fn(model: models.ContrastiveModel, augment_params: augment.Augm
     h = model.apply(variables, x, train=False, method=models.ContrastiveModel.features)
     return losses.l2_normalize(h), batch['label'], batch['mask']
 
-  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(parallel.AXIS)),
-                               out_specs=P(parallel.AXIS)))
+  return jax.jit(
+    jax.shard_map(
+      per_device, mesh=mesh, in_specs=(P(), P(parallel.AXIS)), out_specs=P(parallel.AXIS)
+    )
+  )
 
 
-def extract_features(feature_fn, variables, source, batch_size: int, mesh: jax.sharding.Mesh,
-                     should_stop: Callable[[], bool] | None = None
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def extract_features(
+  feature_fn,
+  variables,
+  source,
+  batch_size: int,
+  mesh: jax.sharding.Mesh,
+  should_stop: Callable[[], bool] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(features, labels, mask) of a whole split on the host (padded rows have mask False).
 
   `feature_fn` is `make_feature_fn`'s; `variables` need only the encoder's entries.
   `should_stop` is polled before each batch; True raises Interrupted.
   """
-  loader = data.EvalLoader(source, global_batch_size=batch_size,
-                           shard_index=jax.process_index(), shard_count=jax.process_count())
+  loader = data.EvalLoader(
+    source,
+    global_batch_size=batch_size,
+    shard_index=jax.process_index(),
+    shard_count=jax.process_count(),
+  )
   parts = []
   for batch in loader:
     if should_stop is not None and should_stop():
       raise Interrupted()
-    parts.append(feature_fn(variables, parallel.global_batch(batch, mesh,
-                                                             ('image', 'label', 'mask'))))
+    parts.append(
+      feature_fn(variables, parallel.global_batch(batch, mesh, ('image', 'label', 'mask')))
+    )
   return tuple(np.concatenate([parallel.to_host(p[i]) for p in parts]) for i in range(3))
 
 
-def knn_accuracy(knn_config: ml_collections.ConfigDict, feature_fn, variables, bank_source,
-                 query_source, *, num_classes: int, mesh: jax.sharding.Mesh,
-                 should_stop: Callable[[], bool] | None = None) -> float:
+def knn_accuracy(
+  knn_config: ml_collections.ConfigDict,
+  feature_fn,
+  variables,
+  bank_source,
+  query_source,
+  *,
+  num_classes: int,
+  mesh: jax.sharding.Mesh,
+  should_stop: Callable[[], bool] | None = None,
+) -> float:
   """Weighted-kNN top-1 of `query_source` against `bank_source` (config.knn's settings).
 
   Raises Interrupted when `should_stop()` turns True during the feature extraction.
   """
   bank, bank_labels, bank_mask = extract_features(
-      feature_fn, variables, bank_source, knn_config.batch_size, mesh, should_stop)
+    feature_fn, variables, bank_source, knn_config.batch_size, mesh, should_stop
+  )
   queries, query_labels, query_mask = extract_features(
-      feature_fn, variables, query_source, knn_config.batch_size, mesh, should_stop)
+    feature_fn, variables, query_source, knn_config.batch_size, mesh, should_stop
+  )
   return knn.weighted_knn_accuracy(
-      bank, bank_labels, queries, query_labels, num_classes=num_classes, k=knn_config.k,
-      temperature=knn_config.temperature, chunk_size=knn_config.chunk_size,
-      query_mask=query_mask, bank_mask=bank_mask)
+    bank,
+    bank_labels,
+    queries,
+    query_labels,
+    num_classes=num_classes,
+    k=knn_config.k,
+    temperature=knn_config.temperature,
+    chunk_size=knn_config.chunk_size,
+    query_mask=query_mask,
+    bank_mask=bank_mask,
+  )

@@ -14,6 +14,7 @@ the number of chunks). The result equals the unchunked gradient whenever the enc
 treats samples independently; a layer that mixes samples (BatchNorm in training mode)
 sees one chunk at a time instead, identically in passes (1) and (3).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -25,8 +26,15 @@ import jax.numpy as jnp
 PyTree = Any
 
 
-def value_and_grad(forward: Callable, loss_fn: Callable, params: PyTree, state: PyTree,
-                   chunks: PyTree, *, axis_name: str | None = None):
+def value_and_grad(
+  forward: Callable,
+  loss_fn: Callable,
+  params: PyTree,
+  state: PyTree,
+  chunks: PyTree,
+  *,
+  axis_name: str | None = None,
+):
   """``loss_fn`` of the concatenated chunk outputs, and its gradient w.r.t. ``params``.
 
   Args:
@@ -51,8 +59,7 @@ def value_and_grad(forward: Callable, loss_fn: Callable, params: PyTree, state: 
 
   new_state, (outputs, chunk_states) = jax.lax.scan(encode, state, chunks)
   merge = lambda x: x.reshape((-1,) + x.shape[2:])
-  (loss, aux), d_outputs = jax.value_and_grad(loss_fn, has_aux=True)(
-      jax.tree.map(merge, outputs))
+  (loss, aux), d_outputs = jax.value_and_grad(loss_fn, has_aux=True)(jax.tree.map(merge, outputs))
   d_outputs = jax.tree.map(lambda d, x: d.reshape(x.shape), d_outputs, outputs)
 
   # Per-device gradients: differentiate a device-varying copy of the parameters, so the

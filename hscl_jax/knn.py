@@ -9,6 +9,7 @@ Queries are processed on the device in fixed-size chunks (``jax.lax.map``), so t
 similarity matrix held in memory is [chunk_size, bank_size], and the function compiles
 once per (bank size, query count) and never per chunk.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,7 +35,7 @@ def _predict(bank, bank_labels, bank_mask, queries, *, num_classes, k, chunk_siz
     weights = jnp.exp((top_sims - top_sims[:, :1]) / temperature)
     weights = jnp.where(jnp.isfinite(top_sims), weights, 0.0)  # masked-out bank rows
     votes = jnp.einsum(
-        'qk,qkc->qc', weights, jax.nn.one_hot(bank_labels[top_idx], num_classes, dtype=weights.dtype)
+      'qk,qkc->qc', weights, jax.nn.one_hot(bank_labels[top_idx], num_classes, dtype=weights.dtype)
     )
     return jnp.argmax(votes, axis=-1).astype(jnp.int32)
 
@@ -42,15 +43,15 @@ def _predict(bank, bank_labels, bank_mask, queries, *, num_classes, k, chunk_siz
 
 
 def weighted_knn_predict(
-    bank_features,
-    bank_labels,
-    query_features,
-    *,
-    num_classes: int,
-    k: int = 200,
-    temperature: float = 0.5,
-    chunk_size: int = 256,
-    bank_mask=None,
+  bank_features,
+  bank_labels,
+  query_features,
+  *,
+  num_classes: int,
+  k: int = 200,
+  temperature: float = 0.5,
+  chunk_size: int = 256,
+  bank_mask=None,
 ) -> jax.Array:
   """Weighted-kNN class predictions int32[num_queries].
 
@@ -70,13 +71,15 @@ def weighted_knn_predict(
     raise ValueError('bank_features and query_features must be [n, d] arrays.')
   if bank_features.shape[1] != query_features.shape[1]:
     raise ValueError(
-        f'Feature widths differ: bank {bank_features.shape[1]}, queries {query_features.shape[1]}.'
+      f'Feature widths differ: bank {bank_features.shape[1]}, queries {query_features.shape[1]}.'
     )
   num_bank, num_queries = bank_features.shape[0], query_features.shape[0]
   if num_bank == 0:
     raise ValueError('The kNN bank is empty.')
   if k < 1 or chunk_size < 1 or temperature <= 0:
-    raise ValueError(f'Need k >= 1, chunk_size >= 1, temperature > 0; got {k}, {chunk_size}, {temperature}.')
+    raise ValueError(
+      f'Need k >= 1, chunk_size >= 1, temperature > 0; got {k}, {chunk_size}, {temperature}.'
+    )
   if num_queries == 0:
     return jnp.zeros((0,), jnp.int32)
   k = min(k, num_bank)
@@ -86,30 +89,30 @@ def weighted_knn_predict(
   if bank_mask is None:
     bank_mask = jnp.ones((num_bank,), bool)
   preds = _predict(
-      bank_features,
-      jnp.asarray(bank_labels, jnp.int32),
-      jnp.asarray(bank_mask, bool),
-      query_features,
-      num_classes=num_classes,
-      k=k,
-      chunk_size=chunk_size,
-      temperature=jnp.float32(temperature),
+    bank_features,
+    jnp.asarray(bank_labels, jnp.int32),
+    jnp.asarray(bank_mask, bool),
+    query_features,
+    num_classes=num_classes,
+    k=k,
+    chunk_size=chunk_size,
+    temperature=jnp.float32(temperature),
   )
   return preds[:num_queries]
 
 
 def weighted_knn_accuracy(
-    bank_features,
-    bank_labels,
-    query_features,
-    query_labels,
-    *,
-    num_classes: int,
-    k: int = 200,
-    temperature: float = 0.5,
-    chunk_size: int = 256,
-    query_mask=None,
-    bank_mask=None,
+  bank_features,
+  bank_labels,
+  query_features,
+  query_labels,
+  *,
+  num_classes: int,
+  k: int = 200,
+  temperature: float = 0.5,
+  chunk_size: int = 256,
+  query_mask=None,
+  bank_mask=None,
 ) -> float:
   """Top-1 accuracy of the weighted kNN classifier over the (unmasked) queries.
 
@@ -118,14 +121,14 @@ def weighted_knn_accuracy(
   no query is valid).
   """
   preds = weighted_knn_predict(
-      bank_features,
-      bank_labels,
-      query_features,
-      num_classes=num_classes,
-      k=k,
-      temperature=temperature,
-      chunk_size=chunk_size,
-      bank_mask=bank_mask,
+    bank_features,
+    bank_labels,
+    query_features,
+    num_classes=num_classes,
+    k=k,
+    temperature=temperature,
+    chunk_size=chunk_size,
+    bank_mask=bank_mask,
   )
   correct = preds == jnp.asarray(query_labels, jnp.int32)
   if query_mask is None:

@@ -58,8 +58,9 @@ def load_run_config(workdir: str) -> config_dict.ConfigDict:
   path = os.path.join(workdir, metrics.CONFIG_FILE)
   if not os.path.isfile(path):
     raise LinearEvalError(
-        f'{path} not found: --workdir must be the directory of a training run '
-        '(python -m hscl_jax.main --workdir=DIR writes it), or pass --config=FILE.')
+      f'{path} not found: --workdir must be the directory of a training run '
+      '(python -m hscl_jax.main --workdir=DIR writes it), or pass --config=FILE.'
+    )
   with open(path) as f:
     return config_dict.ConfigDict(json.load(f))
 
@@ -76,20 +77,24 @@ def resolve_step(workdir: str, step: int | None) -> int:
   return step
 
 
-def restore_encoder(workdir: str, step: int, model: models.ContrastiveModel,
-                    image_shape: tuple[int, int, int]) -> dict[str, Any]:
+def restore_encoder(
+  workdir: str, step: int, model: models.ContrastiveModel, image_shape: tuple[int, int, int]
+) -> dict[str, Any]:
   """Model variables holding only the encoder's entries, restored onto the default device."""
   abstract = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), image_shape))
-  target = {collection: {'encoder': abstract[collection]['encoder']}
-            for collection in ('params', 'batch_stats')}
+  target = {
+    collection: {'encoder': abstract[collection]['encoder']}
+    for collection in ('params', 'batch_stats')
+  }
   try:
     return checkpointing.restore_subtree(workdir, step, target)
   except checkpointing.RestoreError as e:
     raise LinearEvalError(str(e)) from e
 
 
-def restore_usable_encoder(workdir: str, step: int | None, model: models.ContrastiveModel,
-                           image_shape: tuple[int, int, int]) -> tuple[int, dict[str, Any]]:
+def restore_usable_encoder(
+  workdir: str, step: int | None, model: models.ContrastiveModel, image_shape: tuple[int, int, int]
+) -> tuple[int, dict[str, Any]]:
   """(step, encoder variables) of checkpoint `step`, or by default of the newest one that
   restores (a damaged newer one is skipped with a warning). An unusable checkpoint raises
   LinearEvalError listing the steps that can be used."""
@@ -104,15 +109,19 @@ def restore_usable_encoder(workdir: str, step: int | None, model: models.Contras
       failed[candidate] = e
       continue
     if failed:
-      logging.warning('Checkpoint step(s) %s cannot be restored (%s); using step %d.',
-                      sorted(failed), next(iter(failed.values())), candidate)
+      logging.warning(
+        'Checkpoint step(s) %s cannot be restored (%s); using step %d.',
+        sorted(failed),
+        next(iter(failed.values())),
+        candidate,
+      )
     return candidate, variables
-  usable = [s for s in steps[::-1] if s not in failed
-            and _restores(workdir, s, model, image_shape)]
+  usable = [s for s in steps[::-1] if s not in failed and _restores(workdir, s, model, image_shape)]
   first_step, first_error = next(iter(failed.items()))
   raise LinearEvalError(
-      f'checkpoint step {first_step} cannot be used: {first_error} Usable steps: '
-      f'{sorted(usable) or "none"}' + (f'; pass --checkpoint_step={usable[0]}.' if usable else '.'))
+    f'checkpoint step {first_step} cannot be used: {first_error} Usable steps: '
+    f'{sorted(usable) or "none"}' + (f'; pass --checkpoint_step={usable[0]}.' if usable else '.')
+  )
 
 
 def _restores(workdir, step, model, image_shape) -> bool:
@@ -149,8 +158,10 @@ def _topk_correct(logits, labels, k):
 def evaluate(classifier, features, labels) -> dict[str, float]:
   logits = features @ classifier['w'] + classifier['b']
   top5 = min(5, logits.shape[1])
-  return {'top1': float(jnp.mean(_topk_correct(logits, labels, 1))),
-          'top5': float(jnp.mean(_topk_correct(logits, labels, top5)))}
+  return {
+    'top1': float(jnp.mean(_topk_correct(logits, labels, 1))),
+    'top5': float(jnp.mean(_topk_correct(logits, labels, top5))),
+  }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,13 +198,19 @@ def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
   for epoch in range(1, cfg.num_epochs + 1):
     order = rng.permutation(num_examples)
     for i in range(steps):
-      x, y = batch_fn(order[i * batch:(i + 1) * batch], epoch, i)
+      x, y = batch_fn(order[i * batch : (i + 1) * batch], epoch, i)
       classifier, opt_state, loss = step(classifier, opt_state, x, y)
     if epoch == 1 or epoch % max(cfg.num_epochs // 10, 1) == 0 or epoch == cfg.num_epochs:
       elapsed = time.time() - start
       eta = elapsed / epoch * (cfg.num_epochs - epoch)
-      logging.info('linear eval epoch %d/%d  loss %.4f  %.0fs elapsed, ETA %.0fs',
-                   epoch, cfg.num_epochs, float(loss), elapsed, eta)
+      logging.info(
+        'linear eval epoch %d/%d  loss %.4f  %.0fs elapsed, ETA %.0fs',
+        epoch,
+        cfg.num_epochs,
+        float(loss),
+        elapsed,
+        eta,
+      )
   return classifier
 
 
@@ -201,8 +218,9 @@ def _extract(model, variables, params: augment.AugmentParams, source, batch_size
   """Normalised features and labels of a split (the training program's kNN path, 1 device)."""
   mesh = parallel.make_mesh(jax.devices()[:1])
   feature_fn = evaluation.make_feature_fn(model, params, mesh)
-  features, labels, mask = evaluation.extract_features(feature_fn, variables, source, batch_size,
-                                                       mesh)
+  features, labels, mask = evaluation.extract_features(
+    feature_fn, variables, source, batch_size, mesh
+  )
   return features[mask], labels[mask]
 
 
@@ -227,46 +245,52 @@ def _augmented_batches(model, variables, source, params: augment.AugmentParams, 
   return batch_fn
 
 
-def linear_evaluate(config: config_dict.ConfigDict, workdir: str, *,
-                    checkpoint_step: int | None = None) -> dict[str, Any]:
+def linear_evaluate(
+  config: config_dict.ConfigDict, workdir: str, *, checkpoint_step: int | None = None
+) -> dict[str, Any]:
   """Runs the configured protocol on the checkpoint and writes DIR/linear_eval.json."""
   cfg = config.linear_eval
   if cfg.protocol not in PROTOCOLS:
     raise ValueError(f'linear_eval.protocol must be one of {PROTOCOLS}, got {cfg.protocol!r}.')
   schema.validate_linear_eval(cfg)
-  info = data.dataset_info(config.dataset, data_dir=config.data_dir, folder=config.folder,
-                           seed=config.split_seed)
+  info = data.dataset_info(
+    config.dataset, data_dir=config.data_dir, folder=config.folder, seed=config.split_seed
+  )
   model = models.create_model(config.model)
   params = augment.AugmentParams.from_config(config.augment)
   image_size = params.image_size
-  step, variables = restore_usable_encoder(workdir, checkpoint_step, model,
-                                           (image_size, image_size, 3))
-  sources = {split: data.get_source(config.dataset, split, data_dir=config.data_dir,
-                                    folder=config.folder, seed=config.split_seed)
-             for split in (config.train_split, config.test_split)}
+  step, variables = restore_usable_encoder(
+    workdir, checkpoint_step, model, (image_size, image_size, 3)
+  )
+  sources = {
+    split: data.get_source(
+      config.dataset, split, data_dir=config.data_dir, folder=config.folder, seed=config.split_seed
+    )
+    for split in (config.train_split, config.test_split)
+  }
   logging.info('linear eval (%s protocol) of %s step %d', cfg.protocol, workdir, step)
-  train_x, train_y = _extract(model, variables, params, sources[config.train_split],
-                              cfg.batch_size)
+  train_x, train_y = _extract(model, variables, params, sources[config.train_split], cfg.batch_size)
   test_x, test_y = _extract(model, variables, params, sources[config.test_split], cfg.batch_size)
   setup = LinearSetup(num_classes=info.num_classes, feature_dim=train_x.shape[1], cfg=cfg)
   if cfg.protocol == 'features':
     train_x, train_y = jnp.asarray(train_x), jnp.asarray(train_y)
     batch_fn = lambda idx, epoch, i: (train_x[idx], train_y[idx])
   else:
-    batch_fn = _augmented_batches(model, variables, sources[config.train_split], params,
-                                  config.seed)
+    batch_fn = _augmented_batches(
+      model, variables, sources[config.train_split], params, config.seed
+    )
   classifier = _train_loop(setup, len(train_y), batch_fn, config.seed)
   result = {
-      'protocol': cfg.protocol,
-      **evaluate(classifier, jnp.asarray(test_x), jnp.asarray(test_y)),
-      'checkpoint_step': step,
-      'num_train': int(len(train_y)),
-      'num_test': int(len(test_y)),
-      'num_epochs': cfg.num_epochs,
-      'learning_rate': cfg.learning_rate,
-      'weight_decay': cfg.weight_decay,
-      'dataset': config.dataset,
-      'method': config.method,
+    'protocol': cfg.protocol,
+    **evaluate(classifier, jnp.asarray(test_x), jnp.asarray(test_y)),
+    'checkpoint_step': step,
+    'num_train': int(len(train_y)),
+    'num_test': int(len(test_y)),
+    'num_epochs': cfg.num_epochs,
+    'learning_rate': cfg.learning_rate,
+    'weight_decay': cfg.weight_decay,
+    'dataset': config.dataset,
+    'method': config.method,
   }
   with open(os.path.join(workdir, RESULT_FILE), 'w') as f:
     json.dump(result, f, indent=2)
@@ -277,11 +301,13 @@ def linear_evaluate(config: config_dict.ConfigDict, workdir: str, *,
 # ----------------------------------------------------------------------------------------
 # Command line.
 
+
 def _define_flags():
   """Command-line flags, defined only when run as a program (the module is also a library)."""
   flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
   config_flags.DEFINE_config_file(
-      'config', None, 'Config file (default: the run\'s DIR/config.json).', lock_config=False)
+    'config', None, "Config file (default: the run's DIR/config.json).", lock_config=False
+  )
   flags.DEFINE_integer('checkpoint_step', None, 'Checkpoint step (default: latest).')
   flags.DEFINE_enum('protocol', None, PROTOCOLS, 'Override config.linear_eval.protocol.')
   flags.DEFINE_integer('num_epochs', None, 'Override config.linear_eval.num_epochs.')
@@ -290,9 +316,10 @@ def _define_flags():
 def _run_from_flags(FLAGS) -> dict[str, Any]:
   if FLAGS.num_epochs is not None and FLAGS.num_epochs < 1:
     raise LinearEvalError(
-        f'--num_epochs must be >= 1, got {FLAGS.num_epochs} (the classifier would stay at its '
-        'initialisation). Fix: pass e.g. --num_epochs=100, or leave it out for the '
-        "config's value.")
+      f'--num_epochs must be >= 1, got {FLAGS.num_epochs} (the classifier would stay at its '
+      'initialisation). Fix: pass e.g. --num_epochs=100, or leave it out for the '
+      "config's value."
+    )
   config = FLAGS.config if FLAGS.config is not None else load_run_config(FLAGS.workdir)
   if FLAGS.protocol is not None:
     config.linear_eval.protocol = FLAGS.protocol
@@ -306,10 +333,12 @@ def main(argv):
   FLAGS = flags.FLAGS
   metrics.show_only_own_info_logs()
   result = errors.exit_on_user_error(lambda: _run_from_flags(FLAGS), workdir=FLAGS.workdir)
-  print(f"linear eval ({result['protocol']} protocol, checkpoint step {result['checkpoint_step']}): "
-        f"top-1 {result['top1']:.4f}  top-5 {result['top5']:.4f}  "
-        f"({result['num_train']} train / {result['num_test']} test) -> "
-        f"{os.path.join(FLAGS.workdir, RESULT_FILE)}")
+  print(
+    f'linear eval ({result["protocol"]} protocol, checkpoint step {result["checkpoint_step"]}): '
+    f'top-1 {result["top1"]:.4f}  top-5 {result["top5"]:.4f}  '
+    f'({result["num_train"]} train / {result["num_test"]} test) -> '
+    f'{os.path.join(FLAGS.workdir, RESULT_FILE)}'
+  )
 
 
 if __name__ == '__main__':

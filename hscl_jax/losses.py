@@ -107,8 +107,7 @@ def _finite_positive(x):
 
 def exponential(beta) -> Hardening:
   """η_exp(g) = e^{βg} (Definition 1; H-SCL(β)). ``beta`` may be a traced array."""
-  _check_value('beta', beta, _finite_at_least_zero,
-               'finite and >= 0 (a non-decreasing hardening)')
+  _check_value('beta', beta, _finite_at_least_zero, 'finite and >= 0 (a non-decreasing hardening)')
   return lambda g: beta * g
 
 
@@ -147,7 +146,7 @@ def beta_schedule(epoch, *, beta: float, num_epochs: int, num_steps: int):
   multiple of num_epochs/ℓ, reaching 0 at the last epoch.
   """
   if num_steps < 1:
-    raise ValueError(f"num_steps (ℓ, the number of β changes) must be >= 1, got {num_steps}.")
+    raise ValueError(f'num_steps (ℓ, the number of β changes) must be >= 1, got {num_steps}.')
   _check_value('beta', beta, _finite_at_least_zero, 'finite and >= 0')
   drops = jnp.floor(jnp.asarray(epoch, jnp.float32) * num_steps / num_epochs)
   return beta * jnp.clip(1.0 - drops / num_steps, 0.0, 1.0)
@@ -175,26 +174,30 @@ def _check_inputs(features, labels):
   labels = None if labels is None else jnp.asarray(labels)
   if features.ndim != 3:
     raise ValueError(
-        f"features must have shape [batch, views, dim], got shape {features.shape}; "
-        "stack the views on axis 1 (e.g. jnp.stack([z1, z2], axis=1)).")
+      f'features must have shape [batch, views, dim], got shape {features.shape}; '
+      'stack the views on axis 1 (e.g. jnp.stack([z1, z2], axis=1)).'
+    )
   if features.shape[1] < 2:
     raise ValueError(
-        f"features need at least 2 views per sample (axis 1), got {features.shape[1]}: "
-        "a single view has no positive pair.")
+      f'features need at least 2 views per sample (axis 1), got {features.shape[1]}: '
+      'a single view has no positive pair.'
+    )
   if not jnp.issubdtype(features.dtype, jnp.floating):
-    raise TypeError(f"features must be floating point, got dtype {features.dtype}.")
+    raise TypeError(f'features must be floating point, got dtype {features.dtype}.')
   if labels is None:
     return features, labels
   if labels.ndim != 1:
-    raise ValueError(f"labels must have shape [batch], got shape {labels.shape}.")
+    raise ValueError(f'labels must have shape [batch], got shape {labels.shape}.')
   if not jnp.issubdtype(labels.dtype, jnp.integer):
     raise TypeError(
-        f"labels must be integers (class ids), got dtype {labels.dtype}; "
-        "cast them with labels.astype(jnp.int32).")
+      f'labels must be integers (class ids), got dtype {labels.dtype}; '
+      'cast them with labels.astype(jnp.int32).'
+    )
   if labels.shape[0] != features.shape[0]:
     raise ValueError(
-        f"labels has {labels.shape[0]} entries but features has batch size "
-        f"{features.shape[0]}: there must be one label per sample (not per view).")
+      f'labels has {labels.shape[0]} entries but features has batch size '
+      f'{features.shape[0]}: there must be one label per sample (not per view).'
+    )
   return features, labels
 
 
@@ -216,11 +219,11 @@ def _rows(features, labels, axis_name) -> tuple[_Rows, _Rows]:
     num = z_.shape[0]
     sample = first_sample + jnp.repeat(jnp.arange(num, dtype=jnp.int32), views)
     return _Rows(
-        z=z_.reshape(num * views, dim),
-        index=sample * views + jnp.tile(jnp.arange(views, dtype=jnp.int32), num),
-        sample=sample,
-        label=jnp.repeat(labels_, views),
-        valid=jnp.ones((num * views,), bool),
+      z=z_.reshape(num * views, dim),
+      index=sample * views + jnp.tile(jnp.arange(views, dtype=jnp.int32), num),
+      sample=sample,
+      label=jnp.repeat(labels_, views),
+      valid=jnp.ones((num * views,), bool),
     )
 
   return flatten(z, labels, shard * batch), flatten(z_all, labels_all, 0)
@@ -333,8 +336,9 @@ class _Kernel:
     return _log_weights(g, self.candidates(q, k), self.hardening, False)
 
   def expectation_partials(self, g, q, k):
-    return _expectation_partials(g, self.candidates(q, k), hardening=self.hardening,
-                                 stop_gradient_weights=False)  # handled in the gradient
+    return _expectation_partials(
+      g, self.candidates(q, k), hardening=self.hardening, stop_gradient_weights=False
+    )  # handled in the gradient
 
   def pair_terms(self, g, q, k, log_e, has_negative):
     """(Σ ℓ_ip, pair count, ∂Σℓ/∂log E_i, ∂Σℓ/∂g_ip) over the tile's positive keys."""
@@ -376,7 +380,9 @@ def _pad_rows(rows: _Rows, multiple: int) -> _Rows:
   pad = -rows.z.shape[0] % multiple
   if pad == 0:
     return rows
-  padded = jax.tree.map(lambda x: jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]), rows)
+  padded = jax.tree.map(
+    lambda x: jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]), rows
+  )
   return dataclasses.replace(padded, valid=padded.valid.at[-pad:].set(False))
 
 
@@ -394,9 +400,11 @@ def _blockwise_sums(kernel: _Kernel, q: _Rows, k: _Rows, with_gradient: bool, bl
 
   def sweep(tile_fn, init):
     """lax.scan of ``tile_fn(keys) -> (increment, output)`` over the key blocks."""
+
     def step(carry, keys):
       increment, output = tile_fn(keys)
       return jax.tree.map(jnp.add, carry, increment), output
+
     return jax.lax.scan(step, init, key_blocks)
 
   def query_block(d_keys, rows):
@@ -411,9 +419,12 @@ def _blockwise_sums(kernel: _Kernel, q: _Rows, k: _Rows, with_gradient: bool, bl
     expectation = _finish_log_expectation(*partials)
     zero = jnp.zeros_like(rows.z[0, 0])
     (total, count, d_log_e), _ = sweep(
-        lambda keys: (kernel.pair_terms(kernel.similarity(rows, keys), rows, keys,
-                                        *expectation[:2])[:3], None),
-        (zero, zero, jnp.zeros_like(rows.z[:, 0])))
+      lambda keys: (
+        kernel.pair_terms(kernel.similarity(rows, keys), rows, keys, *expectation[:2])[:3],
+        None,
+      ),
+      (zero, zero, jnp.zeros_like(rows.z[:, 0])),
+    )
     if not with_gradient:
       return d_keys, (total, count)
 
@@ -421,8 +432,10 @@ def _blockwise_sums(kernel: _Kernel, q: _Rows, k: _Rows, with_gradient: bool, bl
       g = kernel.similarity(rows, keys)
       d_g = kernel.pair_terms(g, rows, keys, *expectation[:2])[3]
       d_sim = kernel.similarity_gradient(g, rows, keys, expectation, d_log_e, d_g)
-      return (jnp.dot(d_sim, keys.z, precision=kernel.precision),
-              jnp.dot(d_sim.T, rows.z, precision=kernel.precision))
+      return (
+        jnp.dot(d_sim, keys.z, precision=kernel.precision),
+        jnp.dot(d_sim.T, rows.z, precision=kernel.precision),
+      )
 
     d_rows, d_key_blocks = sweep(gradient_tile, jnp.zeros_like(rows.z))
     return d_keys + d_key_blocks.reshape(d_keys.shape), (total, count, d_rows)
@@ -434,16 +447,19 @@ def _blockwise_sums(kernel: _Kernel, q: _Rows, k: _Rows, with_gradient: bool, bl
     return total, count
   num_q, num_k = q.index.shape[0], k.index.shape[0]
   return total, count, out[2].reshape(-1, q.z.shape[-1])[:num_q], d_keys[:num_k]
+
+
 def _resolve_block_size(block_size, num_queries, num_keys):
   if block_size is None:
     return None if num_queries * num_keys <= DENSE_MAX_ENTRIES else DEFAULT_BLOCK_SIZE
   if block_size < 0:
-    raise ValueError(f"block_size must be None (auto), 0 (dense) or positive, got {block_size}.")
+    raise ValueError(f'block_size must be None (auto), 0 (dense) or positive, got {block_size}.')
   return block_size or None
 
 
 def _loss_sums(kernel: _Kernel, q: _Rows, k: _Rows, block: int | None):
   """(Σ ℓ_ip, pair count) over the anchor rows ``q``, differentiable in q.z and k.z."""
+
   def sums(q, k, with_gradient):
     if block is None:
       return _dense_sums(kernel, q, k, with_gradient)
@@ -470,14 +486,31 @@ def _loss_sums(kernel: _Kernel, q: _Rows, k: _Rows, block: int | None):
   return value(q.z, k.z, no_z(q), no_z(k))
 
 
-def _global_loss(features, labels, *, candidates, positives, hardening, pair_loss, temperature,
-                 stop_gradient_weights, axis_name, block_size, precision=DEFAULT_PRECISION):
+def _global_loss(
+  features,
+  labels,
+  *,
+  candidates,
+  positives,
+  hardening,
+  pair_loss,
+  temperature,
+  stop_gradient_weights,
+  axis_name,
+  block_size,
+  precision=DEFAULT_PRECISION,
+):
   """Flat mean of ℓ_ip over the ordered positive pairs of the global batch."""
   q, k = _rows(features, labels, axis_name)
   block = _resolve_block_size(block_size, q.index.shape[0], k.index.shape[0])
-  kernel = _Kernel(candidates=candidates, positives=positives, hardening=hardening,
-                   pair_loss=pair_loss, stop_gradient_weights=stop_gradient_weights,
-                   precision=precision)
+  kernel = _Kernel(
+    candidates=candidates,
+    positives=positives,
+    hardening=hardening,
+    pair_loss=pair_loss,
+    stop_gradient_weights=stop_gradient_weights,
+    precision=precision,
+  )
   # γ folded into the anchors: g = (z_i / γ) · z_j, one scaling of n·d entries, not n².
   total, count = _loss_sums(kernel, dataclasses.replace(q, z=q.z / temperature), k, block)
   # A diverged model must not look like a batch without negatives: NaN in, NaN out
@@ -499,7 +532,7 @@ def _log_m(M, features, axis_name):
     devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
     M = batch * views * devices - 2
     if M <= 0:
-      raise ValueError(f"M = n - 2 = {M} is not positive: the batch has too few rows; pass M.")
+      raise ValueError(f'M = n - 2 = {M} is not positive: the batch has too few rows; pass M.')
   else:
     _check_value('M', M, _finite_positive, 'positive and finite')
   return jnp.log(jnp.asarray(M, jnp.float32))
@@ -545,22 +578,47 @@ def _check_temperature(temperature):
 # Public losses.
 
 
-def ucl(features: Array, *, temperature=0.5, M=None, axis_name: str | None = None,
-        block_size: int | None = None, precision: Precision = DEFAULT_PRECISION) -> Array:
+def ucl(
+  features: Array,
+  *,
+  temperature=0.5,
+  M=None,
+  axis_name: str | None = None,
+  block_size: int | None = None,
+  precision: Precision = DEFAULT_PRECISION,
+) -> Array:
   """UCL (SimCLR / NT-Xent): positives are the other views of the same sample, negatives
   every row of another sample, η ≡ 1; eq. (3). With M = n - 2 this is NT-Xent exactly."""
   features, _ = _check_inputs(features, None)
   _check_temperature(temperature)
   return _global_loss(
-      features, None, candidates=_other_sample, positives=_same_sample, hardening=_no_hardening,
-      pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)), temperature=temperature,
-      stop_gradient_weights=False, axis_name=axis_name, block_size=block_size,
-      precision=precision)
+    features,
+    None,
+    candidates=_other_sample,
+    positives=_same_sample,
+    hardening=_no_hardening,
+    pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)),
+    temperature=temperature,
+    stop_gradient_weights=False,
+    axis_name=axis_name,
+    block_size=block_size,
+    precision=precision,
+  )
 
 
-def hucl(features: Array, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp: bool = True,
-         stop_gradient_weights: bool = False, axis_name: str | None = None,
-         block_size: int | None = None, precision: Precision = DEFAULT_PRECISION) -> Array:
+def hucl(
+  features: Array,
+  *,
+  beta,
+  tau_plus=0.0,
+  temperature=0.5,
+  M=None,
+  clamp: bool = True,
+  stop_gradient_weights: bool = False,
+  axis_name: str | None = None,
+  block_size: int | None = None,
+  precision: Precision = DEFAULT_PRECISION,
+) -> Array:
   """H-UCL (HCL, Robinson et al. eq. (4)/Fig. 13): UCL's positives and negatives with
   q_i ∝ e^{β g_ij} (Sec. III-C), and τ⁺ debiasing with the negative mass floored at
   M·e^{-1/γ} (``clamp=True``, HCL's rule) or at 0 (``clamp=False``). τ⁺ = 0 and
@@ -570,25 +628,56 @@ def hucl(features: Array, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp:
   _check_value('tau_plus', tau_plus, lambda x: (x >= 0) & (x < 1), 'in [0, 1) (a class prior)')
   log_m = _log_m(M, features, axis_name)
   return _global_loss(
-      features, None, candidates=_other_sample, positives=_same_sample,
-      hardening=exponential(beta),
-      pair_loss=_debiased_pair_loss(log_m, tau_plus, temperature, clamp), temperature=temperature,
-      stop_gradient_weights=stop_gradient_weights, axis_name=axis_name, block_size=block_size,
-      precision=precision)
+    features,
+    None,
+    candidates=_other_sample,
+    positives=_same_sample,
+    hardening=exponential(beta),
+    pair_loss=_debiased_pair_loss(log_m, tau_plus, temperature, clamp),
+    temperature=temperature,
+    stop_gradient_weights=stop_gradient_weights,
+    axis_name=axis_name,
+    block_size=block_size,
+    precision=precision,
+  )
 
 
-def scl(features: Array, labels: Array, *, temperature=0.5, M=None,
-        axis_name: str | None = None, block_size: int | None = None,
-        precision: Precision = DEFAULT_PRECISION) -> Array:
+def scl(
+  features: Array,
+  labels: Array,
+  *,
+  temperature=0.5,
+  M=None,
+  axis_name: str | None = None,
+  block_size: int | None = None,
+  precision: Precision = DEFAULT_PRECISION,
+) -> Array:
   """SCL: positives every other row with the anchor's label (including its other views),
   negatives every row with another label, η ≡ 1 (Sec. III-B, eq. (3))."""
-  return hscl(features, labels, hardening=_no_hardening, temperature=temperature, M=M,
-              axis_name=axis_name, block_size=block_size, precision=precision)
+  return hscl(
+    features,
+    labels,
+    hardening=_no_hardening,
+    temperature=temperature,
+    M=M,
+    axis_name=axis_name,
+    block_size=block_size,
+    precision=precision,
+  )
 
 
-def hscl(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5, M=None,
-         stop_gradient_weights: bool = False, axis_name: str | None = None,
-         block_size: int | None = None, precision: Precision = DEFAULT_PRECISION) -> Array:
+def hscl(
+  features: Array,
+  labels: Array,
+  *,
+  hardening: Hardening,
+  temperature=0.5,
+  M=None,
+  stop_gradient_weights: bool = False,
+  axis_name: str | None = None,
+  block_size: int | None = None,
+  precision: Precision = DEFAULT_PRECISION,
+) -> Array:
   """H-SCL (Sec. III-C, eq. (3)): SCL's positives and negatives with q_i ∝ η(g_ij).
 
   ``hardening`` maps g to log η(g): ``exponential(beta)`` for H-SCL(β),
@@ -598,19 +687,33 @@ def hscl(features: Array, labels: Array, *, hardening: Hardening, temperature=0.
   features, labels = _check_inputs(features, labels)
   _check_temperature(temperature)
   return _global_loss(
-      features, labels, candidates=_other_label, positives=_same_label, hardening=hardening,
-      pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)), temperature=temperature,
-      stop_gradient_weights=stop_gradient_weights, axis_name=axis_name, block_size=block_size,
-      precision=precision)
+    features,
+    labels,
+    candidates=_other_label,
+    positives=_same_label,
+    hardening=hardening,
+    pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)),
+    temperature=temperature,
+    stop_gradient_weights=stop_gradient_weights,
+    axis_name=axis_name,
+    block_size=block_size,
+    precision=precision,
+  )
 
 
 # --------------------------------------------------------------------------------------
 # Diagnostics (Sec. IV and V-B; Figs. 4 and 5). Dense: meant for monitoring batches.
 
 
-def log_alphas(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
-               axis_name: str | None = None,
-               precision: Precision = DEFAULT_PRECISION) -> dict[str, Array]:
+def log_alphas(
+  features: Array,
+  labels: Array,
+  *,
+  hardening: Hardening,
+  temperature=0.5,
+  axis_name: str | None = None,
+  precision: Precision = DEFAULT_PRECISION,
+) -> dict[str, Array]:
   """Per-anchor log α_HUCL, log α_HSCL, log α_Hcol (Prop. 2), each ``[local rows]``.
 
   α_X = E_{j~q_UCL}[1(j ∈ X) η(g_ij)] with q_UCL uniform over UCL's negatives of the
@@ -629,14 +732,21 @@ def log_alphas(features: Array, labels: Array, *, hardening: Hardening, temperat
     return jnp.where(nonempty, lse - log_count, _NEG_INF)
 
   return {
-      "hucl": log_alpha(ucl_negatives),
-      "hscl": log_alpha(_other_label(q, k)),
-      "hcol": log_alpha(_label_collision(q, k)),
+    'hucl': log_alpha(ucl_negatives),
+    'hscl': log_alpha(_other_label(q, k)),
+    'hcol': log_alpha(_label_collision(q, k)),
   }
 
 
-def assumption1(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
-                axis_name: str | None = None, precision: Precision = DEFAULT_PRECISION) -> Array:
+def assumption1(
+  features: Array,
+  labels: Array,
+  *,
+  hardening: Hardening,
+  temperature=0.5,
+  axis_name: str | None = None,
+  precision: Precision = DEFAULT_PRECISION,
+) -> Array:
   """Per-anchor indicator of Assumption 1: E_{q_Hcol}[e^g] >= E_{q_HSCL}[e^g].
 
   q_Hcol ∝ η over label collisions among UCL's negatives, q_HSCL ∝ η over rows of another
@@ -645,17 +755,26 @@ def assumption1(features: Array, labels: Array, *, hardening: Hardening, tempera
   """
   features, labels = _check_inputs(features, labels)
   q, k = _rows(features, labels, axis_name)
-  kwargs = dict(hardening=hardening, temperature=temperature, stop_gradient_weights=False,
-                precision=precision)
+  kwargs = dict(
+    hardening=hardening, temperature=temperature, stop_gradient_weights=False, precision=precision
+  )
   log_e_col, has_col = _log_expectations(q, k, candidates=_label_collision, **kwargs)
   log_e_hscl, has_hscl = _log_expectations(q, k, candidates=_other_label, **kwargs)
   return ~(has_col & has_hscl) | (log_e_col >= log_e_hscl)
 
 
-def batch_diagnostics(features: Array, labels: Array, *, hardening: Hardening, temperature=0.5,
-                      M=None, positives: str = "sample", axis_name: str | None = None,
-                      block_size: int | None = None,
-                      precision: Precision = DEFAULT_PRECISION) -> dict[str, Array]:
+def batch_diagnostics(
+  features: Array,
+  labels: Array,
+  *,
+  hardening: Hardening,
+  temperature=0.5,
+  M=None,
+  positives: str = 'sample',
+  axis_name: str | None = None,
+  block_size: int | None = None,
+  precision: Precision = DEFAULT_PRECISION,
+) -> dict[str, Array]:
   """The four losses of one batch with the same positives, and Assumption 1 (Figs. 4, 5).
 
   ``positives``: "sample" (other views of the anchor's sample; with label-paired views
@@ -665,25 +784,38 @@ def batch_diagnostics(features: Array, labels: Array, *, hardening: Hardening, t
   """
   features, labels = jax.lax.stop_gradient(_check_inputs(features, labels))
   _check_temperature(temperature)
-  positive_set = {"sample": _same_sample, "label": _same_label}.get(positives)
+  positive_set = {'sample': _same_sample, 'label': _same_label}.get(positives)
   if positive_set is None:
     raise ValueError(f"positives must be 'sample' or 'label', got {positives!r}.")
   loss = functools.partial(
-      _global_loss, features, labels, positives=positive_set,
-      pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)), temperature=temperature,
-      stop_gradient_weights=True, axis_name=axis_name, block_size=block_size,
-      precision=precision)
-  satisfied = assumption1(features, labels, hardening=hardening, temperature=temperature,
-                          axis_name=axis_name, precision=precision)
+    _global_loss,
+    features,
+    labels,
+    positives=positive_set,
+    pair_loss=_infonce_pair_loss(_log_m(M, features, axis_name)),
+    temperature=temperature,
+    stop_gradient_weights=True,
+    axis_name=axis_name,
+    block_size=block_size,
+    precision=precision,
+  )
+  satisfied = assumption1(
+    features,
+    labels,
+    hardening=hardening,
+    temperature=temperature,
+    axis_name=axis_name,
+    precision=precision,
+  )
   fraction = jnp.mean(satisfied.astype(jnp.float32))
   if axis_name is not None:
     fraction = jax.lax.pmean(fraction, axis_name)
   return {
-      "loss_ucl": loss(candidates=_other_sample, hardening=_no_hardening),
-      "loss_hucl": loss(candidates=_other_sample, hardening=hardening),
-      "loss_scl": loss(candidates=_other_label, hardening=_no_hardening),
-      "loss_hscl": loss(candidates=_other_label, hardening=hardening),
-      "assumption1_fraction": fraction,
+    'loss_ucl': loss(candidates=_other_sample, hardening=_no_hardening),
+    'loss_hucl': loss(candidates=_other_sample, hardening=hardening),
+    'loss_scl': loss(candidates=_other_label, hardening=_no_hardening),
+    'loss_hscl': loss(candidates=_other_label, hardening=hardening),
+    'assumption1_fraction': fraction,
   }
 
 
@@ -706,10 +838,16 @@ def _rescaled_scores(scores: Array, valid: Array) -> Array:
   return 2.0 * scores / jnp.where(peak > 0, peak, 1.0)
 
 
-def local_global_jsd(local_features: Array, graph_features: Array, node_graph: Array, *,
-                     graph_labels: Array | None = None, hardening: Hardening | None = None,
-                     node_mask: Array | None = None,
-                     graph_mask: Array | None = None) -> Array:
+def local_global_jsd(
+  local_features: Array,
+  graph_features: Array,
+  node_graph: Array,
+  *,
+  graph_labels: Array | None = None,
+  hardening: Hardening | None = None,
+  node_mask: Array | None = None,
+  graph_mask: Array | None = None,
+) -> Array:
   """InfoGraph's Jensen–Shannon local–global loss with (hard) negatives, Table II.
 
   L = (1/N) Σ_v Σ_{G∈N(v)} q_v(G)·(sp(s_vG) − log 2) − (1/N) Σ_v (log 2 − sp(−s_{v,g(v)})),

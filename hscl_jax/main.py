@@ -10,6 +10,7 @@ train longer). On several hosts, run the same command
 on every host: jax.distributed is started from the cluster environment (SLURM, multi-host
 TPU) or from --coordinator_address/--num_processes/--process_id (hscl_jax.distributed).
 """
+
 from __future__ import annotations
 
 import sys
@@ -27,19 +28,25 @@ from hscl_jax import train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Training configuration file (configs/<dataset>.py).', lock_config=True)
+  'config', None, 'Training configuration file (configs/<dataset>.py).', lock_config=True
+)
 _COORDINATOR = flags.DEFINE_string(
-    'coordinator_address', None, 'host:port of process 0 (explicit multi-process set-up).')
+  'coordinator_address', None, 'host:port of process 0 (explicit multi-process set-up).'
+)
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Number of processes (explicit).')
 _PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process (explicit set-up).')
 _MULTIHOST = flags.DEFINE_bool(
-    'multihost', None, 'Force (True) or forbid (False) jax.distributed; default: detect.')
+  'multihost', None, 'Force (True) or forbid (False) jax.distributed; default: detect.'
+)
 _LIBRARY_LOGS = flags.DEFINE_bool(
-    'library_logs', False, 'Show the INFO logs of JAX and Orbax (checkpoint I/O details).')
+  'library_logs', False, 'Show the INFO logs of JAX and Orbax (checkpoint I/O details).'
+)
 _ALLOW_CONFIG_CHANGE = flags.DEFINE_list(
-    'allow_config_change', [],
-    'Config fields (dotted; a section name allows all of its fields) that may differ from '
-    "the workdir's config.json when resuming, e.g. num_epochs to train longer.")
+  'allow_config_change',
+  [],
+  'Config fields (dotted; a section name allows all of its fields) that may differ from '
+  "the workdir's config.json when resuming, e.g. num_epochs to train longer.",
+)
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -49,14 +56,16 @@ def main(argv):
   if not _LIBRARY_LOGS.value:
     metrics.show_only_own_info_logs()
   # First JAX call of the program: jax.distributed must start before devices are touched.
-  setup = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
-                                 multihost=_MULTIHOST.value)
+  setup = distributed.initialize(
+    _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, multihost=_MULTIHOST.value
+  )
   logging.info('JAX %s', distributed.describe(setup))
   result = errors.exit_on_user_error(
-      lambda: train.train_and_evaluate(
-          _CONFIG.value, _WORKDIR.value,
-          allowed_config_changes=tuple(_ALLOW_CONFIG_CHANGE.value)),
-      workdir=_WORKDIR.value)
+    lambda: train.train_and_evaluate(
+      _CONFIG.value, _WORKDIR.value, allowed_config_changes=tuple(_ALLOW_CONFIG_CHANGE.value)
+    ),
+    workdir=_WORKDIR.value,
+  )
   if result.preempted:
     # 128 + SIGTERM, as a process killed by the signal: the run is not finished.
     sys.exit(143)

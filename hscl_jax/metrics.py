@@ -2,6 +2,7 @@
 
 Only process 0 writes (`enabled=False` elsewhere), so a multi-host run produces one copy.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,10 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
       records.append(json.loads(line))
     except json.JSONDecodeError:
       if number < len(lines):
-        raise MetricsFileError(f'{path} line {number} is not a JSON record: {line[:80]!r}. '
-                         'Fix: repair or delete that line.') from None
+        raise MetricsFileError(
+          f'{path} line {number} is not a JSON record: {line[:80]!r}. '
+          'Fix: repair or delete that line.'
+        ) from None
       logging.warning('Dropping the torn last line of %s: %r', path, line[:80])
   return records
 
@@ -105,8 +108,8 @@ class MetricWriter:
     self._rewrite()
     # TensorBoard hides the events logged earlier at steps >= purge_step.
     self._tensorboard = tensorboardX.SummaryWriter(
-        logdir=os.path.join(workdir, EVENTS_DIR), purge_step=keep_through_step + 1,
-        flush_secs=30)
+      logdir=os.path.join(workdir, EVENTS_DIR), purge_step=keep_through_step + 1, flush_secs=30
+    )
 
   def write(self, step: int, scalars: dict[str, Any]) -> None:
     if not self._enabled:
@@ -147,8 +150,15 @@ class Progress:
   (excluding its compilation) and adds the last kNN evaluation's time for each remaining one.
   """
 
-  def __init__(self, *, total_steps: int, start_step: int, steps_per_epoch: int,
-               images_per_step: int, enabled: bool = True):
+  def __init__(
+    self,
+    *,
+    total_steps: int,
+    start_step: int,
+    steps_per_epoch: int,
+    images_per_step: int,
+    enabled: bool = True,
+  ):
     self._total_steps = total_steps
     self._steps_per_epoch = steps_per_epoch
     self._images_per_step = images_per_step
@@ -184,16 +194,17 @@ class Progress:
     remaining_steps = self._total_steps - step
     remaining_epochs = math.ceil(remaining_steps / self._steps_per_epoch)
     return remaining_steps * self._seconds_per_step(step) + (
-        remaining_epochs * self.eval_seconds_per_epoch)
+      remaining_epochs * self.eval_seconds_per_epoch
+    )
 
   def line(self, step: int, loss: float) -> str:
     epoch = (step - 1) // self._steps_per_epoch + 1
     num_epochs = math.ceil(self._total_steps / self._steps_per_epoch)
     rate = self._images_per_step / self._seconds_per_step(step)
     return (
-        f'epoch {epoch}/{num_epochs}  step {step}/{self._total_steps} '
-        f'({100 * step / self._total_steps:.0f}%)  loss {loss:.4f}  '
-        f'{rate:.0f} img/s  ETA {format_duration(self.eta_seconds(step))}'
+      f'epoch {epoch}/{num_epochs}  step {step}/{self._total_steps} '
+      f'({100 * step / self._total_steps:.0f}%)  loss {loss:.4f}  '
+      f'{rate:.0f} img/s  ETA {format_duration(self.eta_seconds(step))}'
     )
 
   def log(self, step: int, loss: float) -> None:
@@ -203,8 +214,9 @@ class Progress:
 
 def _about_full_disk(record) -> bool:
   error = record.exc_info[1] if record.exc_info else None
-  return ((error is not None and errors.is_disk_full(error))
-          or 'No space left on device' in record.getMessage())
+  return (
+    error is not None and errors.is_disk_full(error)
+  ) or 'No space left on device' in record.getMessage()
 
 
 def _own_info_or_warning(record) -> bool:

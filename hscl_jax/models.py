@@ -14,6 +14,7 @@ the channels). Group and layer normalisation never mix samples, so a sample's ou
 does not depend on the rest of the batch (what exact gradient caching needs) and the
 model has no ``batch_stats``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -82,9 +83,9 @@ class Bottleneck(nn.Module):
     y = self.conv(self.filters * self.expansion, (1, 1))(y)
     y = self.norm(scale_init=nn.initializers.zeros_init())(y)
     if residual.shape != y.shape:
-      residual = self.conv(
-          self.filters * self.expansion, (1, 1), self.strides, name='conv_proj'
-      )(residual)
+      residual = self.conv(self.filters * self.expansion, (1, 1), self.strides, name='conv_proj')(
+        residual
+      )
       residual = self.norm(name='norm_proj')(residual)
     return self.act(residual + y)
 
@@ -99,8 +100,13 @@ class GroupNorm(nn.Module):
   @nn.compact
   def __call__(self, x):
     groups = math.gcd(MAX_GROUPS, x.shape[-1])
-    return nn.GroupNorm(num_groups=groups, epsilon=self.epsilon, dtype=self.dtype,
-                        scale_init=self.scale_init, name='norm')(x)
+    return nn.GroupNorm(
+      num_groups=groups,
+      epsilon=self.epsilon,
+      dtype=self.dtype,
+      scale_init=self.scale_init,
+      name='norm',
+    )(x)
 
 
 def _norm(kind: str, train: bool, momentum: float, axis_name: str | None, dtype) -> ModuleDef:
@@ -111,12 +117,12 @@ def _norm(kind: str, train: bool, momentum: float, axis_name: str | None, dtype)
   if kind != 'batch':
     _check_choice('norm', kind, NORMS)  # raises: an unknown norm
   return functools.partial(
-      nn.BatchNorm,
-      use_running_average=not train,
-      momentum=momentum,
-      epsilon=1e-5,
-      dtype=dtype,
-      axis_name=axis_name,
+    nn.BatchNorm,
+    use_running_average=not train,
+    momentum=momentum,
+    epsilon=1e-5,
+    dtype=dtype,
+    axis_name=axis_name,
   )
 
 
@@ -135,7 +141,7 @@ class ResNet(nn.Module):
   @nn.compact
   def __call__(self, x, *, train: bool):
     conv = functools.partial(
-        nn.Conv, use_bias=False, dtype=self.dtype, kernel_init=conv_kernel_init
+      nn.Conv, use_bias=False, dtype=self.dtype, kernel_init=conv_kernel_init
     )
     norm = _norm(self.norm, train, self.bn_momentum, self.bn_axis_name, self.dtype)
 
@@ -154,7 +160,7 @@ class ResNet(nn.Module):
       for j in range(block_size):
         strides = 2 if i > 0 and j == 0 else 1
         x = self.block_cls(
-            self.num_filters * 2**i, conv=conv, norm=norm, act=nn.relu, strides=strides
+          self.num_filters * 2**i, conv=conv, norm=norm, act=nn.relu, strides=strides
         )(x)
     return jnp.mean(x, axis=(1, 2))
 
@@ -179,7 +185,7 @@ class SmallCNN(nn.Module):
     x = jnp.asarray(x, self.dtype)
     for width, stride in zip(self.widths, self.strides, strict=True):
       x = nn.Conv(
-          width, (3, 3), stride, use_bias=False, dtype=self.dtype, kernel_init=conv_kernel_init
+        width, (3, 3), stride, use_bias=False, dtype=self.dtype, kernel_init=conv_kernel_init
       )(x)
       x = nn.relu(norm()(x))
     return jnp.mean(x, axis=(1, 2))
@@ -187,10 +193,10 @@ class SmallCNN(nn.Module):
 
 # name -> (constructor keyword arguments, feature width)
 BACKBONES: dict[str, tuple[Callable[..., nn.Module], int]] = {
-    'resnet18': (functools.partial(ResNet, stage_sizes=(2, 2, 2, 2), block_cls=BasicBlock), 512),
-    'resnet34': (functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block_cls=BasicBlock), 512),
-    'resnet50': (functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block_cls=Bottleneck), 2048),
-    'small_cnn': (SmallCNN, SmallCNN.widths[-1]),
+  'resnet18': (functools.partial(ResNet, stage_sizes=(2, 2, 2, 2), block_cls=BasicBlock), 512),
+  'resnet34': (functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block_cls=BasicBlock), 512),
+  'resnet50': (functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block_cls=Bottleneck), 2048),
+  'small_cnn': (SmallCNN, SmallCNN.widths[-1]),
 }
 
 
@@ -201,8 +207,11 @@ def _invalid(field: str, problem: str, fix: str):
 
 def _check_choice(field: str, value, choices) -> None:
   if value not in choices:
-    _invalid(field, f'unknown value {value!r}', f'use one of the valid {field}s: '
-             f'{", ".join(sorted(choices))}')
+    _invalid(
+      field,
+      f'unknown value {value!r}',
+      f'use one of the valid {field}s: {", ".join(sorted(choices))}',
+    )
 
 
 def _check_name(name: str) -> None:
@@ -216,13 +225,13 @@ def feature_dim(name: str) -> int:
 
 
 def make_backbone(
-    name: str,
-    *,
-    stem: str = 'cifar',
-    dtype: Any = jnp.float32,
-    norm: str = 'batch',
-    bn_momentum: float = 0.9,
-    bn_axis_name: str | None = None,
+  name: str,
+  *,
+  stem: str = 'cifar',
+  dtype: Any = jnp.float32,
+  norm: str = 'batch',
+  bn_momentum: float = 0.9,
+  bn_axis_name: str | None = None,
 ) -> nn.Module:
   """Builds the backbone `name` (see BACKBONES); `stem` only applies to ResNets."""
   _check_name(name)
@@ -269,20 +278,20 @@ class ContrastiveModel(nn.Module):
 
   def setup(self):
     self.encoder = make_backbone(
-        self.backbone,
-        stem=self.stem,
-        dtype=self.dtype,
-        norm=self.norm,
-        bn_momentum=self.bn_momentum,
-        bn_axis_name=self.bn_axis_name,
+      self.backbone,
+      stem=self.stem,
+      dtype=self.dtype,
+      norm=self.norm,
+      bn_momentum=self.bn_momentum,
+      bn_axis_name=self.bn_axis_name,
     )
     self.head = ProjectionHead(
-        hidden=self.head_hidden,
-        out=self.head_out,
-        dtype=self.dtype,
-        norm=self.norm,
-        bn_momentum=self.bn_momentum,
-        bn_axis_name=self.bn_axis_name,
+      hidden=self.head_hidden,
+      out=self.head_out,
+      dtype=self.dtype,
+      norm=self.norm,
+      bn_momentum=self.bn_momentum,
+      bn_axis_name=self.bn_axis_name,
     )
 
   def __call__(self, x, *, train: bool):
@@ -313,14 +322,14 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> Contrastiv
     if int(model_config[field]) <= 0:
       _invalid(field, f'must be positive, got {model_config[field]}', 'use e.g. 128')
   return ContrastiveModel(
-      backbone=name,
-      stem=model_config.stem,
-      head_hidden=int(model_config.head_hidden),
-      head_out=int(model_config.head_out),
-      dtype=DTYPES[model_config.dtype],
-      norm=norm,
-      bn_axis_name=bn_axis_name,
-      bn_momentum=float(model_config.bn_momentum),
+    backbone=name,
+    stem=model_config.stem,
+    head_hidden=int(model_config.head_hidden),
+    head_out=int(model_config.head_out),
+    dtype=DTYPES[model_config.dtype],
+    norm=norm,
+    bn_axis_name=bn_axis_name,
+    bn_momentum=float(model_config.bn_momentum),
   )
 
 

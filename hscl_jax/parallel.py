@@ -4,6 +4,7 @@ The batch is split along the mesh axis 'data'; parameters and optimizer state ar
 replicated. These helpers move batches onto the mesh and values back to the host; they
 work unchanged with one process or many (each process feeds its own slice).
 """
+
 from __future__ import annotations
 
 import jax
@@ -22,15 +23,17 @@ def make_mesh(devices=None) -> jax.sharding.Mesh:
   would add nothing, and eager code outside the step (kNN, tests) stays sharding-agnostic.
   """
   devices = jax.devices() if devices is None else list(devices)
-  return jax.make_mesh((len(devices),), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,),
-                       devices=devices)
+  return jax.make_mesh(
+    (len(devices),), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
+  )
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh, keys) -> dict:
   """Assembles the processes' local batches into arrays sharded along 'data'."""
   sharding = NamedSharding(mesh, P(AXIS))
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(local_batch[k]))
-          for k in keys}
+  return {
+    k: jax.make_array_from_process_local_data(sharding, np.asarray(local_batch[k])) for k in keys
+  }
 
 
 def replicated_value(x: jax.Array) -> np.ndarray:
@@ -46,4 +49,3 @@ def to_host(x: jax.Array) -> np.ndarray:
   if jax.process_count() == 1:
     return np.asarray(x)
   return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-

@@ -11,6 +11,7 @@ Training then reads the array_record files without TensorFlow. On a machine
 without internet, put the official archive (e.g. cifar-10-binary.tar.gz) in a
 folder and pass it as --manual_dir.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,18 +24,26 @@ from absl import flags
 from hscl_jax.data.sources import DATASETS
 from hscl_jax.data.tfds_sources import TFDS_DATASETS
 
-NEEDS_TENSORFLOW = ("Preparing a TFDS dataset needs TensorFlow, which is not installed. "
-                    "Install the extra with:  pip install -e '.[prepare]'")
+NEEDS_TENSORFLOW = (
+  'Preparing a TFDS dataset needs TensorFlow, which is not installed. '
+  "Install the extra with:  pip install -e '.[prepare]'"
+)
 
 _DATASET = flags.DEFINE_string(
-    'dataset', None, f'Dataset to prepare: one of {", ".join(sorted(TFDS_DATASETS))} (digits '
-    'and image_folder need no preparation), or a TU Dortmund graph dataset name (e.g. MUTAG).')
+  'dataset',
+  None,
+  f'Dataset to prepare: one of {", ".join(sorted(TFDS_DATASETS))} (digits '
+  'and image_folder need no preparation), or a TU Dortmund graph dataset name (e.g. MUTAG).',
+)
 _DATA_DIR = flags.DEFINE_string(
-    'data_dir', None, 'TFDS data directory (default: $TFDS_DATA_DIR or ~/tensorflow_datasets).')
+  'data_dir', None, 'TFDS data directory (default: $TFDS_DATA_DIR or ~/tensorflow_datasets).'
+)
 _MANUAL_DIR = flags.DEFINE_string(
-    'manual_dir', None, 'Folder holding the official archive, for machines without internet.')
+  'manual_dir', None, 'Folder holding the official archive, for machines without internet.'
+)
 _URL = flags.DEFINE_string(
-    'url', None, 'Graph datasets: the zip to fetch (default: the TU collection).')
+  'url', None, 'Graph datasets: the zip to fetch (default: the TU collection).'
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +84,10 @@ def check_manual_dir(dataset: str, manual_dir: str | None) -> None:
     return
   archive = os.path.join(manual_dir, TFDS_DATASETS[dataset].archive)
   if not os.path.isfile(archive):
-    raise SystemExit(f'--manual_dir={manual_dir} has no {TFDS_DATASETS[dataset].archive}; '
-                     f'expected the official archive at {archive}')
+    raise SystemExit(
+      f'--manual_dir={manual_dir} has no {TFDS_DATASETS[dataset].archive}; '
+      f'expected the official archive at {archive}'
+    )
 
 
 def prepare(dataset: str, data_dir: str | None = None, manual_dir: str | None = None) -> dict:
@@ -95,6 +106,7 @@ def run(args: Args) -> None:
   if args.dataset not in TFDS_DATASETS:
     from hscl_jax.graphs import data as graph_data
     from hscl_jax.graphs import prepare as graph_prepare
+
     try:
       folder = graph_prepare.prepare_tu(args.dataset, args.data_dir, args.url)
     except graph_data.GraphDataError as e:  # one line and the fix, as the TFDS errors above

@@ -6,6 +6,7 @@ model, data, ...) is refused, listing the differences and the fix. Fields that c
 change the trained model may change freely (`FREE_FIELDS`); a deliberate change (e.g.
 extending num_epochs) is allowed by naming the fields.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,15 @@ from hscl_jax import metrics
 
 # Logging, checkpointing and evaluation-only fields: the trained model does not depend
 # on them ('linear_eval' is read by hscl_jax.linear_eval only; data_dir is a location).
-FREE_FIELDS = ('log_every_steps', 'checkpoint_every_epochs', 'keep_checkpoints', 'data_dir',
-               'knn.batch_size', 'knn.chunk_size', 'linear_eval')
+FREE_FIELDS = (
+  'log_every_steps',
+  'checkpoint_every_epochs',
+  'keep_checkpoints',
+  'data_dir',
+  'knn.batch_size',
+  'knn.chunk_size',
+  'linear_eval',
+)
 
 
 class ConfigChangedError(errors.UserError, ValueError):
@@ -48,12 +56,16 @@ def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tu
   removed since the run started); it does not stop the run from resuming.
   """
   old, new = _flatten(stored), _flatten(current)
-  return {field: (old[field], new[field]) for field in sorted(old.keys() & new.keys())
-          if old[field] != new[field]}
+  return {
+    field: (old[field], new[field])
+    for field in sorted(old.keys() & new.keys())
+    if old[field] != new[field]
+  }
 
 
-def check_unchanged(workdir: str, config: ml_collections.ConfigDict, *,
-                    allowed: tuple[str, ...] = ()) -> None:
+def check_unchanged(
+  workdir: str, config: ml_collections.ConfigDict, *, allowed: tuple[str, ...] = ()
+) -> None:
   """Raises ConfigChangedError if `config` differs from DIR/config.json in a field that is
   neither free nor `allowed` (dotted names; a section name allows all its fields)."""
   path = epath.Path(workdir) / metrics.CONFIG_FILE
@@ -63,13 +75,18 @@ def check_unchanged(workdir: str, config: ml_collections.ConfigDict, *,
     stored = json.loads(path.read_text())
   except json.JSONDecodeError:
     return  # unreadable (an older, torn write): nothing to compare with; it is rewritten
-  changed = {f: v for f, v in differences(stored, metrics.config_as_json(config)).items()
-             if not _is_free(f, allowed)}
+  changed = {
+    f: v
+    for f, v in differences(stored, metrics.config_as_json(config)).items()
+    if not _is_free(f, allowed)
+  }
   if not changed:
     return
-  listed = '; '.join(f'{f}: {json.dumps(old)} -> {json.dumps(new)}'
-                     for f, (old, new) in changed.items())
+  listed = '; '.join(
+    f'{f}: {json.dumps(old)} -> {json.dumps(new)}' for f, (old, new) in changed.items()
+  )
   raise ConfigChangedError(
-      f'workdir {workdir} holds a run trained with another config ({listed}). '
-      f'Fix: use a new --workdir, or, to change it deliberately (e.g. more epochs), '
-      f'add --allow_config_change={",".join(changed)}')
+    f'workdir {workdir} holds a run trained with another config ({listed}). '
+    f'Fix: use a new --workdir, or, to change it deliberately (e.g. more epochs), '
+    f'add --allow_config_change={",".join(changed)}'
+  )

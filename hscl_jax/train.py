@@ -24,6 +24,7 @@ over the training batches, a weighted kNN monitor (train split as memory bank, t
 as queries, normalised backbone features, BatchNorm in eval mode), throughput, epoch time
 and learning rate, written to DIR/metrics.jsonl and TensorBoard; then an Orbax checkpoint.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -86,14 +87,17 @@ class Plan:
 
 def make_plan(config: ml_collections.ConfigDict, num_train_examples: int) -> Plan:
   if config.batch_size > num_train_examples:
-    schema.fail('batch_size',
-                f'{config.batch_size} exceeds the {num_train_examples} training examples',
-                f'use at most {num_train_examples}')
+    schema.fail(
+      'batch_size',
+      f'{config.batch_size} exceeds the {num_train_examples} training examples',
+      f'use at most {num_train_examples}',
+    )
   steps = data.steps_per_epoch(num_train_examples, config.batch_size)
   if config.steps_per_epoch_limit is not None:
     steps = min(steps, config.steps_per_epoch_limit)
   schedule = optim.create_learning_rate_schedule(
-      config.optimizer, steps_per_epoch=steps, total_steps=steps * config.num_epochs)
+    config.optimizer, steps_per_epoch=steps, total_steps=steps * config.num_epochs
+  )
   return Plan(steps_per_epoch=steps, num_epochs=config.num_epochs, learning_rate=schedule)
 
 
@@ -103,12 +107,18 @@ def loss_hyperparameters(config: ml_collections.ConfigDict, epoch: int) -> dict[
   They enter the compiled step as arrays, so changing them never recompiles.
   """
   if config.beta_anneal_steps > 0:
-    beta = losses.beta_schedule(epoch, beta=config.beta, num_epochs=config.num_epochs,
-                                num_steps=config.beta_anneal_steps)
+    beta = losses.beta_schedule(
+      epoch, beta=config.beta, num_epochs=config.num_epochs, num_steps=config.beta_anneal_steps
+    )
   else:
     beta = config.beta
-  tau = losses.tau_schedule(epoch, start=config.tau_start, end=config.tau_end,
-                            num_epochs=config.num_epochs, temperature=config.temperature)
+  tau = losses.tau_schedule(
+    epoch,
+    start=config.tau_start,
+    end=config.tau_end,
+    num_epochs=config.num_epochs,
+    temperature=config.temperature,
+  )
   return {'beta': np.float32(beta), 'tau': np.float32(tau)}
 
 
@@ -145,9 +155,13 @@ def metric_names(config: ml_collections.ConfigDict) -> tuple[str, ...]:
   return names
 
 
-def create_train_state(config: ml_collections.ConfigDict, model: models.ContrastiveModel,
-                       optimizer: optax.GradientTransformation, image_size: int,
-                       mesh: jax.sharding.Mesh) -> TrainState:
+def create_train_state(
+  config: ml_collections.ConfigDict,
+  model: models.ContrastiveModel,
+  optimizer: optax.GradientTransformation,
+  image_size: int,
+  mesh: jax.sharding.Mesh,
+) -> TrainState:
   """Initial state, replicated over the mesh. Same seed -> same state on any device count.
 
   Computed by a jit whose outputs are replicated over the mesh, so every process holds its
@@ -158,12 +172,12 @@ def create_train_state(config: ml_collections.ConfigDict, model: models.Contrast
     init_key, augment_key = jax.random.split(jax.random.key(config.seed))
     variables = models.initialize(model, init_key, (image_size, image_size, 3))
     return TrainState(
-        step=jnp.zeros((), jnp.int32),
-        params=variables['params'],
-        batch_stats=variables['batch_stats'],
-        opt_state=optimizer.init(variables['params']),
-        rng=augment_key,
-        metric_sums={name: jnp.zeros((), jnp.float32) for name in metric_names(config)},
+      step=jnp.zeros((), jnp.int32),
+      params=variables['params'],
+      batch_stats=variables['batch_stats'],
+      opt_state=optimizer.init(variables['params']),
+      rng=augment_key,
+      metric_sums={name: jnp.zeros((), jnp.float32) for name in metric_names(config)},
     )
 
   return jax.jit(init, out_shardings=NamedSharding(mesh, P()))()
@@ -198,22 +212,38 @@ def make_loss_fn(config: ml_collections.ConfigDict):
     if method == 'ucl':
       return losses.ucl(z, **common)
     if method == 'hucl':
-      return losses.hucl(z, beta=hyper['beta'], tau_plus=config.tau_plus,
-                         stop_gradient_weights=config.stop_gradient_weights, **common)
+      return losses.hucl(
+        z,
+        beta=hyper['beta'],
+        tau_plus=config.tau_plus,
+        stop_gradient_weights=config.stop_gradient_weights,
+        **common,
+      )
     if method == 'scl':
       return losses.scl(z, labels, **common)
-    return losses.hscl(z, labels, hardening=hardening(hyper),
-                       stop_gradient_weights=config.stop_gradient_weights, **common)
+    return losses.hscl(
+      z,
+      labels,
+      hardening=hardening(hyper),
+      stop_gradient_weights=config.stop_gradient_weights,
+      **common,
+    )
 
   def diagnostics_fn(z, labels, hyper):
-    return losses.batch_diagnostics(z, labels, hardening=hardening(hyper),
-                                    positives=config.diagnostics_positives, **common)
+    return losses.batch_diagnostics(
+      z, labels, hardening=hardening(hyper), positives=config.diagnostics_positives, **common
+    )
 
   return loss_fn, diagnostics_fn
 
 
-def augment_batch(rng: jax.Array, step: jax.Array, images: jax.Array, global_index: jax.Array,
-                  params: augment.AugmentParams) -> jax.Array:
+def augment_batch(
+  rng: jax.Array,
+  step: jax.Array,
+  images: jax.Array,
+  global_index: jax.Array,
+  params: augment.AugmentParams,
+) -> jax.Array:
   """Two views per image; example i's key is fold_in(fold_in(rng, step), global_index[i])."""
   step_key = jax.random.fold_in(rng, step)
   keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(step_key, global_index)
@@ -221,9 +251,13 @@ def augment_batch(rng: jax.Array, step: jax.Array, images: jax.Array, global_ind
   return jax.vmap(one_example)(keys, images)
 
 
-def make_train_step(config: ml_collections.ConfigDict, model: models.ContrastiveModel,
-                    optimizer: optax.GradientTransformation, augment_params: augment.AugmentParams,
-                    mesh: jax.sharding.Mesh):
+def make_train_step(
+  config: ml_collections.ConfigDict,
+  model: models.ContrastiveModel,
+  optimizer: optax.GradientTransformation,
+  augment_params: augment.AugmentParams,
+  mesh: jax.sharding.Mesh,
+):
   """jit(shard_map(step)): (state, {'image' uint8[B,2,H,W,3], 'label'}, hyper) -> (state, loss)."""
   loss_fn, diagnostics_fn = make_loss_fn(config)
 
@@ -239,7 +273,8 @@ def make_train_step(config: ml_collections.ConfigDict, model: models.Contrastive
       # Sample-major rows [x0v0, x0v1, x1v0, ...]: the losses' row order.
       x = views.reshape((-1,) + views.shape[2:])
       (_, projections), updates = model.apply(
-          {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats'])
+        {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
+      )
       z = losses.l2_normalize(projections).reshape(images.shape[0], views.shape[1], -1)
       return z, updates.get('batch_stats', batch_stats)  # none without BatchNorm
 
@@ -247,15 +282,20 @@ def make_train_step(config: ml_collections.ConfigDict, model: models.Contrastive
       # Gradient caching: one chunk's activations at a time, the same loss and gradient.
       chunks = gradcache.split((images, global_index), local_batch // config.chunk_size)
       (loss, _, z, batch_stats), grads = gradcache.value_and_grad(
-          encode, lambda z: (loss_fn(z, labels, hyper), None), state.params, state.batch_stats,
-          chunks, axis_name=parallel.AXIS)
+        encode,
+        lambda z: (loss_fn(z, labels, hyper), None),
+        state.params,
+        state.batch_stats,
+        chunks,
+        axis_name=parallel.AXIS,
+      )
     else:
+
       def compute_loss(params):
         z, batch_stats = encode(params, state.batch_stats, (images, global_index))
         return loss_fn(z, labels, hyper), (z, batch_stats)
 
-      (loss, (z, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(
-          state.params)
+      (loss, (z, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(state.params)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     step_metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads)}
     if config.diagnostics:
@@ -263,16 +303,17 @@ def make_train_step(config: ml_collections.ConfigDict, model: models.Contrastive
     # The values are already identical on every device; pmean states it to shard_map.
     step_metrics = jax.lax.pmean(step_metrics, parallel.AXIS)
     new_state = state.replace(
-        step=state.step + 1,
-        params=optax.apply_updates(state.params, updates),
-        batch_stats=batch_stats,
-        opt_state=opt_state,
-        metric_sums=jax.tree.map(jnp.add, state.metric_sums, step_metrics),
+      step=state.step + 1,
+      params=optax.apply_updates(state.params, updates),
+      batch_stats=batch_stats,
+      opt_state=opt_state,
+      metric_sums=jax.tree.map(jnp.add, state.metric_sums, step_metrics),
     )
     return new_state, loss
 
-  step = jax.shard_map(per_device_step, mesh=mesh, in_specs=(P(), P(parallel.AXIS), P()),
-                       out_specs=(P(), P()))
+  step = jax.shard_map(
+    per_device_step, mesh=mesh, in_specs=(P(), P(parallel.AXIS), P()), out_specs=(P(), P())
+  )
   return jax.jit(step, donate_argnums=0)
 
 
@@ -324,20 +365,24 @@ class TrainResult:
 
 def epoch_summary(record: dict[str, Any]) -> str:
   """One concise log line per epoch (the full record is in metrics.jsonl)."""
-  parts = [f"epoch {record['epoch']}: loss {record['train_loss']:.4f}"]
+  parts = [f'epoch {record["epoch"]}: loss {record["train_loss"]:.4f}']
   if 'knn_top1' in record:
-    parts.append(f"kNN top-1 {record['knn_top1']:.4f}")
+    parts.append(f'kNN top-1 {record["knn_top1"]:.4f}')
   if 'assumption1_fraction' in record:
-    parts.append(f"Assumption 1 {record['assumption1_fraction']:.3f}")
-  parts.append(f"lr {record['learning_rate']:.3g}")
-  parts.append(f"{record['images_per_second']:.0f} img/s")
-  parts.append(f"{record['epoch_time']:.1f} s")
+    parts.append(f'Assumption 1 {record["assumption1_fraction"]:.3f}')
+  parts.append(f'lr {record["learning_rate"]:.3g}')
+  parts.append(f'{record["images_per_second"]:.0f} img/s')
+  parts.append(f'{record["epoch_time"]:.1f} s')
   return ', '.join(parts)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       mesh: jax.sharding.Mesh | None = None,
-                       allowed_config_changes: tuple[str, ...] = ()) -> TrainResult:
+def train_and_evaluate(
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  *,
+  mesh: jax.sharding.Mesh | None = None,
+  allowed_config_changes: tuple[str, ...] = (),
+) -> TrainResult:
   """Trains per `config`, resuming from the latest checkpoint in `workdir` if there is one.
 
   The workdir is locked for the run (a second run on it stops, naming the holder); resuming
@@ -356,8 +401,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       lock.release()
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                        mesh: jax.sharding.Mesh) -> TrainResult:
+def _train_and_evaluate(
+  config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mesh
+) -> TrainResult:
   is_writer = jax.process_index() == 0
   source_kwargs = dict(data_dir=config.data_dir, seed=config.split_seed, folder=config.folder)
   train_source = data.get_source(config.dataset, config.train_split, **source_kwargs)
@@ -370,9 +416,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   optimizer = optim.create_optimizer(config.optimizer, plan.learning_rate)
   state = create_train_state(config, model, optimizer, augment_params.image_size, mesh)
   train_iter = data.TrainLoader(
-      train_source, global_batch_size=config.batch_size, seed=config.seed,
-      positive_mode=config.positive_mode, shard_index=jax.process_index(),
-      shard_count=jax.process_count(), num_classes=train_source.num_classes)
+    train_source,
+    global_batch_size=config.batch_size,
+    seed=config.seed,
+    positive_mode=config.positive_mode,
+    shard_index=jax.process_index(),
+    shard_count=jax.process_count(),
+    num_classes=train_source.num_classes,
+  )
 
   checkpointer = checkpointing.Checkpointer(workdir, keep=config.keep_checkpoints)
   start_step, resume_info = 0, checkpointing.ResumeInfo()
@@ -385,23 +436,38 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     logging.info('Resumed from the checkpoint at step %d.', start_step)
 
   metrics.write_config(workdir, config, enabled=is_writer)
-  logging.info('%s on %s: %d devices, global batch %d, %d steps/epoch, %d epochs.',
-               config.method, config.dataset, mesh.size, config.batch_size,
-               plan.steps_per_epoch, plan.num_epochs)
+  logging.info(
+    '%s on %s: %d devices, global batch %d, %d steps/epoch, %d epochs.',
+    config.method,
+    config.dataset,
+    mesh.size,
+    config.batch_size,
+    plan.steps_per_epoch,
+    plan.num_epochs,
+  )
   run = _Run(
-      config=config, plan=plan, mesh=mesh,
-      train_step=make_train_step(config, model, optimizer, augment_params, mesh),
-      feature_fn=evaluation.make_feature_fn(model, augment_params, mesh),
-      train_iter=train_iter, train_source=train_source, test_source=test_source,
-      checkpointer=checkpointer,
-      # An epoch end the resumed run redoes gets its record (again).
-      writer=metrics.MetricWriter(
-          workdir, enabled=is_writer,
-          keep_through_step=start_step - 1 if resume_info.epoch_end_pending else start_step),
-      progress=metrics.Progress(
-          total_steps=plan.total_steps, start_step=start_step,
-          steps_per_epoch=plan.steps_per_epoch, images_per_step=2 * config.batch_size,
-          enabled=is_writer),
+    config=config,
+    plan=plan,
+    mesh=mesh,
+    train_step=make_train_step(config, model, optimizer, augment_params, mesh),
+    feature_fn=evaluation.make_feature_fn(model, augment_params, mesh),
+    train_iter=train_iter,
+    train_source=train_source,
+    test_source=test_source,
+    checkpointer=checkpointer,
+    # An epoch end the resumed run redoes gets its record (again).
+    writer=metrics.MetricWriter(
+      workdir,
+      enabled=is_writer,
+      keep_through_step=start_step - 1 if resume_info.epoch_end_pending else start_step,
+    ),
+    progress=metrics.Progress(
+      total_steps=plan.total_steps,
+      start_step=start_step,
+      steps_per_epoch=plan.steps_per_epoch,
+      images_per_step=2 * config.batch_size,
+      enabled=is_writer,
+    ),
   )
   try:
     with PreemptionWatcher() as preemption:
@@ -428,8 +494,9 @@ class _Run:
   progress: metrics.Progress
   compiled: bool = False  # whether the train step has run (and compiled) in this process
 
-  def train(self, state: TrainState, preemption: PreemptionWatcher,
-            resumed: checkpointing.ResumeInfo) -> TrainResult:
+  def train(
+    self, state: TrainState, preemption: PreemptionWatcher, resumed: checkpointing.ResumeInfo
+  ) -> TrainResult:
     """Epochs until the end or a SIGTERM, which may land in any phase: the checkpoint
     written on stopping says where the epoch was (`ResumeInfo`), so a resumed run writes
     exactly the records an uninterrupted one would."""
@@ -447,12 +514,14 @@ class _Run:
       timed = (timed[0] + time.perf_counter() - start_time, timed[1] + step - start_step)
       at_epoch_end = step == epoch * self.plan.steps_per_epoch
       if preempted:
-        return self.stop_for_preemption(state, record, epoch, checkpointing.ResumeInfo(
-            at_epoch_end, *timed))
+        return self.stop_for_preemption(
+          state, record, epoch, checkpointing.ResumeInfo(at_epoch_end, *timed)
+        )
       state, epoch_record = self.end_epoch(state, epoch, hyper, timed, preemption)
       if epoch_record is None:  # SIGTERM during the kNN: nothing written, redo on resume
-        return self.stop_for_preemption(state, record, epoch, checkpointing.ResumeInfo(
-            True, *timed))
+        return self.stop_for_preemption(
+          state, record, epoch, checkpointing.ResumeInfo(True, *timed)
+        )
       record, pending, timed = epoch_record, False, (0.0, 0)
       if step < self.plan.total_steps and preemption.requested(sync_point=True):
         return self.stop_for_preemption(state, record, epoch)
@@ -491,26 +560,35 @@ class _Run:
     """
     config, step = self.config, epoch * self.plan.steps_per_epoch
     seconds, steps_done = timed
-    record = {name: float(parallel.replicated_value(value)) / self.plan.steps_per_epoch
-              for name, value in state.metric_sums.items()}
+    record = {
+      name: float(parallel.replicated_value(value)) / self.plan.steps_per_epoch
+      for name, value in state.metric_sums.items()
+    }
     record.update(
-        epoch=epoch,
-        step=step,
-        learning_rate=float(self.plan.learning_rate(step - 1)),
-        epoch_time=seconds,
-        images_per_second=2 * config.batch_size * steps_done / max(seconds, 1e-9),
-        samples_per_second=config.batch_size * steps_done / max(seconds, 1e-9),
-        **{name: float(hyper[name]) for name in used_hyperparameters(config)},
+      epoch=epoch,
+      step=step,
+      learning_rate=float(self.plan.learning_rate(step - 1)),
+      epoch_time=seconds,
+      images_per_second=2 * config.batch_size * steps_done / max(seconds, 1e-9),
+      samples_per_second=config.batch_size * steps_done / max(seconds, 1e-9),
+      **{name: float(hyper[name]) for name in used_hyperparameters(config)},
     )
-    if config.knn.every_epochs and (epoch % config.knn.every_epochs == 0
-                                    or epoch == self.plan.num_epochs):
+    if config.knn.every_epochs and (
+      epoch % config.knn.every_epochs == 0 or epoch == self.plan.num_epochs
+    ):
       eval_start = time.perf_counter()
       variables = {'params': state.params, 'batch_stats': state.batch_stats}
       try:
         record['knn_top1'] = evaluation.knn_accuracy(
-            config.knn, self.feature_fn, variables, self.train_source, self.test_source,
-            num_classes=self.train_source.num_classes, mesh=self.mesh,
-            should_stop=lambda: preemption.requested(sync_point=True))
+          config.knn,
+          self.feature_fn,
+          variables,
+          self.train_source,
+          self.test_source,
+          num_classes=self.train_source.num_classes,
+          mesh=self.mesh,
+          should_stop=lambda: preemption.requested(sync_point=True),
+        )
       except evaluation.Interrupted:
         return state, None
       record['knn_time'] = time.perf_counter() - eval_start
@@ -524,30 +602,42 @@ class _Run:
     return state, record
 
   def save(self, state: TrainState, resume_info: checkpointing.ResumeInfo | None = None) -> None:
-    self.checkpointer.save(int(parallel.replicated_value(state.step)), state_to_checkpoint(state),
-                           self.train_iter.get_state(), resume_info)
+    self.checkpointer.save(
+      int(parallel.replicated_value(state.step)),
+      state_to_checkpoint(state),
+      self.train_iter.get_state(),
+      resume_info,
+    )
 
   def check_finite(self, state: TrainState, step: int, epoch: int) -> None:
     """Raises if a step of the epoch so far had a non-finite loss or gradient."""
-    sums = {name: float(parallel.replicated_value(state.metric_sums[name]))
-            for name in ('train_loss', 'grad_norm')}
+    sums = {
+      name: float(parallel.replicated_value(state.metric_sums[name]))
+      for name in ('train_loss', 'grad_norm')
+    }
     if all(np.isfinite(v) for v in sums.values()):
       return
     self.checkpointer.wait_until_finished()
     last = self.checkpointer.latest_step()
-    where = (f'the last good checkpoint is step {last}; rerunning the same command resumes '
-             'from it' if last is not None else 'no checkpoint was written yet')
+    where = (
+      f'the last good checkpoint is step {last}; rerunning the same command resumes from it'
+      if last is not None
+      else 'no checkpoint was written yet'
+    )
     raise NonFiniteLossError(
-        f'Non-finite training loss or gradient (epoch sums: {sums}) in epoch {epoch}, by step '
-        f'{step}. The state was not saved; {where}. Try a lower optimizer.learning_rate, a '
-        'larger temperature, or model.dtype=float32.')
+      f'Non-finite training loss or gradient (epoch sums: {sums}) in epoch {epoch}, by step '
+      f'{step}. The state was not saved; {where}. Try a lower optimizer.learning_rate, a '
+      'larger temperature, or model.dtype=float32.'
+    )
 
-  def stop_for_preemption(self, state, record, epoch,
-                          resume_info: checkpointing.ResumeInfo | None = None) -> TrainResult:
+  def stop_for_preemption(
+    self, state, record, epoch, resume_info: checkpointing.ResumeInfo | None = None
+  ) -> TrainResult:
     step = int(parallel.replicated_value(state.step))
     self.check_finite(state, step, epoch)
     self.save(state, resume_info)  # a no-op if this step is already saved
     self.checkpointer.wait_until_finished()
-    logging.warning('SIGTERM: saved the checkpoint at step %d; rerun the same command to '
-                    'resume.', step)
+    logging.warning(
+      'SIGTERM: saved the checkpoint at step %d; rerun the same command to resume.', step
+    )
     return TrainResult(state=state, preempted=True, last_record=record)

@@ -10,6 +10,7 @@ the workdir: only process 0 takes the lock (see `acquire_for_run`).
 The lock relies on an atomic exclusive create and rename, i.e. a local or POSIX network
 filesystem.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,13 +44,16 @@ class WorkdirError(errors.UserError, OSError):
 def make_workdir(workdir: str) -> None:
   """Creates the workdir if needed; raises WorkdirError (one line) if it is unusable."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise WorkdirError(f'workdir {workdir} is a file, not a directory. '
-                       'Fix: pass a directory path (it is created if missing).')
+    raise WorkdirError(
+      f'workdir {workdir} is a file, not a directory. '
+      'Fix: pass a directory path (it is created if missing).'
+    )
   try:
     os.makedirs(workdir, exist_ok=True)
   except OSError as e:
-    raise WorkdirError(f'cannot create workdir {workdir}: {e.strerror}. '
-                       'Fix: pass a --workdir where you can write.') from None
+    raise WorkdirError(
+      f'cannot create workdir {workdir}: {e.strerror}. Fix: pass a --workdir where you can write.'
+    ) from None
 
 
 def _process_start_time(pid: int) -> str | None:
@@ -73,15 +77,21 @@ def _pid_alive(pid: int) -> bool:
 
 def _identity() -> dict:
   pid = os.getpid()
-  return {'host': socket.gethostname(), 'pid': pid, 'start_time': _process_start_time(pid),
-          'token': uuid.uuid4().hex}
+  return {
+    'host': socket.gethostname(),
+    'pid': pid,
+    'start_time': _process_start_time(pid),
+    'token': uuid.uuid4().hex,
+  }
 
 
 def describe(holder: dict) -> str:
-  text = f"host {holder.get('host')}, pid {holder.get('pid')}"
+  text = f'host {holder.get("host")}, pid {holder.get("pid")}'
   if holder.get('host') != socket.gethostname() and 'heartbeat' in holder:
-    text += (f'; alive {time.time() - holder["heartbeat"]:.0f} s ago, taken over once '
-             f'{STALE_SECONDS:.0f} s pass without a sign of life')
+    text += (
+      f'; alive {time.time() - holder["heartbeat"]:.0f} s ago, taken over once '
+      f'{STALE_SECONDS:.0f} s pass without a sign of life'
+    )
   return text
 
 
@@ -99,8 +109,13 @@ def is_stale(holder: dict, *, stale_seconds: float = STALE_SECONDS) -> bool:
 class WorkdirLock:
   """Exclusive lock of a workdir for one process (use `acquire_for_run` in the program)."""
 
-  def __init__(self, workdir: str, *, heartbeat_seconds: float = HEARTBEAT_SECONDS,
-               stale_seconds: float = STALE_SECONDS):
+  def __init__(
+    self,
+    workdir: str,
+    *,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    stale_seconds: float = STALE_SECONDS,
+  ):
     self.path = os.path.join(workdir, LOCK_FILE)
     self._heartbeat_seconds = heartbeat_seconds
     self._stale_seconds = stale_seconds
@@ -128,8 +143,10 @@ class WorkdirLock:
     except OSError as e:
       if errors.is_disk_full(e):
         raise
-      raise WorkdirError(f'cannot write to workdir {os.path.dirname(self.path)}: {e.strerror}. '
-                         'Fix: pass a --workdir where you can write.') from None
+      raise WorkdirError(
+        f'cannot write to workdir {os.path.dirname(self.path)}: {e.strerror}. '
+        'Fix: pass a --workdir where you can write.'
+      ) from None
     self._record = record
     return True
 
@@ -146,11 +163,11 @@ class WorkdirLock:
         continue
       if holder and not is_stale(holder, stale_seconds=self._stale_seconds):
         raise WorkdirBusyError(
-            f'workdir {os.path.dirname(self.path)} is in use by another run ({describe(holder)}). '
-            'Fix: wait for it or stop it, or use another --workdir.')
+          f'workdir {os.path.dirname(self.path)} is in use by another run ({describe(holder)}). '
+          'Fix: wait for it or stop it, or use another --workdir.'
+        )
       self._move_aside()
-    self._thread = threading.Thread(target=self._beat, name='workdir-lock-heartbeat',
-                                    daemon=True)
+    self._thread = threading.Thread(target=self._beat, name='workdir-lock-heartbeat', daemon=True)
     self._thread.start()
 
   def _move_aside(self) -> None:
@@ -159,8 +176,11 @@ class WorkdirLock:
       os.rename(self.path, f'{self.path}.stale-{uuid.uuid4().hex[:8]}')
     except FileNotFoundError:
       return
-    for stale in sorted(p for p in os.listdir(os.path.dirname(self.path) or '.')
-                        if p.startswith(LOCK_FILE + '.stale-')):
+    for stale in sorted(
+      p
+      for p in os.listdir(os.path.dirname(self.path) or '.')
+      if p.startswith(LOCK_FILE + '.stale-')
+    ):
       try:
         os.remove(os.path.join(os.path.dirname(self.path) or '.', stale))
       except FileNotFoundError:
@@ -207,8 +227,10 @@ def acquire_for_run(workdir: str) -> WorkdirLock | None:
   if jax.process_count() > 1:
     busy = bool(multihost_utils.broadcast_one_to_all(np.int32(bool(error))))
     if busy and not error:
-      error = (f'workdir {workdir} is in use by another run (process 0 logs the holder). '
-               'Fix: wait for it or stop it, or use another --workdir.')
+      error = (
+        f'workdir {workdir} is in use by another run (process 0 logs the holder). '
+        'Fix: wait for it or stop it, or use another --workdir.'
+      )
   if error:
     raise WorkdirBusyError(error)
   return lock

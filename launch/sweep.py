@@ -23,6 +23,7 @@ Every command is `python -m hscl_jax.main --config=configs/<dataset>.py --workdi
 workdir that already holds checkpoints resumes, so resubmitting a sweep finishes it.
 --dry_run prints the submission commands instead of running them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,14 @@ class Run:
     return [f'--config.{field}={_format_value(value)}' for field, value in self.overrides]
 
   def train_command(self, python: str = 'python') -> list[str]:
-    return [python, '-m', 'hscl_jax.main', f'--config={self.config}',
-            f'--workdir={self.workdir}', *self.override_args()]
+    return [
+      python,
+      '-m',
+      'hscl_jax.main',
+      f'--config={self.config}',
+      f'--workdir={self.workdir}',
+      *self.override_args(),
+    ]
 
 
 def _format_value(value) -> str:
@@ -81,13 +88,24 @@ def method_runs(method: str, betas, tau_starts, tau_ends) -> list[tuple[str, lis
   if method == 'hucl':
     return [(f'hucl_beta{_tag(b)}', [('method', 'hucl'), ('beta', float(b))]) for b in betas]
   if method == 'hscl-exp':
-    return [(f'hscl-exp_beta{_tag(b)}',
-             [('method', 'hscl'), ('hardening', 'exp'), ('beta', float(b))]) for b in betas]
+    return [
+      (f'hscl-exp_beta{_tag(b)}', [('method', 'hscl'), ('hardening', 'exp'), ('beta', float(b))])
+      for b in betas
+    ]
   if method == 'hscl-threshold':
-    return [(f'hscl-threshold_tau{_tag(s)}_to{_tag(e)}',
-             [('method', 'hscl'), ('hardening', 'threshold'), ('tau_start', float(s)),
-              ('tau_end', float(e))])
-            for s in tau_starts for e in tau_ends]
+    return [
+      (
+        f'hscl-threshold_tau{_tag(s)}_to{_tag(e)}',
+        [
+          ('method', 'hscl'),
+          ('hardening', 'threshold'),
+          ('tau_start', float(s)),
+          ('tau_end', float(e)),
+        ],
+      )
+      for s in tau_starts
+      for e in tau_ends
+    ]
   raise ValueError(f'unknown method {method!r}; use one of {", ".join(METHODS)}')
 
 
@@ -131,37 +149,59 @@ def submit_command(run: Run, args) -> list[str]:
     return [os.path.join(LAUNCH, 'local.sh'), *rest]
   if args.submit == 'slurm':
     job = f'hscl_{run.dataset}_{run.name}_s{run.seed}'
-    return ['sbatch', f'--job-name={job}', *shlex.split(args.sbatch_args),
-            os.path.join(LAUNCH, 'slurm_gpu.sbatch'), *rest]
+    return [
+      'sbatch',
+      f'--job-name={job}',
+      *shlex.split(args.sbatch_args),
+      os.path.join(LAUNCH, 'slurm_gpu.sbatch'),
+      *rest,
+    ]
   if args.submit == 'tpu':
     missing = [f'--{n}' for n in ('tpu_name', 'zone', 'accelerator_type') if not getattr(args, n)]
     if missing:
       raise ValueError(f'--submit=tpu needs {", ".join(missing)}')
-    return [os.path.join(LAUNCH, 'tpu_vm.sh'), args.tpu_name, args.zone,
-            args.accelerator_type, *rest]
+    return [
+      os.path.join(LAUNCH, 'tpu_vm.sh'),
+      args.tpu_name,
+      args.zone,
+      args.accelerator_type,
+      *rest,
+    ]
   raise ValueError(f'unknown --submit {args.submit!r}')
 
 
 def _csv(kind):
   def parse(text):
     return tuple(kind(x) for x in text.split(',') if x.strip())
+
   return parse
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split('\n', 1)[0],
-                              formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog=__doc__.split('\n', 1)[1])
+  p = argparse.ArgumentParser(
+    description=__doc__.split('\n', 1)[0],
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+    epilog=__doc__.split('\n', 1)[1],
+  )
   p.add_argument('--datasets', type=_csv(str), default=DATASETS)
   p.add_argument('--methods', type=_csv(str), default=METHODS, help=', '.join(METHODS))
   p.add_argument('--betas', type=_csv(float), default=BETAS, help='hucl and hscl-exp')
   p.add_argument('--tau_starts', type=_csv(float), default=TAU_STARTS, help='hscl-threshold')
   p.add_argument('--tau_ends', type=_csv(float), default=TAU_ENDS, help='hscl-threshold')
   p.add_argument('--seeds', type=_csv(int), default=(0,))
-  p.add_argument('--positive_mode', choices=('augmentation', 'label'), default=None,
-                 help="'label' = the Lemma 1 experiment (positives from labels)")
-  p.add_argument('--set', action='append', default=[], metavar='FIELD=VALUE',
-                 help='extra override of every run, e.g. --set=num_epochs=50 (repeatable)')
+  p.add_argument(
+    '--positive_mode',
+    choices=('augmentation', 'label'),
+    default=None,
+    help="'label' = the Lemma 1 experiment (positives from labels)",
+  )
+  p.add_argument(
+    '--set',
+    action='append',
+    default=[],
+    metavar='FIELD=VALUE',
+    help='extra override of every run, e.g. --set=num_epochs=50 (repeatable)',
+  )
   p.add_argument('--root', default='runs', help='parent of the workdirs (path or gs://)')
   p.add_argument('--format', choices=('shell', 'json'), default='shell')
   p.add_argument('--python', default='python', help='interpreter in the printed commands')
@@ -182,16 +222,24 @@ def main(argv=None) -> int:
   args = parse_args(argv)
   try:
     runs = build_runs(args)
-    commands = ([submit_command(run, args) for run in runs] if args.submit != 'none'
-                else [run.train_command(args.python) for run in runs])
+    commands = (
+      [submit_command(run, args) for run in runs]
+      if args.submit != 'none'
+      else [run.train_command(args.python) for run in runs]
+    )
   except ValueError as e:
     print(f'sweep.py: error: {e}', file=sys.stderr)
     return 2
   if args.submit == 'none' or args.dry_run:
     if args.format == 'json':
-      json.dump([{**dataclasses.asdict(run), 'overrides': run.override_args(),
-                  'command': command} for run, command in zip(runs, commands)],
-                sys.stdout, indent=1)
+      json.dump(
+        [
+          {**dataclasses.asdict(run), 'overrides': run.override_args(), 'command': command}
+          for run, command in zip(runs, commands)
+        ],
+        sys.stdout,
+        indent=1,
+      )
       print()
     else:
       for command in commands:
@@ -205,8 +253,9 @@ def main(argv=None) -> int:
       print(f'sweep.py: {run.workdir} exited with {code}', file=sys.stderr, flush=True)
       failed.append(run.workdir)
   if failed:
-    print(f'sweep.py: {len(failed)} of {len(runs)} runs failed:', *failed, sep='\n  ',
-          file=sys.stderr)
+    print(
+      f'sweep.py: {len(failed)} of {len(runs)} runs failed:', *failed, sep='\n  ', file=sys.stderr
+    )
     return 1
   return 0
 

@@ -4,6 +4,7 @@ Event files are TFRecord files of serialized `Event` protos. A `SessionLog.START
 step S (what tensorboardX writes for `purge_step=S`) discards the scalars logged earlier
 at steps >= S, as TensorBoard does with the data of a run that died and was resumed.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -16,17 +17,18 @@ def _records(path):
   data = pathlib.Path(path).read_bytes()
   offset = 0
   while offset + 12 <= len(data):
-    (length,) = struct.unpack('<Q', data[offset:offset + 8])
+    (length,) = struct.unpack('<Q', data[offset : offset + 8])
     start = offset + 12  # uint64 length, uint32 masked CRC of the length
-    yield data[start:start + length]
+    yield data[start : start + length]
     offset = start + length + 4  # the data's masked CRC
 
 
 def scalars(logdir) -> dict[str, dict[int, float]]:
   """{tag: {step: value}} over every event file of `logdir`, in write order."""
   values: dict[str, dict[int, float]] = {}
-  for path in sorted(pathlib.Path(logdir).glob('events.out.tfevents.*'),
-                     key=lambda p: (p.stat().st_mtime_ns, p.name)):
+  for path in sorted(
+    pathlib.Path(logdir).glob('events.out.tfevents.*'), key=lambda p: (p.stat().st_mtime_ns, p.name)
+  ):
     for record in _records(path):
       event = event_pb2.Event.FromString(record)
       if event.HasField('session_log') and event.session_log.status == event.session_log.START:

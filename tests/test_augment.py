@@ -1,4 +1,5 @@
 """Properties of the JAX augmentations (small images: every distinct params is one compile)."""
+
 from __future__ import annotations
 
 import colorsys
@@ -18,8 +19,15 @@ BATCH_SHAPE = (300, 2, SIZE, SIZE, 3)
 NO_NORMALISATION = dict(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
 # blur_min_size=0 keeps the blur step in the program (static); blur_prob turns it off.
 IDENTITY = augment.AugmentParams(
-    image_size=SIZE, crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), flip_prob=0.0,
-    jitter_prob=0.0, grayscale_prob=0.0, blur_prob=0.0, blur_min_size=0)
+  image_size=SIZE,
+  crop_scale=(1.0, 1.0),
+  crop_ratio=(1.0, 1.0),
+  flip_prob=0.0,
+  jitter_prob=0.0,
+  grayscale_prob=0.0,
+  blur_prob=0.0,
+  blur_min_size=0,
+)
 DEFAULTS_WITH_BLUR = augment.AugmentParams(image_size=SIZE, blur_min_size=0, **NO_NORMALISATION)
 
 
@@ -43,7 +51,8 @@ def test_identity_params_give_normalised_input():
   expected = augment.preprocess_eval(flat, IDENTITY)
   np.testing.assert_allclose(out.reshape(flat.shape), expected, atol=1e-5)
   manual = (np.asarray(images, np.float32) / 255 - np.array(augment.IMAGENET_MEAN)) / np.array(
-      augment.IMAGENET_STD)
+    augment.IMAGENET_STD
+  )
   np.testing.assert_allclose(out, manual, atol=1e-5)
   # Static params with zero probabilities skip the jitter and blur steps entirely.
   static = jax.jit(augment.two_views, static_argnames='params')
@@ -64,28 +73,30 @@ def two_halves_image():
   """A colourful image whose left half differs from its right half."""
   image = np.zeros((SIZE, SIZE, 3), np.uint8)
   image[:, : SIZE // 2] = (250, 20, 20)
-  image[:, SIZE // 2:] = (20, 20, 250)
+  image[:, SIZE // 2 :] = (20, 20, 250)
   return image
 
 
 def test_flip_and_grayscale_frequencies_match_probabilities():
   flip_prob, gray_prob = 0.5, 0.3
-  params = dataclasses.replace(IDENTITY, flip_prob=flip_prob, grayscale_prob=gray_prob,
-                               **NO_NORMALISATION)
+  params = dataclasses.replace(
+    IDENTITY, flip_prob=flip_prob, grayscale_prob=gray_prob, **NO_NORMALISATION
+  )
   image = two_halves_image()
   images = jnp.broadcast_to(jnp.asarray(image), BATCH_SHAPE)
   out = np.asarray(jitted_two_views()(jax.random.key(1), images, params))
   out = out.reshape(-1, SIZE, SIZE, 3)
   views = len(out)
   is_gray = np.all(out == out[..., :1], axis=(1, 2, 3))
-  left_sum, right_sum = out[:, :, : SIZE // 2].sum((1, 2, 3)), out[:, :, SIZE // 2:].sum((1, 2, 3))
+  left_sum, right_sum = out[:, :, : SIZE // 2].sum((1, 2, 3)), out[:, :, SIZE // 2 :].sum((1, 2, 3))
   is_flipped = np.where(is_gray, left_sum < right_sum, out[:, 0, 0, 0] < out[:, 0, 0, 2])
   assert abs(is_gray.mean() - gray_prob) < binomial_tolerance(gray_prob, views)
   assert abs(is_flipped.mean() - flip_prob) < binomial_tolerance(flip_prob, views)
   # A flipped view is the exact mirror image; a gray one the exact luma.
   flipped = out[~is_gray & is_flipped]
-  np.testing.assert_allclose(flipped, np.broadcast_to(image[:, ::-1] / 255, flipped.shape),
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    flipped, np.broadcast_to(image[:, ::-1] / 255, flipped.shape), atol=1e-6
+  )
   luma = image.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32) / 255
   gray_views = out[is_gray & ~is_flipped][..., 0]
   np.testing.assert_allclose(gray_views, np.broadcast_to(luma, gray_views.shape), atol=1e-5)
@@ -93,8 +104,15 @@ def test_flip_and_grayscale_frequencies_match_probabilities():
 
 def test_jitter_probability_and_strength():
   jitter_prob = 0.4
-  params = dataclasses.replace(IDENTITY, jitter_prob=jitter_prob, brightness=0.4, contrast=0.0,
-                               saturation=0.0, hue=0.0, **NO_NORMALISATION)
+  params = dataclasses.replace(
+    IDENTITY,
+    jitter_prob=jitter_prob,
+    brightness=0.4,
+    contrast=0.0,
+    saturation=0.0,
+    hue=0.0,
+    **NO_NORMALISATION,
+  )
   images = jnp.full(BATCH_SHAPE, 100, jnp.uint8)
   out = np.asarray(jitted_two_views()(jax.random.key(6), images, params))
   factors = out.reshape(-1, SIZE * SIZE * 3).mean(axis=1) / (100 / 255)
@@ -130,15 +148,19 @@ def test_jit_equals_no_jit_and_static_params():
     eager = augment.two_views(jax.random.key(5), images[:1], DEFAULTS_WITH_BLUR)
   np.testing.assert_allclose(jitted[:1], eager, atol=1e-5)
   static = jax.jit(augment.two_views, static_argnames='params')
-  np.testing.assert_allclose(static(jax.random.key(5), images[:1], DEFAULTS_WITH_BLUR), eager,
-                             atol=1e-5)
+  np.testing.assert_allclose(
+    static(jax.random.key(5), images[:1], DEFAULTS_WITH_BLUR), eager, atol=1e-5
+  )
 
 
 def test_crop_boxes_respect_scale_and_ratio():
   height, width, count = 20, 30, 2000
   uniforms = jax.random.uniform(jax.random.key(7), (count, 22))
-  box = jax.vmap(lambda u: augment.sample_crop_box(
-      height, width, (0.08, 1.0), (3 / 4, 4 / 3), u[:10], u[10:20], u[20:]))(uniforms)
+  box = jax.vmap(
+    lambda u: augment.sample_crop_box(
+      height, width, (0.08, 1.0), (3 / 4, 4 / 3), u[:10], u[10:20], u[20:]
+    )
+  )(uniforms)
   top, left, crop_h, crop_w = map(np.asarray, box)
   assert np.all(top >= 0) and np.all(left >= 0)
   assert np.all(top + crop_h <= height + 1e-4) and np.all(left + crop_w <= width + 1e-4)
@@ -151,15 +173,17 @@ def test_crop_boxes_respect_scale_and_ratio():
 def test_crop_without_fitting_candidate_falls_back_to_centre():
   # Ratio 4 cannot fit a 10x10 image at full area: centred box clipped to the image.
   u = jnp.full((22,), 0.5)
-  top, left, crop_h, crop_w = augment.sample_crop_box(10, 10, (1.0, 1.0), (4.0, 4.0),
-                                                      u[:10], u[10:20], u[20:])
+  top, left, crop_h, crop_w = augment.sample_crop_box(
+    10, 10, (1.0, 1.0), (4.0, 4.0), u[:10], u[10:20], u[20:]
+  )
   np.testing.assert_allclose([top, left, crop_h, crop_w], [3.75, 0, 2.5, 10], atol=1e-5)
 
 
 def test_crop_and_resize_picks_the_box():
   image = jnp.tile(jnp.arange(16.0)[None, :, None], (16, 1, 3))  # Value = column.
-  out = augment.crop_and_resize(image, (jnp.float32(2), jnp.float32(4), jnp.float32(8),
-                                        jnp.float32(8)), 8)
+  out = augment.crop_and_resize(
+    image, (jnp.float32(2), jnp.float32(4), jnp.float32(8), jnp.float32(8)), 8
+  )
   np.testing.assert_allclose(out[0, :, 0], np.arange(4.0, 12.0), atol=1e-5)
 
 
@@ -199,7 +223,8 @@ def test_blur_kernel_size_and_default_small_image_rule():
 
 def test_params_from_config_accepts_lists_and_rejects_unknown_keys():
   params = augment.AugmentParams.from_config(
-      {'image_size': 32, 'crop_scale': [0.2, 1.0], 'mean': [0.5, 0.5, 0.5]})
+    {'image_size': 32, 'crop_scale': [0.2, 1.0], 'mean': [0.5, 0.5, 0.5]}
+  )
   assert params.crop_scale == (0.2, 1.0) and hash(params)
   with pytest.raises(ValueError, match='unknown augment fields'):
     augment.AugmentParams.from_config({'image_size': 32, 'flip_probability': 0.5})

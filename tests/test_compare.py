@@ -1,4 +1,5 @@
 """The comparison report (hscl_jax.experiments.compare): settings, summary, table, plots."""
+
 from __future__ import annotations
 
 import pathlib
@@ -26,23 +27,38 @@ def test_settings_cover_the_paper_grids():
   assert len(by_method['H-SCL(τ)']) == 9
   assert len({s.slug for s in grid}) == len(grid)  # one workdir per setting
   for setting in grid:  # every setting is a valid training config
-    schema.validate_config(compare.run_config(config, setting, seed=1), num_devices=1,
-                          num_processes=1)
+    schema.validate_config(
+      compare.run_config(config, setting, seed=1), num_devices=1, num_processes=1
+    )
 
 
 def _fake_run(setting, seed, top1):
-  history = [{'epoch': e, 'knn_top1': 0.5 + 0.1 * e, 'assumption1_fraction': 0.9,
-              'loss_ucl': 3.0, 'loss_hucl': 2.9, 'loss_scl': 2.5, 'loss_hscl': 2.4}
-             for e in (1, 2)]
-  return {'setting': setting, 'seed': seed, 'history': history,
-          'linear': {'top1': top1, 'top5': 1.0}}
+  history = [
+    {
+      'epoch': e,
+      'knn_top1': 0.5 + 0.1 * e,
+      'assumption1_fraction': 0.9,
+      'loss_ucl': 3.0,
+      'loss_hucl': 2.9,
+      'loss_scl': 2.5,
+      'loss_hscl': 2.4,
+    }
+    for e in (1, 2)
+  ]
+  return {
+    'setting': setting,
+    'seed': seed,
+    'history': history,
+    'linear': {'top1': top1, 'top5': 1.0},
+  }
 
 
 def test_report_table_and_plots(tmp_path):
   config = digits.get_config()
   plan = compare.settings(config, {'beta'})
-  runs = [_fake_run(s, seed, 0.5 + 0.01 * i + 0.001 * seed)
-          for i, s in enumerate(plan) for seed in (0, 1)]
+  runs = [
+    _fake_run(s, seed, 0.5 + 0.01 * i + 0.001 * seed) for i, s in enumerate(plan) for seed in (0, 1)
+  ]
   summary = compare.summarise(runs)
   best = compare.best_per_method(summary)
   assert best['H-SCL(β)'].overrides[-1] == ('beta', 5.0)  # the highest top-1 of the grid
@@ -58,11 +74,23 @@ def test_report_table_and_plots(tmp_path):
 @pytest.mark.slow  # the fast tests above cover each piece; this runs them end to end
 def test_compare_end_to_end(tmp_path):
   out = subprocess.run(
-      [sys.executable, '-m', 'hscl_jax.experiments.compare', '--config=configs/digits.py',
-       '--config.num_epochs=1', '--config.optimizer.warmup_epochs=0',
-       '--config.steps_per_epoch_limit=2',
-       '--config.linear_eval.num_epochs=2', '--seeds=1', f'--workdir={tmp_path}'],
-      cwd=REPO, capture_output=True, text=True, timeout=900)
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.experiments.compare',
+      '--config=configs/digits.py',
+      '--config.num_epochs=1',
+      '--config.optimizer.warmup_epochs=0',
+      '--config.steps_per_epoch_limit=2',
+      '--config.linear_eval.num_epochs=2',
+      '--seeds=1',
+      f'--workdir={tmp_path}',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
   assert out.returncode == 0, out.stderr[-3000:]
   report = (tmp_path / 'report.md').read_text()
   for method in compare.METHODS:

@@ -1,4 +1,5 @@
 """The configs: paper defaults, the field schema, command-line overrides, validation errors."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ def _parse(*args):
   argv = ['prog', *args]
   flag_values = flags.FlagValues()
   # sys_argv: the override flags (--config.x) are defined from the --config file named there.
-  config_flags.DEFINE_config_file('config', None, flag_values=flag_values, lock_config=True,
-                                  sys_argv=argv)
+  config_flags.DEFINE_config_file(
+    'config', None, flag_values=flag_values, lock_config=True, sys_argv=argv
+  )
   flag_values(argv)
   return flag_values.config
 
@@ -78,9 +80,15 @@ _LOAD_MODULE_WARNING = 'ignore:the load_module:DeprecationWarning'
 
 @pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
 def test_command_line_overrides():
-  config = _parse(f'--config={REPO}/configs/cifar10.py', '--config.method=scl',
-                  '--config.M=100', '--config.num_epochs=50', '--config.optimizer.name=lars',
-                  '--config.model.dtype=bfloat16', '--config.augment.crop_scale=(0.2,1.0)')
+  config = _parse(
+    f'--config={REPO}/configs/cifar10.py',
+    '--config.method=scl',
+    '--config.M=100',
+    '--config.num_epochs=50',
+    '--config.optimizer.name=lars',
+    '--config.model.dtype=bfloat16',
+    '--config.augment.crop_scale=(0.2,1.0)',
+  )
   assert (config.method, config.M, config.num_epochs) == ('scl', 100, 50)
   assert (config.optimizer.name, config.model.dtype) == ('lars', 'bfloat16')
   assert tuple(config.augment.crop_scale) == (0.2, 1.0)
@@ -89,7 +97,7 @@ def test_command_line_overrides():
 
 @pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
 def test_unknown_override_is_rejected_by_the_flag_parser():
-  with pytest.raises((flags.Error, AttributeError, KeyError), match="lerning_rate"):
+  with pytest.raises((flags.Error, AttributeError, KeyError), match='lerning_rate'):
     _parse(f'--config={REPO}/configs/cifar10.py', '--config.optimizer.lerning_rate=0.1')
 
 
@@ -109,10 +117,13 @@ def _setitem(path, value):
       node = node[parent]
     with node.unlocked():
       node[leaf] = value
+
   return mutate
 
 
-@pytest.mark.parametrize('path, value, expected', [
+@pytest.mark.parametrize(
+  'path, value, expected',
+  [
     ('lerning_rate', 0.1, r'config\.lerning_rate: unknown field'),
     ('optimizer.lerning_rate', 0.1, r'config\.optimizer\.lerning_rate: unknown field'),
     ('augment.colour', 0.1, r'config\.augment\.colour: unknown field'),
@@ -123,11 +134,19 @@ def _setitem(path, value):
     ('dataset', 'imagenet', r'config\.dataset: unknown value'),
     ('temperature', -0.5, r'config\.temperature: must be positive.*--config\.temperature=0\.5'),
     ('temperature', 0.0, r'config\.temperature: must be positive'),
-    ('batch_size', 510, r'config\.batch_size: 510 does not split evenly over the 4 devices'
-                        r'.*--config\.batch_size=512'),
+    (
+      'batch_size',
+      510,
+      r'config\.batch_size: 510 does not split evenly over the 4 devices'
+      r'.*--config\.batch_size=512',
+    ),
     ('knn.batch_size', 6, r'config\.knn\.batch_size: 6 does not split evenly.*=8'),
-    ('chunk_size', 48, r'config\.chunk_size: 48 does not divide the 128 samples per device'
-                       r'.*use one of 1, 2, 4, 8, 16, 32, 64, 128 .*or 0'),
+    (
+      'chunk_size',
+      48,
+      r'config\.chunk_size: 48 does not divide the 128 samples per device'
+      r'.*use one of 1, 2, 4, 8, 16, 32, 64, 128 .*or 0',
+    ),
     ('chunk_size', -4, r'config\.chunk_size: -4 does not divide'),
     ('model.norm', 'instance', r"config\.model\.norm: unknown value 'instance'"),
     ('beta', -1.0, r'config\.beta: must be >= 0'),
@@ -146,7 +165,8 @@ def _setitem(path, value):
     ('num_epochs', -1, r'config\.num_epochs: must be >= 1, got -1'),
     ('optimizer.b2', 1.0, r'config\.optimizer\.b2: must be in \[0, 1\)'),
     ('linear_eval.num_epochs', 0, r'config\.linear_eval\.num_epochs: must be >= 1'),
-])
+  ],
+)
 def test_invalid_configs_name_the_field_and_the_fix(path, value, expected):
   message = _invalid(_setitem(path, value))
   assert 'Fix:' in message
@@ -159,8 +179,7 @@ def test_every_shipped_config_accepts_one_epoch(name):
   config = ALL_CONFIGS[name].get_config()
   config.num_epochs = 1
   schema.validate_config(config, num_devices=4)
-  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=5,
-                                                 total_steps=5)
+  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=5, total_steps=5)
   rates = [float(schedule(step)) for step in range(5)]
   assert all(0 <= r <= config.optimizer.learning_rate for r in rates) and rates[-1] > 0
 
@@ -180,7 +199,9 @@ def test_invalid_config_stops_before_touching_data_or_workdir(tmp_path):
 def test_batch_larger_than_the_training_split_is_reported(tmp_path):
   config = digits.get_config()
   config.batch_size = 4096
-  with pytest.raises(schema.ConfigError, match=r'config\.batch_size: 4096 exceeds the \d+ training'):
+  with pytest.raises(
+    schema.ConfigError, match=r'config\.batch_size: 4096 exceeds the \d+ training'
+  ):
     train.train_and_evaluate(config, str(tmp_path / 'run'))
 
 
@@ -199,8 +220,9 @@ def test_loss_hyperparameters_follow_the_schedules():
 def test_learning_rate_schedule_warmup_then_cosine():
   config = default.get_config()
   config.optimizer.schedule, config.optimizer.warmup_epochs = 'cosine', 1.0
-  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=10,
-                                                 total_steps=110)
+  schedule = optim.create_learning_rate_schedule(
+    config.optimizer, steps_per_epoch=10, total_steps=110
+  )
   assert float(schedule(0)) == 0.0
   assert float(schedule(10)) == pytest.approx(1e-3)
   assert float(schedule(60)) == pytest.approx(0.5e-3, rel=1e-3)
@@ -209,6 +231,7 @@ def test_learning_rate_schedule_warmup_then_cosine():
 
 def test_config_json_round_trips(tmp_path):
   from hscl_jax import metrics
+
   config = stl10.get_config()
   metrics.write_config(str(tmp_path), config)
   saved = json.loads((tmp_path / 'config.json').read_text())

@@ -1,4 +1,5 @@
 """Training/eval loaders: sharding, determinism, exact resume, label-mode pairs, padding."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,9 @@ NUM_EXAMPLES, NUM_CLASSES, SIDE = 50, 5, 4
 
 def indexed_source(num_examples=NUM_EXAMPLES, num_classes=NUM_CLASSES):
   """Images whose pixels hold their own index, so a batch's content can be checked."""
-  images = np.broadcast_to(np.arange(num_examples, dtype=np.uint8)[:, None, None, None],
-                           (num_examples, SIDE, SIDE, 3)).copy()
+  images = np.broadcast_to(
+    np.arange(num_examples, dtype=np.uint8)[:, None, None, None], (num_examples, SIDE, SIDE, 3)
+  ).copy()
   labels = np.arange(num_examples) % num_classes
   return data.ArraySource(images, labels, num_classes)
 
@@ -22,8 +24,14 @@ def take(loader, steps):
 
 
 def loader(source=None, **kwargs):
-  kwargs = {'global_batch_size': 8, 'seed': 3, 'shard_index': 0, 'shard_count': 1,
-            'num_threads': 2, **kwargs}
+  kwargs = {
+    'global_batch_size': 8,
+    'seed': 3,
+    'shard_index': 0,
+    'shard_count': 1,
+    'num_threads': 2,
+    **kwargs,
+  }
   return data.TrainLoader(source or indexed_source(), **kwargs)
 
 
@@ -97,8 +105,11 @@ def test_label_mode_pairs_share_a_label_and_are_deterministic():
 
 
 def test_label_mode_singleton_class_pairs_with_itself():
-  source = data.ArraySource(np.arange(8, dtype=np.uint8).reshape(8, 1, 1, 1).repeat(3, -1),
-                            np.array([0, 0, 0, 0, 1, 1, 1, 2]), 3)
+  source = data.ArraySource(
+    np.arange(8, dtype=np.uint8).reshape(8, 1, 1, 1).repeat(3, -1),
+    np.array([0, 0, 0, 0, 1, 1, 1, 2]),
+    3,
+  )
   batch = next(loader(source, positive_mode='label', global_batch_size=8))
   singleton = batch['label'] == 2
   np.testing.assert_array_equal(batch['image'][singleton, 0], batch['image'][singleton, 1])
@@ -121,8 +132,10 @@ def test_invalid_arguments():
 
 def test_eval_loader_covers_every_example_once_with_padding():
   source = indexed_source(num_examples=23)
-  shards = [data.EvalLoader(source, global_batch_size=8, shard_index=i, shard_count=2,
-                             num_threads=2) for i in range(2)]
+  shards = [
+    data.EvalLoader(source, global_batch_size=8, shard_index=i, shard_count=2, num_threads=2)
+    for i in range(2)
+  ]
   assert [len(shard) for shard in shards] == [3, 3]
   batches = [list(shard) for shard in shards]
   assert [len(b) for b in batches] == [3, 3]  # Same count on every process.

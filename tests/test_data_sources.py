@@ -1,4 +1,5 @@
 """Digits and image-folder sources, the stratified split, and error messages."""
+
 from __future__ import annotations
 
 import os
@@ -97,15 +98,20 @@ def test_image_folder_with_train_and_test_subfolders(tmp_path):
   test = data.get_source('image_folder', 'test', folder=str(tmp_path), folder_image_size=8)
   assert (len(train), len(test)) == (6, 4)
   np.testing.assert_array_equal(test.labels(), [0, 0, 1, 1])
-  batch = next(data.TrainLoader(train, global_batch_size=4, seed=0, shard_index=0,
-                                 shard_count=1, positive_mode='label'))
+  batch = next(
+    data.TrainLoader(
+      train, global_batch_size=4, seed=0, shard_index=0, shard_count=1, positive_mode='label'
+    )
+  )
   assert batch['image'].shape == (4, 2, 8, 8, 3)
 
 
 def test_image_folder_errors_name_the_bad_path(tmp_path):
   with pytest.raises(data.ImageFolderError, match='does not exist'):
     data.get_source('image_folder', 'train', folder=str(tmp_path / 'missing'))
-  with pytest.raises(data.ImageFolderError, match=f'no class sub-folders in image folder {tmp_path}'):
+  with pytest.raises(
+    data.ImageFolderError, match=f'no class sub-folders in image folder {tmp_path}'
+  ):
     data.get_source('image_folder', 'train', folder=str(tmp_path))
   (tmp_path / 'empty_class').mkdir()
   with pytest.raises(data.ImageFolderError, match='empty_class has no image files'):
@@ -129,8 +135,9 @@ def test_unreadable_images_are_named(tmp_path):
   source = data.get_source('image_folder', 'train', folder=str(tmp_path), folder_image_size=8)
   with pytest.raises(data.ImageFolderError, match='9_broken.png'):
     source[4]
-  everything = data.EvalLoader(source, global_batch_size=5, shard_index=0, shard_count=1,
-                                num_threads=1)
+  everything = data.EvalLoader(
+    source, global_batch_size=5, shard_index=0, shard_count=1, num_threads=1
+  )
   with pytest.raises(data.ImageFolderError, match='9_broken.png'):
     list(everything)
 
@@ -143,14 +150,16 @@ def test_elongated_image_is_cropped_before_resizing(tmp_path):
   path = tmp_path / 'strip.png'
   Image.fromarray(strip).save(path)
   script = (
-      'import resource, sys\n'
-      'from hscl_jax.data.image_folder import load_rgb\n'
-      'before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n'
-      'image = load_rgb(sys.argv[1], 64)\n'
-      'grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n'
-      'print(grown, *image.reshape(-1, 3).mean(0), image.shape)\n')
-  result = subprocess.run([sys.executable, '-c', script, str(path)], capture_output=True,
-                          text=True, check=True)
+    'import resource, sys\n'
+    'from hscl_jax.data.image_folder import load_rgb\n'
+    'before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n'
+    'image = load_rgb(sys.argv[1], 64)\n'
+    'grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n'
+    'print(grown, *image.reshape(-1, 3).mean(0), image.shape)\n'
+  )
+  result = subprocess.run(
+    [sys.executable, '-c', script, str(path)], capture_output=True, text=True, check=True
+  )
   grown_kib, *mean, shape = result.stdout.split(maxsplit=4)
   assert int(grown_kib) < 100_000, result.stdout  # 64 x 40000 x 64 px would be ~500 MB
   np.testing.assert_allclose([float(m) for m in mean], [10, 200, 30], atol=1)

@@ -6,6 +6,7 @@ Two kinds of fakes, both without network or TensorFlow:
   * `tfds.testing.mock_data` (MockPolicy.USE_FILES, pointed at the metadata),
     which mocks the array_record reader inside `tfds.data_source`.
 """
+
 from __future__ import annotations
 
 import io
@@ -22,9 +23,11 @@ from tensorflow_datasets.core import splits as splits_lib
 
 from hscl_jax import data
 
-SPLIT_SIZES = {'cifar10': {'train': 24, 'test': 10},
-               'cifar100': {'train': 12, 'test': 4},
-               'stl10': {'train': 8, 'test': 4, 'unlabelled': 6}}
+SPLIT_SIZES = {
+  'cifar10': {'train': 24, 'test': 10},
+  'cifar100': {'train': 12, 'test': 4},
+  'stl10': {'train': 8, 'test': 4, 'unlabelled': 6},
+}
 
 
 def fake_image(shape, value):
@@ -38,8 +41,10 @@ def png_bytes(image):
 
 
 def fake_example(features, split, index):
-  example = {'image': png_bytes(fake_image(features['image'].shape, index)),
-             'label': index % features['label'].num_classes}
+  example = {
+    'image': png_bytes(fake_image(features['image'].shape, index)),
+    'label': index % features['label'].num_classes,
+  }
   if 'id' in features:
     example['id'] = f'{split}_{index}'
   return example
@@ -52,16 +57,21 @@ def write_prepared(data_dir, name, file_format='array_record', with_records=True
   builder.data_path.mkdir(parents=True, exist_ok=True)
   split_infos = []
   for split, size in SPLIT_SIZES[name].items():
-    template = naming.ShardedFileTemplate(data_dir=builder.data_path, dataset_name=name,
-                                          split=split, filetype_suffix=file_format)
+    template = naming.ShardedFileTemplate(
+      data_dir=builder.data_path, dataset_name=name, split=split, filetype_suffix=file_format
+    )
     if with_records:
       writer = array_record_module.ArrayRecordWriter(
-          str(template.sharded_filepath(shard_index=0, num_shards=1)), 'group_size:1')
+        str(template.sharded_filepath(shard_index=0, num_shards=1)), 'group_size:1'
+      )
       for index in range(size):
         writer.write(features.serialize_example(fake_example(features, split, index)))
       writer.close()
-    split_infos.append(splits_lib.SplitInfo(name=split, shard_lengths=[size], num_bytes=0,
-                                            filename_template=template))
+    split_infos.append(
+      splits_lib.SplitInfo(
+        name=split, shard_lengths=[size], num_bytes=0, filename_template=template
+      )
+    )
   builder.info.set_splits(splits_lib.SplitDict(split_infos))
   builder.info.write_to_directory(builder.data_path)
 
@@ -98,8 +108,17 @@ def test_reads_prepared_array_record_without_tensorflow(prepared_dir):
 
 def test_tfds_loaders_end_to_end(prepared_dir):
   train = data.get_source('cifar10', 'train', data_dir=prepared_dir)
-  batch = next(data.TrainLoader(train, global_batch_size=8, seed=0, shard_index=1,
-                                 shard_count=2, positive_mode='label', num_threads=2))
+  batch = next(
+    data.TrainLoader(
+      train,
+      global_batch_size=8,
+      seed=0,
+      shard_index=1,
+      shard_count=2,
+      positive_mode='label',
+      num_threads=2,
+    )
+  )
   assert batch['image'].shape == (4, 2, 32, 32, 3)
   np.testing.assert_array_equal(batch['image'][:, 1, 0, 0, 0] % 10, batch['label'])
   test = data.get_source('cifar10', 'test', data_dir=prepared_dir)
@@ -112,12 +131,14 @@ def test_stl10_unlabelled_split(prepared_dir):
   assert len(unlabelled) == 6 and unlabelled[0]['image'].shape == (96, 96, 3)
   assert unlabelled[3]['label'] == -1 and np.all(unlabelled.labels() == -1)
   # Usable by the unsupervised methods, refused where labels are needed.
-  batch = next(data.TrainLoader(unlabelled, global_batch_size=4, seed=0, shard_index=0,
-                                 shard_count=1))
+  batch = next(
+    data.TrainLoader(unlabelled, global_batch_size=4, seed=0, shard_index=0, shard_count=1)
+  )
   assert np.all(batch['label'] == -1)
   with pytest.raises(ValueError, match='unlabelled'):
-    data.TrainLoader(unlabelled, global_batch_size=4, seed=0, shard_index=0, shard_count=1,
-                      positive_mode='label')
+    data.TrainLoader(
+      unlabelled, global_batch_size=4, seed=0, shard_index=0, shard_count=1, positive_mode='label'
+    )
   info = data.dataset_info('stl10', data_dir=prepared_dir)
   assert info.unlabelled_splits == ('unlabelled',) and info.split_sizes['unlabelled'] == 6
 
@@ -125,15 +146,23 @@ def test_stl10_unlabelled_split(prepared_dir):
 @pytest.mark.parametrize('name', ['cifar10', 'cifar100', 'stl10'])
 def test_mock_data_through_tfds_data_source(name, metadata_dir):
   side = 96 if name == 'stl10' else 32
-  with tfds.testing.mock_data(num_examples=12, policy=tfds.testing.MockPolicy.USE_FILES,
-                              data_dir=metadata_dir):
+  with tfds.testing.mock_data(
+    num_examples=12, policy=tfds.testing.MockPolicy.USE_FILES, data_dir=metadata_dir
+  ):
     source = data.get_source(name, 'train', data_dir='/not/used/under/mock')
     assert len(source) == 12
     example = source[5]
     assert example['image'].shape == (side, side, 3) and example['image'].dtype == np.uint8
     assert 0 <= example['label'] < source.num_classes
-    loader = data.TrainLoader(source, global_batch_size=4, seed=1, shard_index=0,
-                               shard_count=1, positive_mode='label', num_threads=2)
+    loader = data.TrainLoader(
+      source,
+      global_batch_size=4,
+      seed=1,
+      shard_index=0,
+      shard_count=1,
+      positive_mode='label',
+      num_threads=2,
+    )
     batch = next(loader)
     assert batch['image'].shape == (4, 2, side, side, 3)
     np.testing.assert_array_equal(source.labels()[batch['index']], batch['label'])
@@ -141,8 +170,10 @@ def test_mock_data_through_tfds_data_source(name, metadata_dir):
 
 def test_not_prepared_fails_fast_with_the_prepare_command(tmp_path):
   start = time.monotonic()
-  for call in (lambda: data.get_source('cifar100', 'train', data_dir=str(tmp_path)),
-               lambda: data.dataset_info('cifar100', data_dir=str(tmp_path))):
+  for call in (
+    lambda: data.get_source('cifar100', 'train', data_dir=str(tmp_path)),
+    lambda: data.dataset_info('cifar100', data_dir=str(tmp_path)),
+  ):
     with pytest.raises(data.DatasetNotPreparedError) as error:
       call()
     message = str(error.value)

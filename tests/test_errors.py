@@ -1,4 +1,5 @@
 """User errors: one line and the fix; programming errors keep their traceback."""
+
 from __future__ import annotations
 
 import errno
@@ -27,7 +28,8 @@ def test_disk_full_message_names_the_last_good_checkpoint(tmp_path):
     (tmp_path / 'checkpoints' / str(step)).mkdir(parents=True)
   (tmp_path / 'checkpoints' / '9.orbax-checkpoint-tmp-123').mkdir()  # the failed write
   assert errors.disk_full_message(str(tmp_path)).startswith(
-      f'no space at {tmp_path}, last good checkpoint 6 is intact. Fix: ')
+    f'no space at {tmp_path}, last good checkpoint 6 is intact. Fix: '
+  )
   assert 'no checkpoint had been written' in errors.disk_full_message(str(tmp_path / 'new'))
 
 
@@ -61,6 +63,7 @@ def test_checkpoint_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypa
   import jax.numpy as jnp
 
   from hscl_jax import checkpointing
+
   checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
   state = {'w': jnp.zeros((1000,), jnp.float32)}  # 4,000 bytes
   usage = collections.namedtuple('usage', 'total used free')
@@ -73,4 +76,5 @@ def test_checkpoint_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypa
   checkpointer.close()
   assert checkpointing.finished_steps(str(tmp_path)) == [1]
   assert errors.disk_full_message(str(tmp_path)).startswith(
-      f'no space at {tmp_path}, last good checkpoint 1 is intact')
+    f'no space at {tmp_path}, last good checkpoint 1 is intact'
+  )

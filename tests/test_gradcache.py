@@ -1,4 +1,5 @@
 """Gradient caching: chunked value and gradient equal the one-pass ones."""
+
 from __future__ import annotations
 
 import jax
@@ -54,13 +55,14 @@ def test_equals_unchunked_gradient(num_chunks):
 
   loss_fn = lambda z: (scl(z, labels), z.shape[0])
   (loss, aux, z, state), grads = jax.jit(
-      lambda p: gradcache.value_and_grad(forward, loss_fn, p, {}, gradcache.split(x, num_chunks))
+    lambda p: gradcache.value_and_grad(forward, loss_fn, p, {}, gradcache.split(x, num_chunks))
   )(params)
   assert aux == BATCH and state == {}
   np.testing.assert_allclose(z, encode(params, x), rtol=1e-6, atol=1e-7)
   np.testing.assert_allclose(loss, expected[0], rtol=1e-6)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-               grads, expected[1])
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), grads, expected[1]
+  )
 
 
 def test_batch_mixing_layer_sees_one_chunk():
@@ -77,16 +79,21 @@ def test_batch_mixing_layer_sees_one_chunk():
       outputs.append(z)
     return scl(jnp.concatenate(outputs), labels), state
 
-  (expected_loss, expected_state), expected_grads = jax.value_and_grad(
-      reference, has_aux=True)(params)
+  (expected_loss, expected_state), expected_grads = jax.value_and_grad(reference, has_aux=True)(
+    params
+  )
   loss_fn = lambda z: (scl(z, labels), None)
-  (loss, _, _, state), grads = jax.jit(lambda p: gradcache.value_and_grad(
-      batch_mixing_encode, loss_fn, p, state0, gradcache.split(x, num_chunks)))(params)
+  (loss, _, _, state), grads = jax.jit(
+    lambda p: gradcache.value_and_grad(
+      batch_mixing_encode, loss_fn, p, state0, gradcache.split(x, num_chunks)
+    )
+  )(params)
   np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)
   assert int(state['count']) == num_chunks
   np.testing.assert_allclose(state['mean'], expected_state['mean'], rtol=1e-5, atol=1e-7)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-               grads, expected_grads)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), grads, expected_grads
+  )
   # Not the whole-batch statistics: the chunking is visible with a mixing layer.
   whole = jax.grad(lambda p: scl(batch_mixing_encode(p, state0, x)[0], labels))(params)
   assert not np.allclose(grads['w'], whole['w'], rtol=1e-3)
@@ -102,11 +109,14 @@ def test_four_devices_equal_one():
     forward = lambda p, state, chunk: (encode(p, chunk), state)
     loss_fn = lambda z: (scl(z, labels, axis_name='data'), None)
     (loss, _, _, _), grads = gradcache.value_and_grad(
-        forward, loss_fn, p, {}, gradcache.split(x, 2), axis_name='data')
+      forward, loss_fn, p, {}, gradcache.split(x, 2), axis_name='data'
+    )
     return loss, grads
 
-  loss, grads = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P('data'), P('data')),
-                                      out_specs=(P(), P())))(params, x, labels)
+  loss, grads = jax.jit(
+    jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P('data'), P('data')), out_specs=(P(), P()))
+  )(params, x, labels)
   np.testing.assert_allclose(loss, expected[0], rtol=1e-6)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
-               grads, expected[1])
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), grads, expected[1]
+  )

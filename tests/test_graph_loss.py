@@ -1,4 +1,5 @@
 """losses.local_global_jsd against a float64 NumPy reference written from the formulas."""
+
 from __future__ import annotations
 
 import jax
@@ -23,8 +24,9 @@ def reference(local, graph, node_graph, labels=None, beta=0.0):
   total = 0.0
   for v in range(len(local)):
     own = node_graph[v]
-    negatives = [g for g in range(len(graph))
-                 if g != own and (labels is None or labels[g] != labels[own])]
+    negatives = [
+      g for g in range(len(graph)) if g != own and (labels is None or labels[g] != labels[own])
+    ]
     if negatives:
       w = np.exp(beta * s_hat[v, negatives])
       q = w / w.sum()
@@ -53,10 +55,14 @@ def problem(seed=0, nodes=13, graphs=5, dim=4, scale=1.5):
 
 def jax_loss(local, graph, node_graph, labels, beta, **kwargs):
   hardening = None if beta is None else losses.exponential(beta)
-  return losses.local_global_jsd(jnp.asarray(local, jnp.float32), jnp.asarray(graph, jnp.float32),
-                                 jnp.asarray(node_graph), hardening=hardening,
-                                 graph_labels=None if labels is None else jnp.asarray(labels),
-                                 **kwargs)
+  return losses.local_global_jsd(
+    jnp.asarray(local, jnp.float32),
+    jnp.asarray(graph, jnp.float32),
+    jnp.asarray(node_graph),
+    hardening=hardening,
+    graph_labels=None if labels is None else jnp.asarray(labels),
+    **kwargs,
+  )
 
 
 @pytest.mark.parametrize('supervised', [False, True], ids=['ucl', 'scl'])
@@ -70,7 +76,8 @@ def test_matches_float64_reference_values_and_gradients(supervised, beta):
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
   grads = jax.grad(lambda x, g: jax_loss(x, g, node_graph, labels, beta), argnums=(0, 1))(
-      jnp.asarray(local, jnp.float32), jnp.asarray(graph, jnp.float32))
+    jnp.asarray(local, jnp.float32), jnp.asarray(graph, jnp.float32)
+  )
   # The maximum in ŝ is a constant: hold it at its value for the numerical gradient.
   peak = np.abs(local @ graph.T).max()
 
@@ -87,17 +94,20 @@ def test_matches_float64_reference_values_and_gradients(supervised, beta):
 def test_beta_zero_is_unhardened_and_ucl_is_infograph_formula():
   local, graph, node_graph, labels = problem(seed=1)
   for supervised_labels in (None, labels):
-    np.testing.assert_allclose(jax_loss(local, graph, node_graph, supervised_labels, 0.0),
-                               jax_loss(local, graph, node_graph, supervised_labels, None),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      jax_loss(local, graph, node_graph, supervised_labels, 0.0),
+      jax_loss(local, graph, node_graph, supervised_labels, None),
+      rtol=1e-6,
+    )
   # InfoGraph: E_neg summed over all (node, other graph) pairs / (N (G − 1)), minus E_pos / N.
   s = local @ graph.T
   pos = node_graph[:, None] == np.arange(len(graph))[None, :]
   n, g = s.shape
   e_pos = np.sum(np.where(pos, LOG2 - softplus(-s), 0.0)) / n
   e_neg = np.sum(np.where(pos, 0.0, softplus(-s) + s - LOG2)) / (n * (g - 1))
-  np.testing.assert_allclose(jax_loss(local, graph, node_graph, None, None), e_neg - e_pos,
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    jax_loss(local, graph, node_graph, None, None), e_neg - e_pos, rtol=1e-5
+  )
 
 
 def test_padding_invariance_of_value_and_gradients():
@@ -111,11 +121,19 @@ def test_padding_invariance_of_value_and_gradients():
     lab = np.concatenate([labels, np.zeros(extra_graphs, int)])
     node_mask = np.arange(len(x)) < len(local)
     graph_mask = np.arange(len(g)) < len(graph)
-    f = lambda a, b: jax_loss(a, b, ng, lab, beta, node_mask=node_mask,  # noqa: E731
-                              graph_mask=graph_mask)
-    value, grads = jax.value_and_grad(f, argnums=(0, 1))(jnp.asarray(x, jnp.float32),
-                                                         jnp.asarray(g, jnp.float32))
-    return value, grads[0][:len(local)], grads[1][:len(graph)]
+    f = lambda a, b: jax_loss(
+      a,
+      b,
+      ng,
+      lab,
+      beta,
+      node_mask=node_mask,  # noqa: E731
+      graph_mask=graph_mask,
+    )
+    value, grads = jax.value_and_grad(f, argnums=(0, 1))(
+      jnp.asarray(x, jnp.float32), jnp.asarray(g, jnp.float32)
+    )
+    return value, grads[0][: len(local)], grads[1][: len(graph)]
 
   base = padded(0, 0, 0.0)
   for extra_nodes, extra_graphs, fill in ((5, 3, 100.0), (17, 1, np.nan)):

@@ -1,4 +1,5 @@
 """The graph experiment: TU reader, batches, GIN encoder, SVM protocol, program, prepare."""
+
 from __future__ import annotations
 
 import json
@@ -97,12 +98,18 @@ def test_reader_uses_node_labels_when_present(tmp_path):
   np.testing.assert_array_equal(ds.codes, np.searchsorted([3, 5, 9], node_labels))
 
 
-@pytest.mark.parametrize('broken, expected', [
-    ('missing', 'TOY_graph_labels.txt: file not found. Fix: download it with  python -m '
-                'hscl_jax.prepare --dataset=TOY'),
+@pytest.mark.parametrize(
+  'broken, expected',
+  [
+    (
+      'missing',
+      'TOY_graph_labels.txt: file not found. Fix: download it with  python -m '
+      'hscl_jax.prepare --dataset=TOY',
+    ),
     ('malformed', 'TOY_A.txt:3: expected 2 integer(s) per line'),
     ('count', 'TOY_graph_labels.txt: 39 labels for 40 graphs'),
-])
+  ],
+)
 def test_reader_errors_name_the_file_and_the_fix(toy_dir, broken, expected):
   folder = os.path.join(toy_dir, 'TOY')
   if broken == 'missing':
@@ -126,6 +133,7 @@ def test_reader_errors_name_the_file_and_the_fix(toy_dir, broken, expected):
 
 def test_batches_are_shuffled_by_seed_and_cover_every_graph(toy_dir):
   ds = data.load_tu('TOY', toy_dir)
+
   def take(seed):
     return data.epoch_batches(np.arange(40), 16, 3, np.random.default_rng(seed))
 
@@ -163,14 +171,20 @@ def _forward(ds, graphs, budget, variables=None, permute_seed=None):
     variables = model.init(jax.random.key(0), batch, train=False)
 
   def loss(params):
-    (local, graph), _ = model.apply({**variables, 'params': params}, batch, train=True,
-                                    mutable=['batch_stats'])
-    return losses.local_global_jsd(local, graph, batch['node_graph'],
-                                   hardening=losses.exponential(2.0),
-                                   node_mask=batch['node_mask'], graph_mask=batch['graph_mask'])
+    (local, graph), _ = model.apply(
+      {**variables, 'params': params}, batch, train=True, mutable=['batch_stats']
+    )
+    return losses.local_global_jsd(
+      local,
+      graph,
+      batch['node_graph'],
+      hardening=losses.exponential(2.0),
+      node_mask=batch['node_mask'],
+      graph_mask=batch['graph_mask'],
+    )
 
   value, grads = jax.value_and_grad(loss)(variables['params'])
-  embedding = model.apply(variables, batch, method=model.embed)[:len(graphs)]
+  embedding = model.apply(variables, batch, method=model.embed)[: len(graphs)]
   return variables, value, grads, embedding
 
 
@@ -222,16 +236,23 @@ def _config(data_dir, **overrides):
 
 
 def test_config_errors_are_one_line_naming_the_field(toy_dir):
-  for field, value in (('method', 'infograph'), ('protocol', 'mixed'), ('data_dir', None),
-                       ('batch_size', 0), ('beta', -1.0)):
+  for field, value in (
+    ('method', 'infograph'),
+    ('protocol', 'mixed'),
+    ('data_dir', None),
+    ('batch_size', 0),
+    ('beta', -1.0),
+  ):
     config = _config(toy_dir, method='hscl')
     config[field] = value
     with pytest.raises(train.GraphConfigError, match=f'^config.{field}: .*Fix: '):
       train.validate_config(config)
 
 
-@pytest.mark.parametrize('method, protocol, encoders', [
-    ('hucl', 'leak_free', 1), ('hscl', 'leak_free', 4), ('scl', 'transductive', 1)])
+@pytest.mark.parametrize(
+  'method, protocol, encoders',
+  [('hucl', 'leak_free', 1), ('hscl', 'leak_free', 4), ('scl', 'transductive', 1)],
+)
 def test_end_to_end_tiny_run(toy_dir, tmp_path, method, protocol, encoders):
   workdir = str(tmp_path / 'run')
   result = train.run(_config(toy_dir, method=method, protocol=protocol), workdir)
@@ -268,9 +289,21 @@ def test_leak_free_encoders_never_see_their_test_graphs(toy_dir, monkeypatch):
 def test_program_reports_a_bad_config_in_one_line(toy_dir):
   env = {**os.environ, 'PYTHONPATH': REPO, 'JAX_PLATFORMS': 'cpu'}
   proc = subprocess.run(
-      [sys.executable, '-m', 'hscl_jax.graphs', '--config=configs/graphs.py',
-       f'--workdir={toy_dir}/w', '--config.dataset=NOPE', f'--config.data_dir={toy_dir}'],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.graphs',
+      '--config=configs/graphs.py',
+      f'--workdir={toy_dir}/w',
+      '--config.dataset=NOPE',
+      f'--config.data_dir={toy_dir}',
+    ],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 1
   errors = [line for line in proc.stderr.splitlines() if line.startswith('E')]
   assert len(errors) == 1 and 'NOPE_A.txt: file not found' in errors[0]
@@ -288,12 +321,14 @@ def test_prepare_downloads_and_unpacks_a_tu_zip(tmp_path, capsys):
   assert 'ZIPPED is ready' in capsys.readouterr().out
   assert data.load_tu('ZIPPED', str(target)).num_graphs == 12
   with pytest.raises(SystemExit, match='download failed.*Fix: '):
-    prepare.main(['--dataset=ZIPPED', f'--data_dir={target}',
-                  f'--url={(tmp_path / "absent.zip").as_uri()}'])
+    prepare.main(
+      ['--dataset=ZIPPED', f'--data_dir={target}', f'--url={(tmp_path / "absent.zip").as_uri()}']
+    )
 
 
-@pytest.mark.skipif(not os.path.isdir(os.path.join(SHARED_TU, 'MUTAG')),
-                    reason='../shared/data/tu/MUTAG not present')
+@pytest.mark.skipif(
+  not os.path.isdir(os.path.join(SHARED_TU, 'MUTAG')), reason='../shared/data/tu/MUTAG not present'
+)
 def test_short_run_on_mutag(tmp_path):
   config = graphs_config.get_config()
   config.data_dir, config.method, config.num_epochs = SHARED_TU, 'ucl', 3
@@ -306,15 +341,27 @@ def test_table_report_picks_the_best_beta_and_reuses_finished_runs(tmp_path):
   from hscl_jax.experiments import compare_graphs as cg
 
   config = graphs_config.get_config()
-  accuracies = {('ucl', 0.0): [0.80, 0.84], ('hucl', 1.0): [0.70, 0.72], ('hucl', 2.0): [0.90],
-                ('scl', 0.0): [0.5, 0.6], ('hscl', 1.0): [0.6, 0.62]}
+  accuracies = {
+    ('ucl', 0.0): [0.80, 0.84],
+    ('hucl', 1.0): [0.70, 0.72],
+    ('hucl', 2.0): [0.90],
+    ('scl', 0.0): [0.5, 0.6],
+    ('hscl', 1.0): [0.6, 0.62],
+  }
   for (method, beta), values in accuracies.items():
     for seed, accuracy in enumerate(values):
       workdir = cg.run_dir(str(tmp_path), 'MUTAG', method, beta, seed)
       os.makedirs(workdir)
-      record = {'dataset': 'MUTAG', 'method': method, 'beta': beta, 'accuracy': accuracy,
-                'protocol': 'unsupervised' if method in ('ucl', 'hucl') else 'leak_free',
-                'num_epochs': 20, 'train_seconds': 1.0, 'eval_seconds': 2.0}
+      record = {
+        'dataset': 'MUTAG',
+        'method': method,
+        'beta': beta,
+        'accuracy': accuracy,
+        'protocol': 'unsupervised' if method in ('ucl', 'hucl') else 'leak_free',
+        'num_epochs': 20,
+        'train_seconds': 1.0,
+        'eval_seconds': 2.0,
+      }
       with open(os.path.join(workdir, train.EVAL_FILE), 'w') as f:
         json.dump(record, f)
   # A finished run is read back, not retrained (no data_dir needed).

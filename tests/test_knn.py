@@ -1,4 +1,5 @@
 """Weighted kNN monitor against a brute-force float64 NumPy reference."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,7 +41,7 @@ def test_predictions_match_reference(k):
   got = knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, k=k, chunk_size=32)
   np.testing.assert_array_equal(np.asarray(got), expected)
   acc = knn.weighted_knn_accuracy(
-      bank, bank_labels, queries, query_labels, num_classes=5, k=k, chunk_size=32
+    bank, bank_labels, queries, query_labels, num_classes=5, k=k, chunk_size=32
   )
   assert acc == pytest.approx(np.mean(expected == query_labels))
   assert 0.4 < acc < 1.0  # the data are neither trivial nor random
@@ -51,7 +52,7 @@ def test_temperature_changes_weights():
   for temperature in (0.05, 2.0):
     expected = reference_predict(bank, bank_labels, queries, 5, 50, temperature)
     got = knn.weighted_knn_predict(
-        bank, bank_labels, queries, num_classes=5, k=50, temperature=temperature
+      bank, bank_labels, queries, num_classes=5, k=50, temperature=temperature
     )
     np.testing.assert_array_equal(np.asarray(got), expected)
 
@@ -61,7 +62,7 @@ def test_chunk_size_invariance(chunk_size):
   bank, bank_labels, queries, query_labels = make_data(2)
   expected = reference_predict(bank, bank_labels, queries, 5, 20, 0.5)
   got = knn.weighted_knn_predict(
-      bank, bank_labels, queries, num_classes=5, k=20, chunk_size=chunk_size
+    bank, bank_labels, queries, num_classes=5, k=20, chunk_size=chunk_size
   )
   np.testing.assert_array_equal(np.asarray(got), expected)
 
@@ -69,9 +70,7 @@ def test_chunk_size_invariance(chunk_size):
 def test_k_larger_than_bank_is_clipped():
   bank, bank_labels, queries, query_labels = make_data(3, num_bank=30)
   expected = reference_predict(bank, bank_labels, queries, 5, 30, 0.5)
-  acc = knn.weighted_knn_accuracy(
-      bank, bank_labels, queries, query_labels, num_classes=5, k=200
-  )
+  acc = knn.weighted_knn_accuracy(bank, bank_labels, queries, query_labels, num_classes=5, k=200)
   assert acc == pytest.approx(np.mean(expected == query_labels))
 
 
@@ -85,8 +84,14 @@ def test_query_mask_drops_padding():
   labels_padded = query_labels.copy()
   labels_padded[~mask] = -1
   acc = knn.weighted_knn_accuracy(
-      bank, bank_labels, queries_padded, labels_padded, num_classes=5, k=25,
-      chunk_size=16, query_mask=mask,
+    bank,
+    bank_labels,
+    queries_padded,
+    labels_padded,
+    num_classes=5,
+    k=25,
+    chunk_size=16,
+    query_mask=mask,
   )
   assert acc == pytest.approx(np.mean(expected[:50] == query_labels[:50]))
 
@@ -95,15 +100,11 @@ def test_bank_mask_excludes_rows():
   bank, bank_labels, queries, _ = make_data(5)
   keep = np.arange(len(bank)) % 3 != 0
   expected = reference_predict(bank[keep], bank_labels[keep], queries, 5, 40, 0.5)
-  got = knn.weighted_knn_predict(
-      bank, bank_labels, queries, num_classes=5, k=40, bank_mask=keep
-  )
+  got = knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, k=40, bank_mask=keep)
   np.testing.assert_array_equal(np.asarray(got), expected)
   # k above the number of valid rows: the masked rows add nothing.
   expected = reference_predict(bank[keep], bank_labels[keep], queries, 5, 1000, 0.5)
-  got = knn.weighted_knn_predict(
-      bank, bank_labels, queries, num_classes=5, k=1000, bank_mask=keep
-  )
+  got = knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, k=1000, bank_mask=keep)
   np.testing.assert_array_equal(np.asarray(got), expected)
 
 

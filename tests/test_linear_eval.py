@@ -1,4 +1,5 @@
 """Linear evaluation from Orbax checkpoints: the pipeline, the protocols, the errors."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,13 @@ def test_pipeline_from_another_process_on_one_device(trained):
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   env['JAX_PLATFORMS'] = 'cpu'
   out = subprocess.run(
-      [sys.executable, '-m', 'hscl_jax.linear_eval', f'--workdir={workdir}',
-       '--num_epochs=30'], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    [sys.executable, '-m', 'hscl_jax.linear_eval', f'--workdir={workdir}', '--num_epochs=30'],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert out.returncode == 0, out.stderr[-3000:]
   assert 'features protocol' in out.stdout
   result = json.loads((workdir / linear_eval.RESULT_FILE).read_text())

@@ -1,4 +1,5 @@
 """Loss kernels against an independent float64 reference and the paper's identities."""
+
 from __future__ import annotations
 
 import functools
@@ -20,8 +21,18 @@ from hscl_jax import losses
 # Independent float64 reference, written from eq. (3) (docs/method.md) with explicit sets.
 
 
-def reference_loss(features, labels=None, *, method, temperature=0.5, M=None, eta=None,
-                   hcl=False, tau_plus=0.0, clamp=True):
+def reference_loss(
+  features,
+  labels=None,
+  *,
+  method,
+  temperature=0.5,
+  M=None,
+  eta=None,
+  hcl=False,
+  tau_plus=0.0,
+  clamp=True,
+):
   """Flat mean over ordered positive pairs of log(1 + M e^{-g_ip} E_{q_i}[e^g]).
 
   method: 'sample' (UCL/H-UCL sets) or 'label' (SCL/H-SCL sets); eta: g -> η(g) (numpy);
@@ -33,7 +44,7 @@ def reference_loss(features, labels=None, *, method, temperature=0.5, M=None, et
   rows = z.reshape(n, d)
   sample = np.arange(n) // v
   label = np.asarray(labels)[sample] if labels is not None else sample
-  group = sample if method == "sample" else label
+  group = sample if method == 'sample' else label
   g = rows @ rows.T / temperature
   M = n - 2 if M is None else M
   eta = eta or (lambda x: np.ones_like(x))
@@ -55,8 +66,16 @@ def reference_loss(features, labels=None, *, method, temperature=0.5, M=None, et
 
 
 def reference_hucl(features, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp=True):
-  return reference_loss(features, method="sample", eta=lambda g: np.exp(beta * g),
-                        hcl=True, tau_plus=tau_plus, temperature=temperature, M=M, clamp=clamp)
+  return reference_loss(
+    features,
+    method='sample',
+    eta=lambda g: np.exp(beta * g),
+    hcl=True,
+    tau_plus=tau_plus,
+    temperature=temperature,
+    M=M,
+    clamp=clamp,
+  )
 
 
 def normalized(x):
@@ -72,21 +91,32 @@ def random_batch(seed, batch=6, views=2, dim=8, num_classes=3):
 
 # name -> (kernel(features, labels, **kw), reference(features, labels, **kw))
 LOSSES = {
-    "ucl": (lambda f, y, **kw: losses.ucl(f, **kw),
-            lambda f, y, **kw: reference_loss(f, method="sample", **kw)),
-    "hucl": (lambda f, y, **kw: losses.hucl(f, beta=1.5, **kw),
-             lambda f, y, **kw: reference_hucl(f, beta=1.5, **kw)),
-    "hucl_debiased": (lambda f, y, **kw: losses.hucl(f, beta=1.0, tau_plus=0.1, **kw),
-                      lambda f, y, **kw: reference_hucl(f, beta=1.0, tau_plus=0.1, **kw)),
-    "scl": (lambda f, y, **kw: losses.scl(f, y, **kw),
-            lambda f, y, **kw: reference_loss(f, y, method="label", **kw)),
-    "hscl_exp": (lambda f, y, **kw: losses.hscl(f, y, hardening=losses.exponential(2.0), **kw),
-                 lambda f, y, **kw: reference_loss(f, y, method="label",
-                                                   eta=lambda g: np.exp(2.0 * g), **kw)),
-    "hscl_threshold": (
-        lambda f, y, **kw: losses.hscl(f, y, hardening=losses.threshold(np.exp(-0.2)), **kw),
-        lambda f, y, **kw: reference_loss(f, y, method="label",
-                                          eta=lambda g: (np.exp(g) >= np.exp(-0.2)) * 1.0, **kw)),
+  'ucl': (
+    lambda f, y, **kw: losses.ucl(f, **kw),
+    lambda f, y, **kw: reference_loss(f, method='sample', **kw),
+  ),
+  'hucl': (
+    lambda f, y, **kw: losses.hucl(f, beta=1.5, **kw),
+    lambda f, y, **kw: reference_hucl(f, beta=1.5, **kw),
+  ),
+  'hucl_debiased': (
+    lambda f, y, **kw: losses.hucl(f, beta=1.0, tau_plus=0.1, **kw),
+    lambda f, y, **kw: reference_hucl(f, beta=1.0, tau_plus=0.1, **kw),
+  ),
+  'scl': (
+    lambda f, y, **kw: losses.scl(f, y, **kw),
+    lambda f, y, **kw: reference_loss(f, y, method='label', **kw),
+  ),
+  'hscl_exp': (
+    lambda f, y, **kw: losses.hscl(f, y, hardening=losses.exponential(2.0), **kw),
+    lambda f, y, **kw: reference_loss(f, y, method='label', eta=lambda g: np.exp(2.0 * g), **kw),
+  ),
+  'hscl_threshold': (
+    lambda f, y, **kw: losses.hscl(f, y, hardening=losses.threshold(np.exp(-0.2)), **kw),
+    lambda f, y, **kw: reference_loss(
+      f, y, method='label', eta=lambda g: (np.exp(g) >= np.exp(-0.2)) * 1.0, **kw
+    ),
+  ),
 }
 
 
@@ -97,15 +127,15 @@ def directional_derivative(fn, x, direction, eps=1e-5):
 
 
 class ReferenceTest(chex.TestCase):
-
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(
-      name=sorted(LOSSES),
-      setting=[dict(views=2, temperature=0.5, M=None), dict(views=3, temperature=0.2, M=7.5)])
+    name=sorted(LOSSES),
+    setting=[dict(views=2, temperature=0.5, M=None), dict(views=3, temperature=0.2, M=7.5)],
+  )
   def test_value_matches_reference(self, name, setting):
     kernel, reference = LOSSES[name]
-    features, labels = random_batch(0, views=setting["views"])
-    kw = dict(temperature=setting["temperature"], M=setting["M"])
+    features, labels = random_batch(0, views=setting['views'])
+    kw = dict(temperature=setting['temperature'], M=setting['M'])
     got = self.variant(functools.partial(kernel, **kw))(features, labels)
     chex.assert_shape(got, ())
     self.assertEqual(got.dtype, jnp.float32)
@@ -125,7 +155,6 @@ class ReferenceTest(chex.TestCase):
 
 
 class IdentityTest(parameterized.TestCase):
-
   def test_ucl_is_nt_xent(self):
     """With two views and M = n - 2, eq. (3) is SimCLR's NT-Xent cross-entropy."""
     features, _ = random_batch(2, batch=8)
@@ -151,44 +180,56 @@ class IdentityTest(parameterized.TestCase):
     features, labels = random_batch(3)
     for detach in (False, True):
       np.testing.assert_allclose(
-          losses.hscl(features, labels, hardening=losses.exponential(0.0),
-                      stop_gradient_weights=detach),
-          losses.scl(features, labels), rtol=1e-6)
+        losses.hscl(
+          features, labels, hardening=losses.exponential(0.0), stop_gradient_weights=detach
+        ),
+        losses.scl(features, labels),
+        rtol=1e-6,
+      )
       np.testing.assert_allclose(
-          losses.hucl(features, beta=0.0, stop_gradient_weights=detach), losses.ucl(features),
-          rtol=1e-6)
+        losses.hucl(features, beta=0.0, stop_gradient_weights=detach),
+        losses.ucl(features),
+        rtol=1e-6,
+      )
     # β = 0 detached: the gradient is SCL's too (the reference code returns NaN here).
-    grad = jax.grad(lambda f: losses.hscl(f, labels, hardening=losses.exponential(0.0),
-                                          stop_gradient_weights=True))(features)
+    grad = jax.grad(
+      lambda f: losses.hscl(
+        f, labels, hardening=losses.exponential(0.0), stop_gradient_weights=True
+      )
+    )(features)
     np.testing.assert_allclose(grad, jax.grad(losses.scl)(features, labels), atol=1e-6)
 
   def test_distinct_labels_give_ucl(self):
     features, _ = random_batch(4)
-    np.testing.assert_allclose(losses.scl(features, jnp.arange(6)), losses.ucl(features),
-                               rtol=1e-6)
+    np.testing.assert_allclose(losses.scl(features, jnp.arange(6)), losses.ucl(features), rtol=1e-6)
 
   def test_threshold_to_zero_gives_scl(self):
     features, labels = random_batch(5)
     for tau in (0.0, 1e-30, np.exp(-1 / 0.5) * 0.999):  # e^g >= e^{-1/γ} on the sphere
       np.testing.assert_allclose(
-          losses.hscl(features, labels, hardening=losses.threshold(tau)),
-          losses.scl(features, labels), rtol=1e-6)
+        losses.hscl(features, labels, hardening=losses.threshold(tau)),
+        losses.scl(features, labels),
+        rtol=1e-6,
+      )
 
   def test_stop_gradient_weights_keeps_value_changes_gradient(self):
     features, labels = random_batch(6)
-    fn = lambda f, detach: losses.hscl(f, labels, hardening=losses.exponential(2.0),
-                                       stop_gradient_weights=detach)
+    fn = lambda f, detach: losses.hscl(
+      f, labels, hardening=losses.exponential(2.0), stop_gradient_weights=detach
+    )
     np.testing.assert_allclose(fn(features, True), fn(features, False), rtol=1e-6)
     self.assertGreater(
-        float(jnp.abs(jax.grad(fn)(features, True) - jax.grad(fn)(features, False)).max()), 1e-4)
+      float(jnp.abs(jax.grad(fn)(features, True) - jax.grad(fn)(features, False)).max()), 1e-4
+    )
 
   def test_proposition_2(self):
     """α_HUCL = α_HSCL + α_Hcol per anchor, for any hardening."""
     features, labels = random_batch(7, batch=10)
     for hardening in (losses.exponential(1.3), losses.threshold(np.exp(-0.3))):
       alphas = losses.log_alphas(features, labels, hardening=hardening)
-      np.testing.assert_allclose(jnp.logaddexp(alphas["hscl"], alphas["hcol"]), alphas["hucl"],
-                                 rtol=1e-5)
+      np.testing.assert_allclose(
+        jnp.logaddexp(alphas['hscl'], alphas['hcol']), alphas['hucl'], rtol=1e-5
+      )
 
   def test_alphas_match_reference(self):
     features, labels = random_batch(8)
@@ -199,7 +240,7 @@ class IdentityTest(parameterized.TestCase):
     for i in range(12):
       others = sample != sample[i]
       hscl = (np.exp(g[i]) * (others & (label != label[i]))).sum() / others.sum()
-      np.testing.assert_allclose(np.exp(alphas["hscl"][i]), hscl, rtol=1e-5)
+      np.testing.assert_allclose(np.exp(alphas['hscl'][i]), hscl, rtol=1e-5)
 
   @parameterized.parameters(0, 1, 2, 3)
   def test_lemma_1(self, seed):
@@ -211,9 +252,9 @@ class IdentityTest(parameterized.TestCase):
     for hardening in (losses.exponential(1.0), losses.threshold(np.exp(-0.5))):
       diag = losses.batch_diagnostics(features, labels, hardening=hardening)
       satisfied = losses.assumption1(features, labels, hardening=hardening)
-      self.assertEqual(float(diag["assumption1_fraction"]), 1.0)
+      self.assertEqual(float(diag['assumption1_fraction']), 1.0)
       self.assertTrue(bool(satisfied.all()))
-      self.assertLessEqual(float(diag["loss_hscl"]), float(diag["loss_hucl"]) + 1e-6)
+      self.assertLessEqual(float(diag['loss_hscl']), float(diag['loss_hucl']) + 1e-6)
 
   def test_lemma_1_per_anchor_whenever_assumption_holds(self):
     """On random (unclustered) features: every anchor satisfying Assumption 1 has
@@ -237,12 +278,13 @@ class IdentityTest(parameterized.TestCase):
     features, labels = random_batch(10)
     hardening = losses.exponential(1.0)
     diag = losses.batch_diagnostics(features, labels, hardening=hardening)
-    np.testing.assert_allclose(diag["loss_ucl"], losses.ucl(features), rtol=1e-6)
-    np.testing.assert_allclose(diag["loss_hucl"], losses.hucl(features, beta=1.0), rtol=1e-6)
-    by_label = losses.batch_diagnostics(features, labels, hardening=hardening, positives="label")
-    np.testing.assert_allclose(by_label["loss_scl"], losses.scl(features, labels), rtol=1e-6)
+    np.testing.assert_allclose(diag['loss_ucl'], losses.ucl(features), rtol=1e-6)
+    np.testing.assert_allclose(diag['loss_hucl'], losses.hucl(features, beta=1.0), rtol=1e-6)
+    by_label = losses.batch_diagnostics(features, labels, hardening=hardening, positives='label')
+    np.testing.assert_allclose(by_label['loss_scl'], losses.scl(features, labels), rtol=1e-6)
     np.testing.assert_allclose(
-        by_label["loss_hscl"], losses.hscl(features, labels, hardening=hardening), rtol=1e-6)
+      by_label['loss_hscl'], losses.hscl(features, labels, hardening=hardening), rtol=1e-6
+    )
 
   @parameterized.parameters(*sorted(LOSSES))
   def test_permutation_invariance(self, name):
@@ -251,33 +293,35 @@ class IdentityTest(parameterized.TestCase):
     perm = np.random.default_rng(0).permutation(6)
     view_perm = np.array([2, 0, 1])
     permuted = features[perm][:, view_perm]
-    np.testing.assert_allclose(kernel(permuted, labels[perm]), kernel(features, labels),
-                               rtol=1e-5)
+    np.testing.assert_allclose(kernel(permuted, labels[perm]), kernel(features, labels), rtol=1e-5)
 
 
 class BlockwiseTest(parameterized.TestCase):
-
   @parameterized.product(name=sorted(LOSSES), block_size=[3, 8, 64])
   def test_blockwise_equals_dense(self, name, block_size):
     kernel, _ = LOSSES[name]
     features, labels = random_batch(12, batch=10, views=2)
     dense = jax.value_and_grad(lambda f: kernel(f, labels, block_size=0))(features)
     blocked = jax.jit(jax.value_and_grad(lambda f: kernel(f, labels, block_size=block_size)))(
-        features)
+      features
+    )
     np.testing.assert_allclose(blocked[0], dense[0], rtol=1e-5)
     np.testing.assert_allclose(blocked[1], dense[1], atol=1e-6)
 
   def test_auto_switches_to_blocks_above_threshold(self):
     features, labels = random_batch(13, batch=10)
     hscl = lambda f: losses.hscl(f, labels, hardening=losses.exponential(1.0))
-    self.assertNotIn("scan", str(jax.make_jaxpr(hscl)(features)))
+    self.assertNotIn('scan', str(jax.make_jaxpr(hscl)(features)))
     original = losses.DENSE_MAX_ENTRIES, losses.DEFAULT_BLOCK_SIZE
     losses.DENSE_MAX_ENTRIES, losses.DEFAULT_BLOCK_SIZE = 10, 8
     try:
       hscl_auto = lambda f: losses.hscl(f, labels, hardening=losses.exponential(1.0))
-      self.assertIn("scan", str(jax.make_jaxpr(hscl_auto)(features)))
-      np.testing.assert_allclose(hscl_auto(features), losses.hscl(
-          features, labels, hardening=losses.exponential(1.0), block_size=0), rtol=1e-5)
+      self.assertIn('scan', str(jax.make_jaxpr(hscl_auto)(features)))
+      np.testing.assert_allclose(
+        hscl_auto(features),
+        losses.hscl(features, labels, hardening=losses.exponential(1.0), block_size=0),
+        rtol=1e-5,
+      )
     finally:
       losses.DENSE_MAX_ENTRIES, losses.DEFAULT_BLOCK_SIZE = original
 
@@ -286,15 +330,18 @@ def test_gradient_with_respect_to_temperature():
   """γ is folded into the anchors before the custom-VJP core, so it stays differentiable."""
   features, labels = random_batch(32)
   for block_size in (0, 4):
-    grad = jax.grad(lambda t: losses.scl(features, labels, temperature=t,
-                                         block_size=block_size))(0.5)
+    grad = jax.grad(lambda t: losses.scl(features, labels, temperature=t, block_size=block_size))(
+      0.5
+    )
     eps = 1e-4
-    expected = (reference_loss(features, labels, method="label", temperature=0.5 + eps)
-                - reference_loss(features, labels, method="label", temperature=0.5 - eps)) / (2 * eps)
+    expected = (
+      reference_loss(features, labels, method='label', temperature=0.5 + eps)
+      - reference_loss(features, labels, method='label', temperature=0.5 - eps)
+    ) / (2 * eps)
     np.testing.assert_allclose(grad, expected, rtol=1e-3)
 
 
-@pytest.mark.parametrize("block_size", [0, 16])
+@pytest.mark.parametrize('block_size', [0, 16])
 def test_kernels_export_for_gpu_and_tpu(block_size):
   """jax.export lowers value and gradient for CUDA and TPU from this CPU host (it rejects
   custom calls without a stability guarantee): no CPU-only piece in the kernels."""
@@ -302,37 +349,39 @@ def test_kernels_export_for_gpu_and_tpu(block_size):
   labels = jax.ShapeDtypeStruct((64,), jnp.int32)
   beta = jax.ShapeDtypeStruct((), jnp.float32)
   kernels = {
-      "hscl": lambda f, y, b: losses.hscl(f, y, hardening=losses.exponential(b),
-                                          block_size=block_size),
-      "hucl": lambda f, y, b: losses.hucl(f, beta=b, tau_plus=0.1, block_size=block_size),
-      "diagnostics": lambda f, y, b: losses.batch_diagnostics(
-          f, y, hardening=losses.threshold(b), block_size=block_size)["loss_hscl"],
+    'hscl': lambda f, y, b: losses.hscl(
+      f, y, hardening=losses.exponential(b), block_size=block_size
+    ),
+    'hucl': lambda f, y, b: losses.hucl(f, beta=b, tau_plus=0.1, block_size=block_size),
+    'diagnostics': lambda f, y, b: losses.batch_diagnostics(
+      f, y, hardening=losses.threshold(b), block_size=block_size
+    )['loss_hscl'],
   }
   for name, kernel in kernels.items():
-    exported = jax.export.export(jax.jit(jax.value_and_grad(kernel)), platforms=("cuda", "tpu"))(
-        features, labels, beta)
+    exported = jax.export.export(jax.jit(jax.value_and_grad(kernel)), platforms=('cuda', 'tpu'))(
+      features, labels, beta
+    )
     module = exported.mlir_module()
-    assert exported.platforms == ("cuda", "tpu"), name
-    assert "custom_call" not in module and "callback" not in module, name
+    assert exported.platforms == ('cuda', 'tpu'), name
+    assert 'custom_call' not in module and 'callback' not in module, name
 
 
 class PrecisionTest(parameterized.TestCase):
-
   def dot_precisions(self, fn, *args):
     """The precision of every dot_general in fn's jaxpr (including scan/remat bodies)."""
     found = []
 
     def visit(jaxpr):
       for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-          found.append(eqn.params["precision"])
+        if eqn.primitive.name == 'dot_general':
+          found.append(eqn.params['precision'])
         for sub in jax.extend.core.jaxprs_in_params(eqn.params):
           visit(sub)
 
     visit(jax.make_jaxpr(fn)(*args).jaxpr)
     return found
 
-  @parameterized.product(block_size=[0, 8], precision=["highest", "default"])
+  @parameterized.product(block_size=[0, 8], precision=['highest', 'default'])
   def test_precision_reaches_every_similarity_matmul(self, block_size, precision):
     """Forward and gradient matmuls alike; the default is HIGHEST (full float32)."""
     features, labels = random_batch(31, batch=10)
@@ -341,8 +390,9 @@ class PrecisionTest(parameterized.TestCase):
     def loss(f, **kw):
       return losses.hscl(f, labels, hardening=losses.exponential(1.0), block_size=block_size, **kw)
 
-    found = self.dot_precisions(jax.value_and_grad(lambda f: loss(f, precision=precision)),
-                                features)
+    found = self.dot_precisions(
+      jax.value_and_grad(lambda f: loss(f, precision=precision)), features
+    )
     self.assertGreaterEqual(len(found), 3)  # z zᵀ and the two matmuls of its gradient
     self.assertEqual(set(found), {(expected, expected)})
     default = self.dot_precisions(jax.grad(loss), features)
@@ -350,11 +400,10 @@ class PrecisionTest(parameterized.TestCase):
 
 
 class EdgeCaseTest(parameterized.TestCase):
-
   def assert_finite_with_gradient(self, fn, features):
     value, grad = jax.value_and_grad(fn)(features)
-    self.assertTrue(bool(jnp.isfinite(value)), f"loss {value}")
-    self.assertTrue(bool(jnp.isfinite(grad).all()), "non-finite gradient")
+    self.assertTrue(bool(jnp.isfinite(value)), f'loss {value}')
+    self.assertTrue(bool(jnp.isfinite(grad).all()), 'non-finite gradient')
     return value, grad
 
   def test_all_labels_equal(self):
@@ -362,7 +411,8 @@ class EdgeCaseTest(parameterized.TestCase):
     same = jnp.zeros(6, jnp.int32)
     for hardening in (losses.exponential(1.0), losses.threshold(0.5)):
       value, grad = self.assert_finite_with_gradient(
-          lambda f: losses.hscl(f, same, hardening=hardening), features)
+        lambda f: losses.hscl(f, same, hardening=hardening), features
+      )
       self.assertEqual(float(value), 0.0)
       self.assertEqual(float(jnp.abs(grad).max()), 0.0)
     np.testing.assert_allclose(losses.scl(features, same), 0.0)
@@ -370,15 +420,17 @@ class EdgeCaseTest(parameterized.TestCase):
   def test_nothing_above_threshold(self):
     features, labels = random_batch(15)
     value, _ = self.assert_finite_with_gradient(
-        lambda f: losses.hscl(f, labels, hardening=losses.threshold(np.exp(3.0))), features)
+      lambda f: losses.hscl(f, labels, hardening=losses.threshold(np.exp(3.0))), features
+    )
     self.assertEqual(float(value), 0.0)  # e^g <= e^{1/γ} = e^2 < τ: no hard negative at all
 
   def test_some_anchors_without_hard_negatives_match_reference(self):
     features, labels = random_batch(16, batch=8)
     tau = np.exp(0.6)
     value = losses.hscl(features, labels, hardening=losses.threshold(tau))
-    expected = reference_loss(features, labels, method="label",
-                              eta=lambda g: (np.exp(g) >= tau) * 1.0)
+    expected = reference_loss(
+      features, labels, method='label', eta=lambda g: (np.exp(g) >= tau) * 1.0
+    )
     np.testing.assert_allclose(value, expected, rtol=1e-5)
 
   @parameterized.parameters(True, False)
@@ -386,17 +438,20 @@ class EdgeCaseTest(parameterized.TestCase):
     features, _ = random_batch(17)
     for tau_plus in (0.1, 0.5, 0.9):
       value, _ = self.assert_finite_with_gradient(
-          lambda f: losses.hucl(f, beta=1.0, tau_plus=tau_plus, clamp=clamp), features)
+        lambda f: losses.hucl(f, beta=1.0, tau_plus=tau_plus, clamp=clamp), features
+      )
       np.testing.assert_allclose(
-          value, reference_hucl(features, beta=1.0, tau_plus=tau_plus, clamp=clamp), rtol=1e-5)
+        value, reference_hucl(features, beta=1.0, tau_plus=tau_plus, clamp=clamp), rtol=1e-5
+      )
 
   @parameterized.parameters(*sorted(LOSSES))
   def test_low_temperature_high_beta(self, name):
     features, labels = random_batch(18)
     fns = {
-        "hucl": lambda f: losses.hucl(f, beta=10.0, temperature=0.05),
-        "hscl_exp": lambda f: losses.hscl(f, labels, hardening=losses.exponential(10.0),
-                                          temperature=0.05),
+      'hucl': lambda f: losses.hucl(f, beta=10.0, temperature=0.05),
+      'hscl_exp': lambda f: losses.hscl(
+        f, labels, hardening=losses.exponential(10.0), temperature=0.05
+      ),
     }
     fn = fns.get(name, lambda f: LOSSES[name][0](f, labels, temperature=0.05))
     self.assert_finite_with_gradient(fn, features)
@@ -404,9 +459,12 @@ class EdgeCaseTest(parameterized.TestCase):
   def test_hard_exp_low_temperature_matches_reference(self):
     features, labels = random_batch(19)
     np.testing.assert_allclose(
-        losses.hscl(features, labels, hardening=losses.exponential(10.0), temperature=0.05),
-        reference_loss(features, labels, method="label", temperature=0.05,
-                       eta=lambda g: np.exp(10.0 * g)), rtol=1e-4)
+      losses.hscl(features, labels, hardening=losses.exponential(10.0), temperature=0.05),
+      reference_loss(
+        features, labels, method='label', temperature=0.05, eta=lambda g: np.exp(10.0 * g)
+      ),
+      rtol=1e-4,
+    )
 
   def test_bfloat16_inputs_compute_in_float32(self):
     features, labels = random_batch(20)
@@ -414,18 +472,22 @@ class EdgeCaseTest(parameterized.TestCase):
     value, grad = self.assert_finite_with_gradient(fn, features.astype(jnp.bfloat16))
     self.assertEqual(value.dtype, jnp.float32)
     self.assertEqual(grad.dtype, jnp.bfloat16)
-    np.testing.assert_allclose(value, fn(features.astype(jnp.bfloat16).astype(jnp.float32)),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      value, fn(features.astype(jnp.bfloat16).astype(jnp.float32)), rtol=1e-6
+    )
 
   def test_unnormalised_inputs(self):
     features, labels = random_batch(21)
     for scale in (30.0, 1e3):
       self.assert_finite_with_gradient(
-          lambda f: losses.hscl(f * scale, labels, hardening=losses.exponential(5.0),
-                                temperature=0.05), features)
+        lambda f: losses.hscl(
+          f * scale, labels, hardening=losses.exponential(5.0), temperature=0.05
+        ),
+        features,
+      )
       self.assert_finite_with_gradient(
-          lambda f: losses.hucl(f * scale, beta=5.0, tau_plus=0.1, temperature=0.05), features)
-
+        lambda f: losses.hucl(f * scale, beta=5.0, tau_plus=0.1, temperature=0.05), features
+      )
 
   @parameterized.parameters(*sorted(LOSSES))
   def test_non_finite_inputs_give_nan(self, name):
@@ -435,26 +497,26 @@ class EdgeCaseTest(parameterized.TestCase):
     for bad in (jnp.nan, jnp.inf):
       self.assertTrue(bool(jnp.isnan(kernel(features.at[2, 1, 0].set(bad), labels))))
     traced_beta = jax.jit(
-        lambda beta: losses.hscl(features, labels, hardening=losses.exponential(beta)))
+      lambda beta: losses.hscl(features, labels, hardening=losses.exponential(beta))
+    )
     self.assertTrue(bool(jnp.isnan(traced_beta(jnp.nan))))
 
 
 class InputValidationTest(parameterized.TestCase):
-
   def test_errors_name_the_problem(self):
     features, labels = random_batch(22)
     cases = [
-        (lambda: losses.scl(features[:, 0], labels), ValueError, "batch, views, dim"),
-        (lambda: losses.scl(features[:, :1], labels), ValueError, "at least 2 views"),
-        (lambda: losses.scl(features, labels.astype(jnp.float32)), TypeError, "integers"),
-        (lambda: losses.scl(features, labels[:4]), ValueError, "one label per sample"),
-        (lambda: losses.scl(features, labels[:, None]), ValueError, "shape \\[batch\\]"),
-        (lambda: losses.ucl(features, temperature=-0.5), ValueError, "temperature"),
-        (lambda: losses.ucl(features, M=0), ValueError, "M must be positive"),
-        (lambda: losses.hucl(features, beta=1.0, tau_plus=1.0), ValueError, "tau_plus"),
-        (lambda: losses.exponential(-1.0), ValueError, "beta"),
-        (lambda: losses.threshold(-1.0), ValueError, "tau"),
-        (lambda: losses.ucl(features, block_size=-2), ValueError, "block_size"),
+      (lambda: losses.scl(features[:, 0], labels), ValueError, 'batch, views, dim'),
+      (lambda: losses.scl(features[:, :1], labels), ValueError, 'at least 2 views'),
+      (lambda: losses.scl(features, labels.astype(jnp.float32)), TypeError, 'integers'),
+      (lambda: losses.scl(features, labels[:4]), ValueError, 'one label per sample'),
+      (lambda: losses.scl(features, labels[:, None]), ValueError, 'shape \\[batch\\]'),
+      (lambda: losses.ucl(features, temperature=-0.5), ValueError, 'temperature'),
+      (lambda: losses.ucl(features, M=0), ValueError, 'M must be positive'),
+      (lambda: losses.hucl(features, beta=1.0, tau_plus=1.0), ValueError, 'tau_plus'),
+      (lambda: losses.exponential(-1.0), ValueError, 'beta'),
+      (lambda: losses.threshold(-1.0), ValueError, 'tau'),
+      (lambda: losses.ucl(features, block_size=-2), ValueError, 'block_size'),
     ]
     for fn, error, message in cases:
       with self.assertRaisesRegex(error, message):
@@ -465,56 +527,62 @@ class InputValidationTest(parameterized.TestCase):
     features, labels = random_batch(26)
     for make in (float, np.float32, jnp.float32, lambda x: jnp.array([x, 1.0])):
       for bad in (0.0, np.nan, np.inf):
-        with self.assertRaisesRegex(ValueError, "temperature must be positive and finite"):
+        with self.assertRaisesRegex(ValueError, 'temperature must be positive and finite'):
           losses.ucl(features, temperature=make(bad))
-        with self.assertRaisesRegex(ValueError, "temperature"):
+        with self.assertRaisesRegex(ValueError, 'temperature'):
           losses.scl(features, labels, temperature=make(bad))
-        with self.assertRaisesRegex(ValueError, "M must be positive"):
+        with self.assertRaisesRegex(ValueError, 'M must be positive'):
           losses.ucl(features, M=make(bad))
       for bad in (np.nan, np.inf, -1.0):
-        with self.assertRaisesRegex(ValueError, "beta must be finite"):
+        with self.assertRaisesRegex(ValueError, 'beta must be finite'):
           losses.exponential(make(bad))
-        with self.assertRaisesRegex(ValueError, "tau must be finite"):
+        with self.assertRaisesRegex(ValueError, 'tau must be finite'):
           losses.threshold(make(bad))
-        with self.assertRaisesRegex(ValueError, "tau_plus"):
+        with self.assertRaisesRegex(ValueError, 'tau_plus'):
           losses.hucl(features, beta=1.0, tau_plus=make(bad))
-    with self.assertRaisesRegex(ValueError, "start must be finite"):
+    with self.assertRaisesRegex(ValueError, 'start must be finite'):
       losses.tau_schedule(1, start=np.nan, end=0.1, num_epochs=4)
-    with self.assertRaisesRegex(ValueError, "beta must be finite"):
+    with self.assertRaisesRegex(ValueError, 'beta must be finite'):
       losses.beta_schedule(1, beta=np.nan, num_epochs=4, num_steps=2)
     # Valid concrete values of every type still work (and zero thresholds are allowed).
     expected = losses.scl(features, labels)
     for make in (np.float32, jnp.float32):
-      chex.assert_trees_all_close(losses.hscl(features, labels, hardening=losses.threshold(
-          make(0.0)), temperature=make(0.5)), expected, rtol=1e-6)
+      chex.assert_trees_all_close(
+        losses.hscl(features, labels, hardening=losses.threshold(make(0.0)), temperature=make(0.5)),
+        expected,
+        rtol=1e-6,
+      )
 
   def test_array_likes_are_accepted(self):
     features, labels = random_batch(27)
     as_lists = np.asarray(features).tolist(), np.asarray(labels).tolist()
     for name, (kernel, _) in LOSSES.items():
-      chex.assert_trees_all_close(kernel(*as_lists), kernel(features, labels), rtol=1e-6,
-                                  custom_message=name)
+      chex.assert_trees_all_close(
+        kernel(*as_lists), kernel(features, labels), rtol=1e-6, custom_message=name
+      )
     chex.assert_trees_all_close(
-        losses.batch_diagnostics(*as_lists, hardening=losses.exponential(1.0)),
-        losses.batch_diagnostics(features, labels, hardening=losses.exponential(1.0)),
-        rtol=1e-6)
+      losses.batch_diagnostics(*as_lists, hardening=losses.exponential(1.0)),
+      losses.batch_diagnostics(features, labels, hardening=losses.exponential(1.0)),
+      rtol=1e-6,
+    )
 
   def test_errors_at_trace_time(self):
     features, labels = random_batch(23)
-    with self.assertRaisesRegex(ValueError, "one label per sample"):
+    with self.assertRaisesRegex(ValueError, 'one label per sample'):
       jax.jit(losses.scl).lower(features, labels[:5])
 
 
 class NoRecompileTest(parameterized.TestCase):
-
   def test_changing_beta_and_tau_does_not_retrace(self):
     features, labels = random_batch(24)
 
     @jax.jit
     @chex.assert_max_traces(n=1)
     def step(f, beta, tau):
-      return (losses.hscl(f, labels, hardening=losses.exponential(beta)),
-              losses.hscl(f, labels, hardening=losses.threshold(tau)))
+      return (
+        losses.hscl(f, labels, hardening=losses.exponential(beta)),
+        losses.hscl(f, labels, hardening=losses.threshold(tau)),
+      )
 
     for epoch in range(1, 5):
       tau = losses.tau_schedule(epoch, start=-0.5, end=0.1, num_epochs=4)
@@ -523,18 +591,22 @@ class NoRecompileTest(parameterized.TestCase):
 
 
 class ScheduleTest(parameterized.TestCase):
-
   def test_tau_schedule_eq_4(self):
-    taus = [float(losses.tau_schedule(e, start=-0.5, end=0.1, num_epochs=200, temperature=0.5))
-            for e in (1, 100, 200)]
-    np.testing.assert_allclose(taus, np.exp(np.array([-0.5, -0.5 + 99 / 199 * 0.6, 0.1]) / 0.5),
-                               rtol=1e-6)
-    np.testing.assert_allclose(losses.tau_schedule(1, start=-0.3, end=0.0, num_epochs=1),
-                               np.exp(-0.6), rtol=1e-6)
+    taus = [
+      float(losses.tau_schedule(e, start=-0.5, end=0.1, num_epochs=200, temperature=0.5))
+      for e in (1, 100, 200)
+    ]
+    np.testing.assert_allclose(
+      taus, np.exp(np.array([-0.5, -0.5 + 99 / 199 * 0.6, 0.1]) / 0.5), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+      losses.tau_schedule(1, start=-0.3, end=0.0, num_epochs=1), np.exp(-0.6), rtol=1e-6
+    )
 
   def test_beta_annealing(self):
-    betas = [float(losses.beta_schedule(e, beta=2.0, num_epochs=8, num_steps=4))
-             for e in range(1, 9)]
+    betas = [
+      float(losses.beta_schedule(e, beta=2.0, num_epochs=8, num_steps=4)) for e in range(1, 9)
+    ]
     # switch from β_i to β_{i+1} at epoch i·e/ℓ = 2, 4, 6, 8
     np.testing.assert_allclose(betas, [2.0, 1.5, 1.5, 1.0, 1.0, 0.5, 0.5, 0.0], atol=1e-6)
 
@@ -544,7 +616,7 @@ class ScheduleTest(parameterized.TestCase):
 
 
 def _mesh():
-  return Mesh(np.array(jax.devices()[:4]), ("data",))
+  return Mesh(np.array(jax.devices()[:4]), ('data',))
 
 
 def _projected_loss(name, axis_name=None, block_size=None):
@@ -552,18 +624,17 @@ def _projected_loss(name, axis_name=None, block_size=None):
   kernel, _ = LOSSES[name]
 
   def loss(w, x, labels):
-    z = normalized(jnp.einsum("bvd,de->bve", x, w))
+    z = normalized(jnp.einsum('bvd,de->bve', x, w))
     return kernel(z, labels, axis_name=axis_name, block_size=block_size)
 
   return loss
 
 
 class CrossDeviceTest(parameterized.TestCase):
-
   def setUp(self):
     super().setUp()
     if jax.device_count() < 4:
-      self.skipTest("needs 4 devices (tests/conftest.py sets them)")
+      self.skipTest('needs 4 devices (tests/conftest.py sets them)')
     self.w = jax.random.normal(jax.random.key(30), (8, 8))
     self.x = jax.random.normal(jax.random.key(31), (8, 2, 8))
     self.labels = jax.random.randint(jax.random.key(32), (8,), 0, 3)
@@ -571,9 +642,14 @@ class CrossDeviceTest(parameterized.TestCase):
   @parameterized.product(name=sorted(LOSSES), block_size=[None, 3])
   def test_shard_map_equals_single_device(self, name, block_size):
     single = jax.value_and_grad(_projected_loss(name))(self.w, self.x, self.labels)
-    sharded = jax.jit(jax.shard_map(
-        jax.value_and_grad(_projected_loss(name, "data", block_size)), mesh=_mesh(),
-        in_specs=(P(), P("data"), P("data")), out_specs=(P(), P())))
+    sharded = jax.jit(
+      jax.shard_map(
+        jax.value_and_grad(_projected_loss(name, 'data', block_size)),
+        mesh=_mesh(),
+        in_specs=(P(), P('data'), P('data')),
+        out_specs=(P(), P()),
+      )
+    )
     value, grad = sharded(self.w, self.x, self.labels)
     np.testing.assert_allclose(value, single[0], rtol=1e-5)
     np.testing.assert_allclose(grad, single[1], atol=1e-5)
@@ -582,8 +658,12 @@ class CrossDeviceTest(parameterized.TestCase):
   def test_pmap_value_equals_single_device(self):
     features = normalized(self.x)
     loss = self.variant(
-        lambda f, y: losses.hscl(f, y, hardening=losses.exponential(1.0), axis_name="i"),
-        n_devices=4, axis_name="i", broadcast_args_to_devices=False, reduce_fn=None)
+      lambda f, y: losses.hscl(f, y, hardening=losses.exponential(1.0), axis_name='i'),
+      n_devices=4,
+      axis_name='i',
+      broadcast_args_to_devices=False,
+      reduce_fn=None,
+    )
     values = loss(features.reshape(4, 2, 2, 8), self.labels.reshape(4, 2))
     expected = losses.hscl(features, self.labels, hardening=losses.exponential(1.0))
     np.testing.assert_allclose(values, jnp.full(4, expected), rtol=1e-5)
@@ -591,19 +671,27 @@ class CrossDeviceTest(parameterized.TestCase):
   def test_diagnostics_across_devices(self):
     features = normalized(self.x)
     hardening = losses.exponential(1.0)
-    sharded = jax.jit(jax.shard_map(
-        lambda f, y: losses.batch_diagnostics(f, y, hardening=hardening, axis_name="data"),
-        mesh=_mesh(), in_specs=(P("data"), P("data")), out_specs=P()))
+    sharded = jax.jit(
+      jax.shard_map(
+        lambda f, y: losses.batch_diagnostics(f, y, hardening=hardening, axis_name='data'),
+        mesh=_mesh(),
+        in_specs=(P('data'), P('data')),
+        out_specs=P(),
+      )
+    )
     got = sharded(features, self.labels)
     expected = losses.batch_diagnostics(features, self.labels, hardening=hardening)
     chex.assert_trees_all_close(got, expected, rtol=1e-5)
 
 
-@pytest.mark.parametrize("n", [4096])
+@pytest.mark.parametrize('n', [4096])
 def test_blockwise_large_batch_is_finite(n):
   """A batch above the dense threshold runs blockwise end to end (value + gradient)."""
   features, labels = random_batch(40, batch=n // 2, dim=16, num_classes=10)
-  fn = jax.jit(jax.value_and_grad(
-      lambda f: losses.hscl(f, labels, hardening=losses.exponential(1.0), block_size=1024)))
+  fn = jax.jit(
+    jax.value_and_grad(
+      lambda f: losses.hscl(f, labels, hardening=losses.exponential(1.0), block_size=1024)
+    )
+  )
   value, grad = fn(features)
   assert np.isfinite(value) and np.isfinite(grad).all()

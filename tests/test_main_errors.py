@@ -3,6 +3,7 @@
 Each case runs `python -m hscl_jax.main` (or linear_eval) in a fresh process; all but the
 disk-full case stop before anything compiles.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,9 @@ ENV = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': str(REPO)}
 
 
 def run(*args, cwd=REPO, env=ENV, timeout=240):
-  result = subprocess.run([sys.executable, '-m', *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+  result = subprocess.run(
+    [sys.executable, '-m', *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+  )
   return result.returncode, result.stdout + result.stderr
 
 
@@ -49,9 +51,14 @@ def test_config_path_works_from_any_directory(tmp_path):
   (tmp_path / 'site').mkdir()
   (tmp_path / 'site' / 'hscl_jax').symlink_to(REPO / 'hscl_jax')
   # Stops at validation, after the config file (which imports configs/default.py) loaded.
-  code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={tmp_path / "w"}',
-                     '--config.temperature=-0.5', cwd=tmp_path,
-                     env={**ENV, 'PYTHONPATH': str(tmp_path / 'site')})
+  code, output = run(
+    'hscl_jax.main',
+    f'--config={DIGITS}',
+    f'--workdir={tmp_path / "w"}',
+    '--config.temperature=-0.5',
+    cwd=tmp_path,
+    env={**ENV, 'PYTHONPATH': str(tmp_path / 'site')},
+  )
   assert code == 1
   assert_one_line(output, 'config.temperature: must be positive')
 
@@ -66,8 +73,12 @@ def test_workdir_that_is_a_file(tmp_path):
 @contextlib.contextmanager
 def _tmpfs(path, options):
   path.mkdir()
-  if subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(path)],
-                    capture_output=True).returncode != 0:
+  if (
+    subprocess.run(
+      ['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(path)], capture_output=True
+    ).returncode
+    != 0
+  ):
     pytest.skip('cannot mount a tmpfs here (needs root): read-only/disk-full case not run')
   try:
     yield path
@@ -87,10 +98,17 @@ def test_disk_full_says_which_checkpoint_is_intact(tmp_path):
   """6 MB: the first digits checkpoint (4.2 MB) fits, the second does not."""
   with _tmpfs(tmp_path / 'small', 'size=6m') as small_disk:
     workdir = small_disk / 'w'
-    code, output = run('hscl_jax.main', f'--config={DIGITS}', f'--workdir={workdir}',
-                       '--config.num_epochs=3', '--config.steps_per_epoch_limit=1',
-                       '--config.batch_size=32', '--config.checkpoint_every_epochs=1',
-                       '--config.knn.every_epochs=0', '--config.keep_checkpoints=3')
+    code, output = run(
+      'hscl_jax.main',
+      f'--config={DIGITS}',
+      f'--workdir={workdir}',
+      '--config.num_epochs=3',
+      '--config.steps_per_epoch_limit=1',
+      '--config.batch_size=32',
+      '--config.checkpoint_every_epochs=1',
+      '--config.knn.every_epochs=0',
+      '--config.keep_checkpoints=3',
+    )
   assert code == 1, output[-3000:]
   assert_one_line(output, f'no space at {workdir}, last good checkpoint 1 is intact', 'Fix:')
 
@@ -108,5 +126,6 @@ def test_second_run_on_a_live_workdir_names_the_holder(tmp_path):
   finally:
     holder.communicate('\n', timeout=30)
   assert code == 1
-  assert_one_line(output, f'in use by another run (host {socket.gethostname()}, '
-                          f'pid {holder.pid})', 'Fix:')
+  assert_one_line(
+    output, f'in use by another run (host {socket.gethostname()}, pid {holder.pid})', 'Fix:'
+  )

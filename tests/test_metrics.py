@@ -1,4 +1,5 @@
 """Run outputs: metrics.jsonl is never left torn, and a torn one does not block a resume."""
+
 from __future__ import annotations
 
 import json

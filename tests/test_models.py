@@ -1,4 +1,5 @@
 """Backbones, projection head, BatchNorm behaviour (incl. cross-device sync)."""
+
 from __future__ import annotations
 
 import functools
@@ -16,8 +17,15 @@ from hscl_jax import models
 
 def model_config(**overrides):
   config = ml_collections.ConfigDict(
-      dict(name='small_cnn', stem='cifar', norm='batch', head_hidden=32, head_out=16,
-           dtype='float32', bn_momentum=0.9)
+    dict(
+      name='small_cnn',
+      stem='cifar',
+      norm='batch',
+      head_hidden=32,
+      head_out=16,
+      dtype='float32',
+      bn_momentum=0.9,
+    )
   )
   config.update(overrides)
   return config
@@ -28,22 +36,22 @@ def abstract_apply(model, image_shape, batch=2, train=True):
   x = jax.ShapeDtypeStruct((batch, *image_shape), jnp.float32)
   variables = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False), x)
   outputs = jax.eval_shape(
-      lambda v, x: model.apply(v, x, train=train, mutable=['batch_stats']), variables, x
+    lambda v, x: model.apply(v, x, train=train, mutable=['batch_stats']), variables, x
   )
   return variables, outputs
 
 
 @pytest.mark.parametrize(
-    'name, stem, image_shape',
-    [
-        ('resnet18', 'cifar', (32, 32, 3)),
-        ('resnet34', 'cifar', (32, 32, 3)),
-        ('resnet50', 'cifar', (32, 32, 3)),
-        ('resnet18', 'imagenet', (96, 96, 3)),
-        ('resnet50', 'imagenet', (96, 96, 3)),
-        ('small_cnn', 'cifar', (8, 8, 3)),
-        ('small_cnn', 'cifar', (32, 32, 3)),
-    ],
+  'name, stem, image_shape',
+  [
+    ('resnet18', 'cifar', (32, 32, 3)),
+    ('resnet34', 'cifar', (32, 32, 3)),
+    ('resnet50', 'cifar', (32, 32, 3)),
+    ('resnet18', 'imagenet', (96, 96, 3)),
+    ('resnet50', 'imagenet', (96, 96, 3)),
+    ('small_cnn', 'cifar', (8, 8, 3)),
+    ('small_cnn', 'cifar', (32, 32, 3)),
+  ],
 )
 def test_output_shapes(name, stem, image_shape):
   model = models.create_model(model_config(name=name, stem=stem, head_hidden=512, head_out=128))
@@ -118,15 +126,15 @@ def test_resnet50_forward_and_grad_step():
   def step(variables, x):
     def loss_fn(params):
       (h, z), updates = model.apply(
-          {'params': params, 'batch_stats': variables['batch_stats']}, x, train=True,
-          mutable=['batch_stats'],
+        {'params': params, 'batch_stats': variables['batch_stats']},
+        x,
+        train=True,
+        mutable=['batch_stats'],
       )
       z = z / jnp.linalg.norm(z, axis=-1, keepdims=True)
       return -jnp.sum(z[0] * z[1]), (h, z, updates)
 
-    (loss, (h, z, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        variables['params']
-    )
+    (loss, (h, z, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(variables['params'])
     return loss, h, z, updates, grads
 
   loss, h, z, updates, grads = step(variables, x)
@@ -150,7 +158,7 @@ def test_bfloat16_compute_float32_params():
   assert {x.dtype for x in jax.tree.leaves(variables)} == {jnp.dtype(jnp.float32)}
   x = jax.random.normal(jax.random.key(1), (4, 8, 8, 3))
   ((h, z), state) = jit_apply(
-      model, train=True, mutable=['batch_stats', 'intermediates'], capture_intermediates=True
+    model, train=True, mutable=['batch_stats', 'intermediates'], capture_intermediates=True
   )(variables, x)
   assert h.dtype == jnp.float32 and z.dtype == jnp.float32
   conv_out = state['intermediates']['encoder']['Conv_0']['__call__'][0]
@@ -158,7 +166,7 @@ def test_bfloat16_compute_float32_params():
   assert {x.dtype for x in jax.tree.leaves(state['batch_stats'])} == {jnp.dtype(jnp.float32)}
   # bf16 is close to the float32 model with the same weights.
   (h32, _), _ = jit_apply(models.create_model(model_config()), train=True, mutable=['batch_stats'])(
-      variables, x
+    variables, x
   )
   np.testing.assert_allclose(h, h32, atol=0.1, rtol=0.1)
   # Abstractly, the same holds for the ResNet-50.
@@ -175,15 +183,15 @@ def test_batchnorm_train_updates_stats_eval_does_not():
   x = 2.0 + jax.random.normal(jax.random.key(1), (8, 8, 8, 3))
 
   (_, z_train), state = jit_apply(
-      model, train=True, mutable=['batch_stats', 'intermediates'], capture_intermediates=True
+    model, train=True, mutable=['batch_stats', 'intermediates'], capture_intermediates=True
   )(variables, x)
   stats = state['batch_stats']['encoder']['BatchNorm_0']
   conv_out = state['intermediates']['encoder']['Conv_0']['__call__'][0]
   np.testing.assert_allclose(
-      stats['mean'], (1 - momentum) * conv_out.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6
+    stats['mean'], (1 - momentum) * conv_out.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-6
   )
   np.testing.assert_allclose(
-      stats['var'], momentum + (1 - momentum) * conv_out.var(axis=(0, 1, 2)), rtol=1e-4
+    stats['var'], momentum + (1 - momentum) * conv_out.var(axis=(0, 1, 2)), rtol=1e-4
   )
   # Eval mode leaves the statistics alone and uses them instead of the batch's.
   (_, z_eval), eval_state = jit_apply(model, train=False, mutable=['batch_stats'])(variables, x)
@@ -215,7 +223,7 @@ def test_batchnorm_sync_across_devices():
 
   def loss_fn(params, batch_stats, x, model):
     (h, z), updates = model.apply(
-        {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
+      {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
     )
     return jnp.sum(z**2) / 16 + jnp.sum(h**2) / 16, (h, z, updates['batch_stats'])
 
@@ -228,19 +236,17 @@ def test_batchnorm_sync_across_devices():
     return (jax.lax.psum(loss, 'data'), aux), grads
 
   sharded_step = jax.jit(
-      jax.shard_map(
-          local_step,
-          mesh=mesh,
-          in_specs=(P(), P(), P('data')),
-          out_specs=((P(), (P('data'), P('data'), P())), P()),
-      )
+    jax.shard_map(
+      local_step,
+      mesh=mesh,
+      in_specs=(P(), P(), P('data')),
+      out_specs=((P(), (P('data'), P('data'), P())), P()),
+    )
   )
   (loss1, (h1, z1, stats1)), grads1 = jax.jit(single_step)(
-      variables['params'], variables['batch_stats'], x
+    variables['params'], variables['batch_stats'], x
   )
-  (loss4, (h4, z4, stats4)), grads4 = sharded_step(
-      variables['params'], variables['batch_stats'], x
-  )
+  (loss4, (h4, z4, stats4)), grads4 = sharded_step(variables['params'], variables['batch_stats'], x)
   tol = dict(rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(loss4, loss1, **tol)
   np.testing.assert_allclose(h4, h1, **tol)
@@ -254,14 +260,16 @@ def test_group_and_layer_norm_are_per_sample(norm):
   """No batch statistics, each sample normalised on its own: its output ignores the batch."""
   for name in ('resnet18', 'resnet50'):  # shapes only: every width gets a valid group count
     variables, ((h, z), updates) = abstract_apply(
-        models.create_model(model_config(name=name, norm=norm)), (32, 32, 3))
+      models.create_model(model_config(name=name, norm=norm)), (32, 32, 3)
+    )
     assert set(variables) == {'params'} and not updates
   model = models.create_model(model_config(norm=norm), bn_axis_name=None)
   variables = host_variables(model, (8, 8, 3))
   assert set(variables) == {'params'}
   x = 3.0 + 2.0 * jax.random.normal(jax.random.key(1), (4, 8, 8, 3))
-  (h, z), state = jit_apply(model, train=True, mutable=['intermediates'],
-                            capture_intermediates=True)(variables, x)
+  (h, z), state = jit_apply(
+    model, train=True, mutable=['intermediates'], capture_intermediates=True
+  )(variables, x)
   h1, z1 = jit_apply(model, train=True)(variables, x[1:2])
   np.testing.assert_allclose(h[1:2], h1, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(z[1:2], z1, rtol=1e-5, atol=1e-6)
@@ -277,9 +285,15 @@ def test_group_and_layer_norm_are_per_sample(norm):
 
 def test_create_model_fields():
   model = models.create_model(
-      model_config(name='resnet34', stem='imagenet', head_hidden=64, head_out=8,
-                   dtype='bfloat16', bn_momentum=0.99),
-      bn_axis_name='batch',
+    model_config(
+      name='resnet34',
+      stem='imagenet',
+      head_hidden=64,
+      head_out=8,
+      dtype='bfloat16',
+      bn_momentum=0.99,
+    ),
+    bn_axis_name='batch',
   )
   assert model.backbone == 'resnet34' and model.stem == 'imagenet'
   assert (model.head_hidden, model.head_out) == (64, 8)
@@ -288,15 +302,15 @@ def test_create_model_fields():
 
 
 @pytest.mark.parametrize(
-    'overrides, match',
-    [
-        (dict(name='resnet101'), 'resnet18, resnet34, resnet50, small_cnn'),
-        (dict(stem='tiny'), 'model.stem'),
-        (dict(norm='instance'), 'model.norm'),
-        (dict(dtype='float16'), 'model.dtype'),
-        (dict(bn_momentum=1.0), 'model.bn_momentum'),
-        (dict(head_out=0), 'model.head_out'),
-    ],
+  'overrides, match',
+  [
+    (dict(name='resnet101'), 'resnet18, resnet34, resnet50, small_cnn'),
+    (dict(stem='tiny'), 'model.stem'),
+    (dict(norm='instance'), 'model.norm'),
+    (dict(dtype='float16'), 'model.dtype'),
+    (dict(bn_momentum=1.0), 'model.bn_momentum'),
+    (dict(head_out=0), 'model.head_out'),
+  ],
 )
 def test_create_model_rejects_bad_config(overrides, match):
   with pytest.raises(ValueError, match=match):

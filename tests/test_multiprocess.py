@@ -16,6 +16,7 @@ write their results to .npz files; the test compares them here.
 
 Every worker is killed if the test fails or times out (try/finally, Popen.kill).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,13 +49,22 @@ def _free_port() -> int:
 
 def _worker_env(devices_per_process: int) -> dict[str, str]:
   # Not a cluster job, even when the tests run inside one (SLURM / TPU auto-detection).
-  env = {k: v for k, v in os.environ.items()
-         if not k.startswith(('SLURM_', 'TPU_', 'MEGASCALE_', 'JAX_COORDINATOR'))}
-  flags = [f for f in env.get('XLA_FLAGS', '').split()
-           if not f.startswith('--xla_force_host_platform_device_count')]
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if not k.startswith(('SLURM_', 'TPU_', 'MEGASCALE_', 'JAX_COORDINATOR'))
+  }
+  flags = [
+    f
+    for f in env.get('XLA_FLAGS', '').split()
+    if not f.startswith('--xla_force_host_platform_device_count')
+  ]
   flags.append(f'--xla_force_host_platform_device_count={devices_per_process}')
-  env.update(XLA_FLAGS=' '.join(flags), JAX_PLATFORMS='cpu',
-             PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep))
+  env.update(
+    XLA_FLAGS=' '.join(flags),
+    JAX_PLATFORMS='cpu',
+    PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep),
+  )
   return env
 
 
@@ -68,8 +78,15 @@ def _tail(path: pathlib.Path, lines: int = 40) -> str:
 class Workers:
   """A group of worker processes of one task (one JAX cluster, or one lone process)."""
 
-  def __init__(self, task: str, out_dir: pathlib.Path, *, num_processes: int,
-               devices_per_process: int, args: dict):
+  def __init__(
+    self,
+    task: str,
+    out_dir: pathlib.Path,
+    *,
+    num_processes: int,
+    devices_per_process: int,
+    args: dict,
+  ):
     self.task, self.out_dir, self.num_processes = task, out_dir, num_processes
     self.procs, self.logs = [], []
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -77,16 +94,26 @@ class Workers:
     env = _worker_env(devices_per_process)
     try:
       for process_id in range(num_processes):
-        spec = dict(args, task=task, out=str(out_dir / f'process_{process_id}.npz'),
-                    coordinator_address=coordinator,
-                    num_processes=num_processes if coordinator else None,
-                    process_id=process_id if coordinator else None)
+        spec = dict(
+          args,
+          task=task,
+          out=str(out_dir / f'process_{process_id}.npz'),
+          coordinator_address=coordinator,
+          num_processes=num_processes if coordinator else None,
+          process_id=process_id if coordinator else None,
+        )
         log = out_dir / f'process_{process_id}.log'
         self.logs.append(log)
         with open(log, 'w') as f:
-          self.procs.append(subprocess.Popen(
-              [sys.executable, str(WORKER), json.dumps(spec)], env=env, cwd=REPO, stdout=f,
-              stderr=subprocess.STDOUT))
+          self.procs.append(
+            subprocess.Popen(
+              [sys.executable, str(WORKER), json.dumps(spec)],
+              env=env,
+              cwd=REPO,
+              stdout=f,
+              stderr=subprocess.STDOUT,
+            )
+          )
     except BaseException:
       self.kill()
       raise
@@ -104,11 +131,15 @@ class Workers:
         try:
           code = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
-          pytest.fail(f'{self.task}: process {process_id} still running at the deadline:\n'
-                      + _tail(self.logs[process_id]))
+          pytest.fail(
+            f'{self.task}: process {process_id} still running at the deadline:\n'
+            + _tail(self.logs[process_id])
+          )
         if code != 0:
-          pytest.fail(f'{self.task}: process {process_id} exited with {code}:\n'
-                      + _tail(self.logs[process_id]))
+          pytest.fail(
+            f'{self.task}: process {process_id} exited with {code}:\n'
+            + _tail(self.logs[process_id])
+          )
     finally:
       self.kill()
     return [dict(np.load(self.out_dir / f'process_{i}.npz')) for i in range(self.num_processes)]
@@ -131,8 +162,7 @@ def _assert_same(actual: dict, expected: dict, *, rtol: float, atol: float, skip
   names = sorted(set(expected) - set(skip))
   assert set(names) <= set(actual), sorted(set(names) - set(actual))
   for name in names:
-    np.testing.assert_allclose(actual[name], expected[name], rtol=rtol, atol=atol,
-                               err_msg=name)
+    np.testing.assert_allclose(actual[name], expected[name], rtol=rtol, atol=atol, err_msg=name)
 
 
 # ----------------------------------------------------------------------------------------
@@ -144,12 +174,18 @@ def test_decide_modes():
 
   assert d.decide(env={}).mode == d.SINGLE
   assert d.decide(env={}, multihost=True).mode == d.FORCED
-  explicit = d.decide('10.0.0.1:1234', 2, 1, env={'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '4',
-                                                   'SLURM_PROCID': '0'})
+  explicit = d.decide(
+    '10.0.0.1:1234', 2, 1, env={'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '4', 'SLURM_PROCID': '0'}
+  )
   assert (explicit.mode, explicit.num_processes, explicit.process_id) == (d.EXPLICIT, 2, 1)
-  slurm = {'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '2', 'SLURM_PROCID': '1',
-           'SLURM_STEP_NODELIST': 'n[1-2]', 'SLURM_STEP_NUM_NODES': '2',
-           'SLURM_GPUS_ON_NODE': '4'}
+  slurm = {
+    'SLURM_JOB_ID': '7',
+    'SLURM_NTASKS': '2',
+    'SLURM_PROCID': '1',
+    'SLURM_STEP_NODELIST': 'n[1-2]',
+    'SLURM_STEP_NUM_NODES': '2',
+    'SLURM_GPUS_ON_NODE': '4',
+  }
   per_node = d.decide(env=slurm)
   assert per_node.mode == d.SLURM and per_node.local_device_ids == (0, 1, 2, 3)
   per_gpu = d.decide(env={**slurm, 'SLURM_STEP_NUM_NODES': '1'})  # 2 tasks on one node
@@ -163,12 +199,15 @@ def test_decide_modes():
   assert d.decide(env={'TPU_WORKER_HOSTNAMES': 'h0'}).mode == d.SINGLE
 
 
-@pytest.mark.parametrize('kwargs, message', [
+@pytest.mark.parametrize(
+  'kwargs, message',
+  [
     (dict(coordinator_address='h:1'), 'num_processes, process_id missing'),
     (dict(num_processes=2, process_id=0), 'coordinator_address missing'),
     (dict(coordinator_address='h:1', num_processes=2, process_id=2), 'in [0, 2)'),
     (dict(coordinator_address='h', num_processes=2, process_id=0), 'HOST:PORT'),
-])
+  ],
+)
 def test_decide_rejects_incomplete_or_bad_flags(kwargs, message):
   from hscl_jax import distributed as d
 
@@ -180,11 +219,20 @@ def test_importing_main_leaves_jax_uninitialised():
   """hscl_jax.main imports train, losses, models, ... before it calls
   jax.distributed.initialize, which must come before any backend use: no module may run a
   JAX computation at import time (a module-level jnp constant broke SLURM launches)."""
-  code = ('import hscl_jax.main\n'
-          'from jax._src import xla_bridge\n'
-          'assert not xla_bridge.backends_are_initialized()\n')
-  done = subprocess.run([sys.executable, '-c', code], env=_worker_env(1), cwd=REPO,
-                        capture_output=True, text=True, timeout=120, check=False)
+  code = (
+    'import hscl_jax.main\n'
+    'from jax._src import xla_bridge\n'
+    'assert not xla_bridge.backends_are_initialized()\n'
+  )
+  done = subprocess.run(
+    [sys.executable, '-c', code],
+    env=_worker_env(1),
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
   assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -195,26 +243,32 @@ def test_importing_main_leaves_jax_uninitialised():
 def test_cross_process_hscl_gradient_equals_single_process(tmp_path):
   """2 processes x 2 devices == 1 process x 4 devices == unsharded, loss and gradient."""
   multi, (single,) = run_concurrently(
-      dict(task='grad', out_dir=tmp_path / 'multi', num_processes=2, devices_per_process=2,
-           args={}),
-      dict(task='grad', out_dir=tmp_path / 'single', num_processes=1, devices_per_process=4,
-           args={}))
+    dict(task='grad', out_dir=tmp_path / 'multi', num_processes=2, devices_per_process=2, args={}),
+    dict(task='grad', out_dir=tmp_path / 'single', num_processes=1, devices_per_process=4, args={}),
+  )
   for result in multi:
     assert int(result['process_count']) == 2 and int(result['device_count']) == 4
   assert int(single['process_count']) == 1 and int(single['device_count']) == 4
   info = ('process_count', 'process_index', 'device_count', 'local_device_count')
   # Both processes hold the same (replicated) values, equal to one process's.
   _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=info)
-  _assert_same(multi[0], single, rtol=1e-5, atol=1e-6,
-               skip=info + ('loss_unsharded', 'grad_unsharded'))
+  _assert_same(
+    multi[0], single, rtol=1e-5, atol=1e-6, skip=info + ('loss_unsharded', 'grad_unsharded')
+  )
   np.testing.assert_allclose(single['loss'], single['loss_unsharded'], rtol=1e-5)
   np.testing.assert_allclose(single['grad'], single['grad_unsharded'], rtol=1e-4, atol=1e-6)
   assert np.abs(single['grad']).max() > 1e-3  # a real gradient, not zeros
 
 
 TRAIN_ARGS = {'num_epochs': 2, 'steps_per_epoch_limit': 2, 'batch_size': 16}
-TRAIN_INFO = ('process_count', 'process_index', 'device_count', 'local_device_count',
-              'knn_top1', 'resumed_from')
+TRAIN_INFO = (
+  'process_count',
+  'process_index',
+  'device_count',
+  'local_device_count',
+  'knn_top1',
+  'resumed_from',
+)
 
 
 def test_two_processes_train_like_one_and_resume_with_one(tmp_path):
@@ -224,10 +278,21 @@ def test_two_processes_train_like_one_and_resume_with_one(tmp_path):
   args = dict(TRAIN_ARGS, compilation_cache=str(tmp_path / 'jax_cache'))
   multi_workdir = tmp_path / 'multi_workdir'
   multi, (single,) = run_concurrently(
-      dict(task='train', out_dir=tmp_path / 'multi', num_processes=2, devices_per_process=2,
-           args=dict(args, workdir=str(multi_workdir))),
-      dict(task='train', out_dir=tmp_path / 'single', num_processes=1, devices_per_process=4,
-           args=dict(args, workdir=str(tmp_path / 'single_workdir'))))
+    dict(
+      task='train',
+      out_dir=tmp_path / 'multi',
+      num_processes=2,
+      devices_per_process=2,
+      args=dict(args, workdir=str(multi_workdir)),
+    ),
+    dict(
+      task='train',
+      out_dir=tmp_path / 'single',
+      num_processes=1,
+      devices_per_process=4,
+      args=dict(args, workdir=str(tmp_path / 'single_workdir')),
+    ),
+  )
   for result in multi:
     assert int(result['process_count']) == 2 and int(result['device_count']) == 4
   _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=('process_index',))
@@ -236,8 +301,7 @@ def test_two_processes_train_like_one_and_resume_with_one(tmp_path):
   np.testing.assert_allclose(multi[0]['knn_top1'], single['knn_top1'], atol=2e-3)
   assert int(multi[0]['step']) == TRAIN_ARGS['num_epochs'] * TRAIN_ARGS['steps_per_epoch_limit']
   # One collective checkpoint per epoch, and only process 0 wrote the metrics.
-  steps = sorted(int(p.name) for p in (multi_workdir / 'checkpoints').iterdir()
-                 if p.name.isdigit())
+  steps = sorted(int(p.name) for p in (multi_workdir / 'checkpoints').iterdir() if p.name.isdigit())
   assert steps == [2, 4]
   records = (multi_workdir / 'metrics.jsonl').read_text().splitlines()
   assert [json.loads(r)['epoch'] for r in records] == [1, 2]
@@ -247,9 +311,15 @@ def test_two_processes_train_like_one_and_resume_with_one(tmp_path):
   shutil.copytree(multi_workdir, resumed)
   shutil.rmtree(resumed / 'checkpoints' / '4')
   (resumed / 'metrics.jsonl').write_text(records[0] + '\n')
-  (result,), = run_concurrently(
-      dict(task='train', out_dir=tmp_path / 'resumed', num_processes=1, devices_per_process=4,
-           args=dict(args, workdir=str(resumed))))
+  ((result,),) = run_concurrently(
+    dict(
+      task='train',
+      out_dir=tmp_path / 'resumed',
+      num_processes=1,
+      devices_per_process=4,
+      args=dict(args, workdir=str(resumed)),
+    )
+  )
   assert int(result['resumed_from']) == 2
   _assert_same(result, single, rtol=1e-4, atol=1e-5, skip=TRAIN_INFO)
 
@@ -264,8 +334,12 @@ def _local_value(x) -> np.ndarray:
 
 
 def _process_info(jax) -> dict:
-  return {'process_count': jax.process_count(), 'process_index': jax.process_index(),
-          'device_count': jax.device_count(), 'local_device_count': jax.local_device_count()}
+  return {
+    'process_count': jax.process_count(),
+    'process_index': jax.process_index(),
+    'device_count': jax.device_count(),
+    'local_device_count': jax.local_device_count(),
+  }
 
 
 def _grad_worker(spec) -> dict:
@@ -275,8 +349,7 @@ def _grad_worker(spec) -> dict:
 
   from hscl_jax import losses
 
-  mesh = jax.make_mesh((jax.device_count(),), ('data',),
-                       axis_types=(jax.sharding.AxisType.Auto,))
+  mesh = jax.make_mesh((jax.device_count(),), ('data',), axis_types=(jax.sharding.AxisType.Auto,))
   rng = np.random.default_rng(0)
   batch, d_in, d_out = 16, 12, 8
   x = rng.standard_normal((batch, 2, d_in)).astype(np.float32)
@@ -291,15 +364,17 @@ def _grad_worker(spec) -> dict:
   def per_device(w, x, labels):
     return jax.value_and_grad(loss_fn)(w, x, labels, 'data')
 
-  step = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P('data'), P('data')),
-                               out_specs=(P(), P())))
+  step = jax.jit(
+    jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P('data'), P('data')), out_specs=(P(), P()))
+  )
 
   def global_array(value, spec):
     sharding = NamedSharding(mesh, spec)
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
-  loss, grad = step(global_array(w, P()), global_array(x, P('data')),
-                    global_array(labels, P('data')))
+  loss, grad = step(
+    global_array(w, P()), global_array(x, P('data')), global_array(labels, P('data'))
+  )
   out = {'loss': _local_value(loss), 'grad': _local_value(grad)}
   if jax.process_count() == 1:
     loss_u, grad_u = jax.jit(jax.value_and_grad(loss_fn), static_argnums=3)(w, x, labels, None)
@@ -328,11 +403,16 @@ def _train_worker(spec) -> dict:
   config.checkpoint_every_epochs = 1
   config.log_every_steps = 1
   ckpt_dir = pathlib.Path(spec['workdir']) / 'checkpoints'
-  existing = [int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit()] if ckpt_dir.exists() else []
+  existing = (
+    [int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit()] if ckpt_dir.exists() else []
+  )
   result = train.train_and_evaluate(config, spec['workdir'])
-  out = {'/'.join(str(getattr(k, 'key', k)) for k in path): _local_value(leaf)
-         for path, leaf in jax.tree_util.tree_leaves_with_path(
-             {'params': result.state.params, 'batch_stats': result.state.batch_stats})}
+  out = {
+    '/'.join(str(getattr(k, 'key', k)) for k in path): _local_value(leaf)
+    for path, leaf in jax.tree_util.tree_leaves_with_path(
+      {'params': result.state.params, 'batch_stats': result.state.batch_stats}
+    )
+  }
   out['step'] = _local_value(result.state.step)
   out['knn_top1'] = np.float64(result.last_record['knn_top1'])
   out['resumed_from'] = max(existing, default=0)
@@ -343,9 +423,14 @@ def _worker_main(spec: dict) -> None:
   from hscl_jax import distributed
 
   # Before any other JAX call: joins the other processes (gloo collectives on CPU).
-  distributed.initialize(spec['coordinator_address'], spec['num_processes'],
-                         spec['process_id'], initialization_timeout=60)
+  distributed.initialize(
+    spec['coordinator_address'],
+    spec['num_processes'],
+    spec['process_id'],
+    initialization_timeout=60,
+  )
   import jax
+
   out = {'grad': _grad_worker, 'train': _train_worker}[spec['task']](spec)
   out.update(_process_info(jax))
   np.savez(spec['out'], **out)

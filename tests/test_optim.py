@@ -1,4 +1,5 @@
 """Optimizers: the paper's Adam (coupled L2) against an independent NumPy reference."""
+
 from __future__ import annotations
 
 import jax
@@ -10,8 +11,9 @@ import pytest
 from hscl_jax import optim
 
 
-def torch_adam_reference(params, grads, *, lr, weight_decay, b1=0.9, b2=0.999, eps=1e-8,
-                         decay_mask=None):
+def torch_adam_reference(
+  params, grads, *, lr, weight_decay, b1=0.9, b2=0.999, eps=1e-8, decay_mask=None
+):
   """torch.optim.Adam(weight_decay=...) in float64: L2 added to the gradient, then Adam."""
   params = {k: np.asarray(v, np.float64) for k, v in params.items()}
   m = {k: np.zeros_like(v) for k, v in params.items()}
@@ -38,10 +40,14 @@ def _run(optimizer, params, grads):
 
 def _problem():
   rng = np.random.default_rng(0)
-  params = {'kernel': jnp.asarray(rng.normal(size=(3, 4)), jnp.float32),
-            'bias': jnp.asarray(rng.normal(size=(4,)), jnp.float32)}
-  grads = [{k: jnp.asarray(rng.normal(size=p.shape), jnp.float32) for k, p in params.items()}
-           for _ in range(3)]
+  params = {
+    'kernel': jnp.asarray(rng.normal(size=(3, 4)), jnp.float32),
+    'bias': jnp.asarray(rng.normal(size=(4,)), jnp.float32),
+  }
+  grads = [
+    {k: jnp.asarray(rng.normal(size=p.shape), jnp.float32) for k, p in params.items()}
+    for _ in range(3)
+  ]
   return params, grads
 
 
@@ -57,16 +63,27 @@ def test_adam_coupled_l2_is_torch_adam_with_weight_decay():
 
 
 def _config(name, exclude_rank1):
-  return ml_collections.ConfigDict(dict(
-      name=name, weight_decay=0.1, b1=0.9, b2=0.999, eps=1e-8, momentum=0.9, nesterov=False,
-      trust_coefficient=0.001, exclude_rank1_from_decay=exclude_rank1))
+  return ml_collections.ConfigDict(
+    dict(
+      name=name,
+      weight_decay=0.1,
+      b1=0.9,
+      b2=0.999,
+      eps=1e-8,
+      momentum=0.9,
+      nesterov=False,
+      trust_coefficient=0.001,
+      exclude_rank1_from_decay=exclude_rank1,
+    )
+  )
 
 
 @pytest.mark.parametrize('exclude_rank1', [False, True])
 def test_create_optimizer_adam_and_the_rank1_mask(exclude_rank1):
   params, grads = _problem()
   got = _run(optim.create_optimizer(_config('adam', exclude_rank1), 1e-2), params, grads)
-  want = torch_adam_reference(params, grads, lr=1e-2, weight_decay=0.1,
-                              decay_mask={'kernel': True, 'bias': not exclude_rank1})
+  want = torch_adam_reference(
+    params, grads, lr=1e-2, weight_decay=0.1, decay_mask={'kernel': True, 'bias': not exclude_rank1}
+  )
   for k in params:
     np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)

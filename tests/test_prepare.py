@@ -2,6 +2,7 @@
 
 (The offline end-to-end preparation with TensorFlow is tests/test_prepare_offline.py.)
 """
+
 from __future__ import annotations
 
 import pytest

@@ -5,6 +5,7 @@ training then reads without TensorFlow.
 Needs the [prepare] extra (TensorFlow); skipped, saying so, without it. The only thing
 faked is the archive's registered checksum (ours is a small archive, not the official one).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,16 +27,16 @@ from hscl_jax import metrics  # noqa: E402
 from hscl_jax import train  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec('tensorflow') is None,
-    reason="TensorFlow is not installed (pip install -e '.[prepare]'): offline prepare not run")
+  importlib.util.find_spec('tensorflow') is None,
+  reason="TensorFlow is not installed (pip install -e '.[prepare]'): offline prepare not run",
+)
 
 TRAIN_FILES = [f'data_batch_{i}.bin' for i in range(1, 6)]
 PER_FILE = 4  # images per batch file: 20 train, 4 test
-CLASSES = ['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship',
-           'truck']
+CLASSES = ['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck']
 
 # Runs in a subprocess, so this test process never imports TensorFlow.
-PREPARE = '''
+PREPARE = """
 import dataclasses, sys
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import checksums
@@ -44,7 +45,7 @@ archive, data_dir, manual_dir = sys.argv[1:]
 url = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
 tfds.builder_cls('cifar10').url_infos = {url: checksums.compute_url_info(archive)}
 prepare.main(['--dataset=cifar10', '--data_dir=' + data_dir, '--manual_dir=' + manual_dir])
-'''
+"""
 
 
 def _images_and_labels(file_index):
@@ -56,8 +57,9 @@ def _images_and_labels(file_index):
 
 def _binary_batch(images, labels):
   """CIFAR-10's binary records: a label byte, then the R, G and B planes (row-major)."""
-  return b''.join(bytes([label]) + image.transpose(2, 0, 1).tobytes()
-                  for image, label in zip(images, labels))
+  return b''.join(
+    bytes([label]) + image.transpose(2, 0, 1).tobytes() for image, label in zip(images, labels)
+  )
 
 
 def write_archive(path):
@@ -71,8 +73,10 @@ def write_archive(path):
       info.size = len(content)
       archive.addfile(info, io.BytesIO(content))
   train_arrays = [files[name] for name in TRAIN_FILES]
-  return {'train': tuple(np.concatenate(a) for a in zip(*train_arrays)),
-          'test': files['test_batch.bin']}
+  return {
+    'train': tuple(np.concatenate(a) for a in zip(*train_arrays)),
+    'test': files['test_batch.bin'],
+  }
 
 
 def test_prepare_cifar10_offline_then_train_without_tensorflow(tmp_path):
@@ -80,8 +84,19 @@ def test_prepare_cifar10_offline_then_train_without_tensorflow(tmp_path):
   manual_dir.mkdir()
   expected = write_archive(manual_dir / 'cifar-10-binary.tar.gz')
   result = subprocess.run(
-      [sys.executable, '-c', PREPARE, str(manual_dir / 'cifar-10-binary.tar.gz'), str(data_dir),
-       str(manual_dir)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    [
+      sys.executable,
+      '-c',
+      PREPARE,
+      str(manual_dir / 'cifar-10-binary.tar.gz'),
+      str(data_dir),
+      str(manual_dir),
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    cwd=REPO,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   assert "cifar10 is ready (array_record), split sizes: {'train': 20, 'test': 4}" in result.stdout
 

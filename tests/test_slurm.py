@@ -16,6 +16,7 @@ through XLA_FLAGS in the submitting environment) and a short digits run:
 Skipped, with the reason, where SLURM is not installed. Everything this file starts is
 stopped at the end (jobs cancelled, daemons stopped, reference process killed).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,18 +38,27 @@ SBATCH_SCRIPT = REPO / 'launch' / 'slurm_gpu.sbatch'
 PROGRAMS = ('munged', 'mungekey', 'slurmctld', 'slurmd', 'sbatch', 'scontrol', 'scancel')
 MISSING = [p for p in PROGRAMS if shutil.which(p) is None]
 pytestmark = pytest.mark.skipif(
-    bool(MISSING), reason=f'SLURM is not installed ({", ".join(MISSING)} not found; '
-    'apt-get install slurm-wlm munge): launch/slurm_gpu.sbatch is not run')
+  bool(MISSING),
+  reason=f'SLURM is not installed ({", ".join(MISSING)} not found; '
+  'apt-get install slurm-wlm munge): launch/slurm_gpu.sbatch is not run',
+)
 
 TIMEOUT_SECONDS = 420  # per job; ~40 s each on a quiet 2-core machine
 EPOCHS, STEPS_PER_EPOCH = 3, 8
 # SGD at a small learning rate: Adam's first steps (~lr*sign(g)) or a large SGD step would
 # amplify summation-order noise over the run (~1e-3 after 24 steps at lr 0.1 vs 1e-7 here).
-OVERRIDES = [f'--config.num_epochs={EPOCHS}', f'--config.steps_per_epoch_limit={STEPS_PER_EPOCH}',
-             '--config.batch_size=32', '--config.optimizer.name=sgd',
-             '--config.optimizer.learning_rate=0.02', '--config.optimizer.warmup_epochs=0',
-             f'--config.knn.every_epochs={EPOCHS}', '--config.knn.batch_size=256',
-             '--config.checkpoint_every_epochs=1', '--config.log_every_steps=1']
+OVERRIDES = [
+  f'--config.num_epochs={EPOCHS}',
+  f'--config.steps_per_epoch_limit={STEPS_PER_EPOCH}',
+  '--config.batch_size=32',
+  '--config.optimizer.name=sgd',
+  '--config.optimizer.learning_rate=0.02',
+  '--config.optimizer.warmup_epochs=0',
+  f'--config.knn.every_epochs={EPOCHS}',
+  '--config.knn.batch_size=256',
+  '--config.checkpoint_every_epochs=1',
+  '--config.log_every_steps=1',
+]
 SBATCH_OPTIONS = ['--ntasks=2', '--cpus-per-task=1', '--gpus-per-node=0', '--time=15']
 TIMING_FIELDS = ('epoch_time', 'images_per_second', 'samples_per_second', 'knn_time')
 
@@ -71,32 +81,47 @@ def _free_port_pair() -> int:
 def _env(devices: int | None = None, **extra: str) -> dict[str, str]:
   """This environment as a plain shell's (even inside a SLURM job), on CPU, with `devices`
   fake devices per process and the compilation cache shared by this file's runs."""
-  env = {k: v for k, v in os.environ.items()
-         if not k.startswith(('SLURM_', 'SBATCH_', 'SRUN_', 'TPU_', 'JAX_COORDINATOR'))}
-  flags = [f for f in env.get('XLA_FLAGS', '').split()
-           if not f.startswith('--xla_force_host_platform_device_count')]
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if not k.startswith(('SLURM_', 'SBATCH_', 'SRUN_', 'TPU_', 'JAX_COORDINATOR'))
+  }
+  flags = [
+    f
+    for f in env.get('XLA_FLAGS', '').split()
+    if not f.startswith('--xla_force_host_platform_device_count')
+  ]
   if devices:
     flags.append(f'--xla_force_host_platform_device_count={devices}')
-  env.update(XLA_FLAGS=' '.join(flags), JAX_PLATFORMS='cpu',
-             PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep),
-             **extra)
+  env.update(
+    XLA_FLAGS=' '.join(flags),
+    JAX_PLATFORMS='cpu',
+    PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep),
+    **extra,
+  )
   return env
 
 
 def _cached(cache: pathlib.Path) -> dict[str, str]:
-  return {'JAX_COMPILATION_CACHE_DIR': str(cache),
-          'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
+  return {
+    'JAX_COMPILATION_CACHE_DIR': str(cache),
+    'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
+  }
 
 
 class Cluster:
   def __init__(self, root: pathlib.Path):
-    self.env = {**_env(), 'HSCL_SLURM_DIR': str(root / 'slurm'),
-                'HSCL_SLURM_PORT': str(_free_port_pair()),
-                'SLURM_CONF': str(root / 'slurm' / 'slurm.conf')}
+    self.env = {
+      **_env(),
+      'HSCL_SLURM_DIR': str(root / 'slurm'),
+      'HSCL_SLURM_PORT': str(_free_port_pair()),
+      'SLURM_CONF': str(root / 'slurm' / 'slurm.conf'),
+    }
 
   def run(self, *args: str, check: bool = True, timeout: float = 120) -> str:
-    done = subprocess.run(args, env=self.env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    done = subprocess.run(
+      args, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+    )
     if check and done.returncode:
       pytest.fail(f'{" ".join(args)} exited with {done.returncode}:\n{done.stdout}{done.stderr}')
     return done.stdout
@@ -126,21 +151,43 @@ def _log_tail(path: pathlib.Path, lines: int = 40) -> str:
   return '\n'.join([line for line in text if '[Gloo]' not in line][-lines:])
 
 
-def _submit(cluster: Cluster, workdir: pathlib.Path, cache: pathlib.Path) -> tuple[str, pathlib.Path]:
+def _submit(
+  cluster: Cluster, workdir: pathlib.Path, cache: pathlib.Path
+) -> tuple[str, pathlib.Path]:
   """sbatch as a user would, from the repository root; returns (job id, job log)."""
   log = workdir.parent / f'{workdir.name}-%j.out'
   env = _env(2, PYTHON=sys.executable, SLURM_CONF=cluster.env['SLURM_CONF'], **_cached(cache))
   done = subprocess.run(
-      ['sbatch', '--parsable', *SBATCH_OPTIONS, f'--output={log}', str(SBATCH_SCRIPT),
-       'configs/digits.py', str(workdir), *OVERRIDES],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+    [
+      'sbatch',
+      '--parsable',
+      *SBATCH_OPTIONS,
+      f'--output={log}',
+      str(SBATCH_SCRIPT),
+      'configs/digits.py',
+      str(workdir),
+      *OVERRIDES,
+    ],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=60,
+    check=False,
+  )
   assert done.returncode == 0, done.stderr
   job_id = done.stdout.strip().split(';')[0]
   return job_id, pathlib.Path(str(log).replace('%j', job_id))
 
 
-def _wait_for(cluster: Cluster, job_id: str, log: pathlib.Path, done, what: str,
-              timeout: float = TIMEOUT_SECONDS) -> dict[str, str]:
+def _wait_for(
+  cluster: Cluster,
+  job_id: str,
+  log: pathlib.Path,
+  done,
+  what: str,
+  timeout: float = TIMEOUT_SECONDS,
+) -> dict[str, str]:
   deadline = time.monotonic() + timeout
   while time.monotonic() < deadline:
     job = cluster.job(job_id)
@@ -150,8 +197,10 @@ def _wait_for(cluster: Cluster, job_id: str, log: pathlib.Path, done, what: str,
       break
     time.sleep(1)
   cluster.run('scancel', job_id, check=False)
-  pytest.fail(f'job {job_id}: {what} did not happen (JobState={job["JobState"]}, '
-              f'ExitCode={job.get("ExitCode")}):\n{_log_tail(log)}')
+  pytest.fail(
+    f'job {job_id}: {what} did not happen (JobState={job["JobState"]}, '
+    f'ExitCode={job.get("ExitCode")}):\n{_log_tail(log)}'
+  )
 
 
 def _finished(job: dict[str, str]) -> bool:
@@ -176,8 +225,9 @@ def _assert_same_metrics(actual: list[dict], expected: list[dict]) -> None:
     for name in sorted(set(want) - set(TIMING_FIELDS)):
       # One test image's kNN vote may flip on a summation-order difference.
       atol = 2e-3 if name == 'knn_top1' else 1e-5
-      np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=atol,
-                                 err_msg=f'step {want["step"]}: {name}')
+      np.testing.assert_allclose(
+        got[name], want[name], rtol=1e-4, atol=atol, err_msg=f'step {want["step"]}: {name}'
+      )
 
 
 def _assert_one_two_process_run(log_text: str, workdir: pathlib.Path) -> None:
@@ -198,30 +248,51 @@ def runs(cluster, tmp_path_factory):
   plain_id, plain_log = _submit(cluster, root / 'plain', cache)
   with open(root / 'reference.log', 'w') as reference_log:
     reference = subprocess.Popen(
-        [sys.executable, '-m', 'hscl_jax.main', '--config=configs/digits.py',
-         f'--workdir={root / "reference"}', *OVERRIDES],
-        cwd=REPO, stdout=reference_log, stderr=subprocess.STDOUT,
-        env=_env(4, **_cached(cache)))
+      [
+        sys.executable,
+        '-m',
+        'hscl_jax.main',
+        '--config=configs/digits.py',
+        f'--workdir={root / "reference"}',
+        *OVERRIDES,
+      ],
+      cwd=REPO,
+      stdout=reference_log,
+      stderr=subprocess.STDOUT,
+      env=_env(4, **_cached(cache)),
+    )
   try:
     # The second job starts once the first has compiled its programs (into `cache`): less
     # work for the 2 cores than compiling them twice at once.
-    _wait_for(cluster, plain_id, plain_log, lambda job: _epochs_done(root / 'plain') >= 1,
-              'epoch 1')
+    _wait_for(
+      cluster, plain_id, plain_log, lambda job: _epochs_done(root / 'plain') >= 1, 'epoch 1'
+    )
     requeued_id, requeued_log = _submit(cluster, root / 'requeued', cache)
     # Once the first epoch's checkpoint is written, the signal SLURM sends before the time
     # limit (--signal=B:USR1@180: to the batch shell only).
-    _wait_for(cluster, requeued_id, requeued_log,
-              lambda job: _epochs_done(root / 'requeued') >= 1, 'epoch 1')
+    _wait_for(
+      cluster,
+      requeued_id,
+      requeued_log,
+      lambda job: _epochs_done(root / 'requeued') >= 1,
+      'epoch 1',
+    )
     cluster.run('scancel', '--batch', '--signal=USR1', requeued_id)
     # Restarts counts from the request; the job is requeued once its tasks have ended.
-    _wait_for(cluster, requeued_id, requeued_log,
-              lambda job: (int(job['Restarts']) >= 1 and job['JobState'] == 'PENDING')
-              or _finished(job), 'requeue')
+    _wait_for(
+      cluster,
+      requeued_id,
+      requeued_log,
+      lambda job: (int(job['Restarts']) >= 1 and job['JobState'] == 'PENDING') or _finished(job),
+      'requeue',
+    )
     # SLURM holds a requeued job back (BeginTime, ~2 min); a user may shorten that, but not
     # to the second of the requeue: slurmd then refuses the launch (credential revoked).
     cluster.run('scontrol', 'update', f'JobId={requeued_id}', 'StartTime=now+5', check=False)
-    jobs = {'plain': _wait_for(cluster, plain_id, plain_log, _finished, 'completion'),
-            'requeued': _wait_for(cluster, requeued_id, requeued_log, _finished, 'completion')}
+    jobs = {
+      'plain': _wait_for(cluster, plain_id, plain_log, _finished, 'completion'),
+      'requeued': _wait_for(cluster, requeued_id, requeued_log, _finished, 'completion'),
+    }
     code = reference.wait(timeout=TIMEOUT_SECONDS)
     assert code == 0, _log_tail(root / 'reference.log')
   finally:

@@ -1,4 +1,5 @@
 """A resumed run is the run that was started: config changes are refused, listed, with the fix."""
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,14 @@ def test_changes_that_alter_the_run_are_refused_with_the_fix(tmp_path):
   with pytest.raises(stored_config.ConfigChangedError) as error:
     stored_config.check_unchanged(str(tmp_path), changed)
   message = str(error.value)
-  assert ('augment.crop_scale: [0.3, 1.0] -> [0.5, 1.0]; batch_size: 256 -> 128; '
-          'method: "hscl" -> "ucl"') in message
-  assert message.endswith('Fix: use a new --workdir, or, to change it deliberately (e.g. more '
-                          'epochs), add --allow_config_change=augment.crop_scale,batch_size,method')
-  stored_config.check_unchanged(str(tmp_path), changed,
-                                allowed=('augment', 'batch_size', 'method'))
+  assert (
+    'augment.crop_scale: [0.3, 1.0] -> [0.5, 1.0]; batch_size: 256 -> 128; method: "hscl" -> "ucl"'
+  ) in message
+  assert message.endswith(
+    'Fix: use a new --workdir, or, to change it deliberately (e.g. more '
+    'epochs), add --allow_config_change=augment.crop_scale,batch_size,method'
+  )
+  stored_config.check_unchanged(str(tmp_path), changed, allowed=('augment', 'batch_size', 'method'))
 
 
 def test_logging_and_evaluation_fields_may_change(tmp_path):

@@ -4,6 +4,7 @@ Every run uses the small CNN on 8x8 digits with a few steps. The tests share one
 persistent compilation cache, so a configuration compiled once (e.g. the uninterrupted
 run) is reused by the runs that must reproduce it.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,15 +41,28 @@ from hscl_jax import schema  # noqa: E402
 from hscl_jax import stored_config  # noqa: E402
 from hscl_jax import train  # noqa: E402
 
-EPOCH_KEYS = ('epoch', 'step', 'train_loss', 'knn_top1', 'assumption1_fraction',
-              'images_per_second', 'learning_rate', 'epoch_time', 'loss_ucl', 'loss_hucl',
-              'loss_scl', 'loss_hscl')
+EPOCH_KEYS = (
+  'epoch',
+  'step',
+  'train_loss',
+  'knn_top1',
+  'assumption1_fraction',
+  'images_per_second',
+  'learning_rate',
+  'epoch_time',
+  'loss_ucl',
+  'loss_hucl',
+  'loss_scl',
+  'loss_hscl',
+)
 
 
 @pytest.fixture(scope='module', autouse=True)
 def compilation_cache_dir(tmp_path_factory):
-  previous = (jax.config.jax_compilation_cache_dir,
-              jax.config.jax_persistent_cache_min_compile_time_secs)
+  previous = (
+    jax.config.jax_compilation_cache_dir,
+    jax.config.jax_persistent_cache_min_compile_time_secs,
+  )
   jax.config.update('jax_compilation_cache_dir', str(tmp_path_factory.mktemp('jax_cache')))
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   compilation_cache.reset_cache()
@@ -92,8 +106,7 @@ def _checkpoint_steps(workdir):
 def _three_steps(config, num_devices, batch):
   mesh = parallel.make_mesh(jax.devices()[:num_devices])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=3,
-                                                 total_steps=3)
+  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=3, total_steps=3)
   optimizer = optim.create_optimizer(config.optimizer, schedule)
   params = augment.AugmentParams.from_config(config.augment)
   state = train.create_train_state(config, model, optimizer, params.image_size, mesh)
@@ -118,8 +131,10 @@ def test_four_devices_match_one_device():
   config.optimizer.name, config.optimizer.learning_rate = 'sgd', 0.5
   config.optimizer.momentum = 0.0
   rng = np.random.default_rng(0)
-  batch = {'image': rng.integers(0, 256, (16, 2, 8, 8, 3), dtype=np.uint8),
-           'label': rng.integers(0, 3, (16,), dtype=np.int32)}  # repeated labels: SCL positives
+  batch = {
+    'image': rng.integers(0, 256, (16, 2, 8, 8, 3), dtype=np.uint8),
+    'label': rng.integers(0, 3, (16,), dtype=np.int32),
+  }  # repeated labels: SCL positives
 
   four, four_losses = _three_steps(config, 4, batch)
   one, one_losses = _three_steps(config, 1, batch)
@@ -177,8 +192,11 @@ def _deterministic(records):
 
 
 def _deterministic_events(workdir):
-  return {tag: steps for tag, steps in tensorboard_events.scalars(workdir / 'tensorboard').items()
-          if tag not in TIMING_KEYS}
+  return {
+    tag: steps
+    for tag, steps in tensorboard_events.scalars(workdir / 'tensorboard').items()
+    if tag not in TIMING_KEYS
+  }
 
 
 def _sigterm_at(patch, phase, step=None):
@@ -229,14 +247,19 @@ def _sigterm_at(patch, phase, step=None):
   return fired
 
 
-@pytest.mark.parametrize('interruptions', [
+@pytest.mark.parametrize(
+  'interruptions',
+  [
     # last step of epoch 1, its kNN, its record, then mid-epoch 2
     [('step', 3), ('knn',), ('record',), ('step', 4)],
     # epoch 1's checkpoint write, the last step of the run, the last kNN
     [('checkpoint',), ('step', 6), ('knn',)],
-], ids=['epoch-end-phases', 'checkpoint-and-last-epoch'])
+  ],
+  ids=['epoch-end-phases', 'checkpoint-and-last-epoch'],
+)
 def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
-    uninterrupted, tmp_path, monkeypatch, interruptions):
+  uninterrupted, tmp_path, monkeypatch, interruptions
+):
   """Whatever phase a SIGTERM lands in, the run stops (exit 143 from main) and the resumed
   run's metrics.jsonl and TensorBoard scalars equal an uninterrupted run's, row for row."""
   reference_dir, reference = uninterrupted
@@ -272,8 +295,10 @@ def test_changed_config_is_refused_unless_allowed(uninterrupted, tmp_path):
   stored = (workdir / 'config.json').read_text()
   changed = tiny_config()
   changed.batch_size, changed.method = 64, 'ucl'
-  with pytest.raises(stored_config.ConfigChangedError,
-                     match='batch_size: 32 -> 64; method: "hscl" -> "ucl".*--allow_config_change'):
+  with pytest.raises(
+    stored_config.ConfigChangedError,
+    match='batch_size: 32 -> 64; method: "hscl" -> "ucl".*--allow_config_change',
+  ):
     train.train_and_evaluate(changed, str(workdir))
   assert (workdir / 'config.json').read_text() == stored
   assert len(metrics.read_metrics(str(workdir))) == 2
@@ -291,8 +316,9 @@ def test_changed_config_is_refused_unless_allowed(uninterrupted, tmp_path):
 
 # Orbax leaves the coroutines of the failed read unawaited; that noise is not ours.
 @pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
-def test_corrupt_latest_checkpoint_falls_back_to_the_newest_good_one(uninterrupted, tmp_path,
-                                                                     caplog):
+def test_corrupt_latest_checkpoint_falls_back_to_the_newest_good_one(
+  uninterrupted, tmp_path, caplog
+):
   reference_dir, reference = uninterrupted
   workdir = tmp_path / 'run'
   shutil.copytree(reference_dir, workdir)
@@ -306,9 +332,11 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_newest_good_one(uninterrupt
   with caplog.at_level('WARNING'):
     step, _ = linear_eval.restore_usable_encoder(str(workdir), None, model, (8, 8, 3))
   assert step == 3 and 'step(s) [6] cannot be restored' in caplog.text
-  with pytest.raises(linear_eval.LinearEvalError,
-                     match=r'checkpoint step 6 cannot be used: .*Usable steps: \[3\]; '
-                           r'pass --checkpoint_step=3'):
+  with pytest.raises(
+    linear_eval.LinearEvalError,
+    match=r'checkpoint step 6 cannot be used: .*Usable steps: \[3\]; '
+    r'pass --checkpoint_step=3',
+  ):
     linear_eval.restore_usable_encoder(str(workdir), 6, model, (8, 8, 3))
 
   caplog.clear()
@@ -319,12 +347,14 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_newest_good_one(uninterrupt
   assert (workdir / 'checkpoints_unusable' / '6').is_dir()  # kept aside, not deleted
   assert _checkpoint_steps(workdir) == [3, 6]
   _assert_trees_equal(result.state.params, reference.state.params)
-  assert (_deterministic(metrics.read_metrics(str(workdir)))
-          == _deterministic(metrics.read_metrics(str(reference_dir))))
+  assert _deterministic(metrics.read_metrics(str(workdir))) == _deterministic(
+    metrics.read_metrics(str(reference_dir))
+  )
 
 
 def test_one_class_folder_refuses_supervised_methods(tmp_path):
   from PIL import Image
+
   for i in range(8):
     path = tmp_path / 'images' / 'only_class' / f'{i}.png'
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -332,9 +362,11 @@ def test_one_class_folder_refuses_supervised_methods(tmp_path):
   config = tiny_config()
   config.dataset, config.folder = 'image_folder', str(tmp_path / 'images')
   config.batch_size = 4  # fits the 6 training images: only the missing negatives are wrong
-  with pytest.raises(schema.ConfigError,
-                     match=r"config.method: 'hscl' takes its negatives from other classes, but "
-                           r'the image_folder training split has 1 class.*--config.method=ucl'):
+  with pytest.raises(
+    schema.ConfigError,
+    match=r"config.method: 'hscl' takes its negatives from other classes, but "
+    r'the image_folder training split has 1 class.*--config.method=ucl',
+  ):
     train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run' / 'checkpoints').exists()
 
@@ -354,9 +386,11 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
 
   monkeypatch.setattr(train, 'make_train_step', make_train_step_diverging_in_epoch_2)
   workdir = tmp_path / 'run'
-  with pytest.raises(train.NonFiniteLossError,
-                     match=r'Non-finite training loss or gradient .* in epoch 2.*last good checkpoint '
-                           r'is step 3'):
+  with pytest.raises(
+    train.NonFiniteLossError,
+    match=r'Non-finite training loss or gradient .* in epoch 2.*last good checkpoint '
+    r'is step 3',
+  ):
     train.train_and_evaluate(tiny_config(), str(workdir))
   assert _checkpoint_steps(workdir) == [3]
   assert [r['epoch'] for r in metrics.read_metrics(str(workdir))] == [1]
@@ -373,9 +407,14 @@ def _write_tfds_metadata(data_dir, name):
 
   builder = tfds.builder(name, data_dir=str(data_dir), file_format='array_record')
   builder.data_path.mkdir(parents=True, exist_ok=True)
-  builder.info.set_splits(splits_lib.SplitDict([
-      splits_lib.SplitInfo(name=split, shard_lengths=[24], num_bytes=0)
-      for split in ('train', 'test')]))
+  builder.info.set_splits(
+    splits_lib.SplitDict(
+      [
+        splits_lib.SplitInfo(name=split, shard_lengths=[24], num_bytes=0)
+        for split in ('train', 'test')
+      ]
+    )
+  )
   builder.info.write_to_directory(builder.data_path)
 
 
@@ -393,8 +432,9 @@ def test_mock_tfds_dataset_one_short_epoch(name, tmp_path):
   config.batch_size, config.num_epochs, config.steps_per_epoch_limit = 8, 1, 2
   config.knn.batch_size = 16
   _write_tfds_metadata(tmp_path / 'tfds', name)
-  with tfds.testing.mock_data(num_examples=24, policy=tfds.testing.MockPolicy.USE_FILES,
-                              data_dir=str(tmp_path / 'tfds')):
+  with tfds.testing.mock_data(
+    num_examples=24, policy=tfds.testing.MockPolicy.USE_FILES, data_dir=str(tmp_path / 'tfds')
+  ):
     result = train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert int(result.state.step) == 2
   assert _checkpoint_steps(tmp_path / 'run') == [2]
@@ -407,12 +447,18 @@ def test_mock_tfds_dataset_one_short_epoch(name, tmp_path):
 # Options: optimizers, methods, bf16; the command line.
 
 
-@pytest.mark.parametrize('method, hardening, diagnostics, logged', [
-    ('ucl', 'exp', False, ()), ('scl', 'threshold', False, ()), ('hucl', 'threshold', False,
-                                                                  ('beta',)),
-    ('hscl', 'exp', False, ('beta',)), ('hscl', 'threshold', False, ('tau',)),
-    ('ucl', 'threshold', True, ('tau',)), ('hucl', 'threshold', True, ('beta', 'tau')),
-])
+@pytest.mark.parametrize(
+  'method, hardening, diagnostics, logged',
+  [
+    ('ucl', 'exp', False, ()),
+    ('scl', 'threshold', False, ()),
+    ('hucl', 'threshold', False, ('beta',)),
+    ('hscl', 'exp', False, ('beta',)),
+    ('hscl', 'threshold', False, ('tau',)),
+    ('ucl', 'threshold', True, ('tau',)),
+    ('hucl', 'threshold', True, ('beta', 'tau')),
+  ],
+)
 def test_only_the_hyperparameters_in_use_are_logged(method, hardening, diagnostics, logged):
   config = tiny_config()
   config.method, config.hardening, config.diagnostics = method, hardening, diagnostics
@@ -434,12 +480,16 @@ def test_optimizers_take_a_step(name, exclude_rank1):
 
 
 @pytest.mark.slow  # one compilation per variant (~20 s each on 2 cores)
-@pytest.mark.parametrize('overrides', [
-    {'method': 'ucl'}, {'method': 'hucl', 'tau_plus': 0.1, 'beta_anneal_steps': 1},
+@pytest.mark.parametrize(
+  'overrides',
+  [
+    {'method': 'ucl'},
+    {'method': 'hucl', 'tau_plus': 0.1, 'beta_anneal_steps': 1},
     {'method': 'scl', 'positive_mode': 'label'},
     {'method': 'hscl', 'hardening': 'threshold', 'stop_gradient_weights': True},
     {'model.dtype': 'bfloat16', 'optimizer.name': 'lars', 'optimizer.schedule': 'cosine'},
-])
+  ],
+)
 def test_method_and_option_variants_train(overrides, tmp_path):
   config = tiny_config()
   config.num_epochs, config.knn.every_epochs = 1, 0
@@ -456,10 +506,22 @@ def test_method_and_option_variants_train(overrides, tmp_path):
 
 def _main(workdir, *flags, timeout=300):
   import subprocess
+
   return subprocess.Popen(
-      [sys.executable, '-m', 'hscl_jax.main', f'--config={REPO}/configs/digits.py',
-       f'--workdir={workdir}', *flags], cwd=REPO, stdout=subprocess.PIPE,
-      stderr=subprocess.STDOUT, text=True, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.main',
+      f'--config={REPO}/configs/digits.py',
+      f'--workdir={workdir}',
+      *flags,
+    ],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+  )
 
 
 def test_main_rejects_an_invalid_config_before_compiling(tmp_path):
@@ -473,9 +535,14 @@ def test_main_rejects_an_invalid_config_before_compiling(tmp_path):
 @pytest.mark.slow  # a separate JAX process that compiles the step (~40 s)
 def test_main_saves_on_sigterm_and_resumes(tmp_path):
   import time
+
   workdir = tmp_path / 'run'
-  flags = ('--config.num_epochs=3', '--config.steps_per_epoch_limit=2',
-           '--config.batch_size=32', '--config.checkpoint_every_epochs=1')
+  flags = (
+    '--config.num_epochs=3',
+    '--config.steps_per_epoch_limit=2',
+    '--config.batch_size=32',
+    '--config.checkpoint_every_epochs=1',
+  )
   process = _main(workdir, *flags)
   try:
     while not (workdir / 'checkpoints' / '2').exists():  # the first checkpoint
@@ -511,8 +578,10 @@ def _sgd_config(**model):
 
 def _random_batch(seed=0, size=16):
   rng = np.random.default_rng(seed)
-  return {'image': rng.integers(0, 256, (size, 2, 8, 8, 3), dtype=np.uint8),
-          'label': rng.integers(0, 3, (size,), dtype=np.int32)}
+  return {
+    'image': rng.integers(0, 256, (size, 2, 8, 8, 3), dtype=np.uint8),
+    'label': rng.integers(0, 3, (size,), dtype=np.int32),
+  }
 
 
 @pytest.mark.parametrize('num_devices', [1, 4])
@@ -549,11 +618,15 @@ def _reference_step_normalising_each_chunk(config, mesh, chunk_size):
       outputs, stats = [], state.batch_stats
       for start in range(0, local, chunk_size):
         part = slice(start, start + chunk_size)
-        views = train.augment_batch(state.rng, state.step, images[part], index[part],
-                                    augment_params)
+        views = train.augment_batch(
+          state.rng, state.step, images[part], index[part], augment_params
+        )
         (_, projections), updates = model.apply(
-            {'params': params, 'batch_stats': stats}, views.reshape((-1, 8, 8, 3)), train=True,
-            mutable=['batch_stats'])
+          {'params': params, 'batch_stats': stats},
+          views.reshape((-1, 8, 8, 3)),
+          train=True,
+          mutable=['batch_stats'],
+        )
         stats = updates['batch_stats']
         outputs.append(projections.reshape(chunk_size, 2, -1))
       z = losses.l2_normalize(jnp.concatenate(outputs))
@@ -563,8 +636,9 @@ def _reference_step_normalising_each_chunk(config, mesh, chunk_size):
     lr = config.optimizer.learning_rate
     return jax.tree.map(lambda p, g: p - lr * g, state.params, grads), stats, loss
 
-  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(parallel.AXIS), P()),
-                               out_specs=P()))
+  return jax.jit(
+    jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(parallel.AXIS), P()), out_specs=P())
+  )
 
 
 def test_chunked_step_with_batchnorm_normalises_each_chunk(num_devices=4):
@@ -573,14 +647,17 @@ def test_chunked_step_with_batchnorm_normalises_each_chunk(num_devices=4):
   config.chunk_size = 16 // num_devices // 2
   mesh = parallel.make_mesh(jax.devices()[:num_devices])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  optimizer = optim.create_optimizer(config.optimizer, optim.create_learning_rate_schedule(
-      config.optimizer, steps_per_epoch=1, total_steps=1))
+  optimizer = optim.create_optimizer(
+    config.optimizer,
+    optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1, total_steps=1),
+  )
   augment_params = augment.AugmentParams.from_config(config.augment)
   state = train.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
   batch = parallel.global_batch(_random_batch(1), mesh, ('image', 'label'))
   hyper = train.loss_hyperparameters(config, 1)
   params, stats, loss = jax.device_get(
-      _reference_step_normalising_each_chunk(config, mesh, config.chunk_size)(state, batch, hyper))
+    _reference_step_normalising_each_chunk(config, mesh, config.chunk_size)(state, batch, hyper)
+  )
   step = train.make_train_step(config, model, optimizer, augment_params, mesh)
   new_state, new_loss = jax.device_get(step(state, batch, hyper))
   np.testing.assert_allclose(new_loss, loss, rtol=1e-6)
@@ -626,15 +703,22 @@ def test_train_step_exports_for_gpu_and_tpu(chunk_size):
   config.chunk_size = chunk_size
   mesh = parallel.make_mesh()
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  optimizer = optim.create_optimizer(config.optimizer, optim.create_learning_rate_schedule(
-      config.optimizer, steps_per_epoch=1, total_steps=1))
+  optimizer = optim.create_optimizer(
+    config.optimizer,
+    optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1, total_steps=1),
+  )
   augment_params = augment.AugmentParams.from_config(config.augment)
-  state = jax.eval_shape(lambda: train.create_train_state(
-      config, model, optimizer, augment_params.image_size, mesh))
-  batch = {'image': jax.ShapeDtypeStruct((32, 2, 8, 8, 3), np.uint8),
-           'label': jax.ShapeDtypeStruct((32,), np.int32)}
-  hyper = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype),
-                       train.loss_hyperparameters(config, 1))
+  state = jax.eval_shape(
+    lambda: train.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
+  )
+  batch = {
+    'image': jax.ShapeDtypeStruct((32, 2, 8, 8, 3), np.uint8),
+    'label': jax.ShapeDtypeStruct((32,), np.int32),
+  }
+  hyper = jax.tree.map(
+    lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype),
+    train.loss_hyperparameters(config, 1),
+  )
   step = train.make_train_step(config, model, optimizer, augment_params, mesh)
   exported = jax.export.export(step, platforms=('cuda', 'tpu'))(state, batch, hyper)
   assert exported.platforms == ('cuda', 'tpu') and exported.nr_devices == 4

@@ -1,4 +1,5 @@
 """One run per workdir: a live holder refuses a second run by name; a dead one is taken over."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import pytest
 
 from hscl_jax import workdir_lock
 
-HOLD = '''
+HOLD = """
 import sys, time
 from hscl_jax import workdir_lock
 lock = workdir_lock.WorkdirLock(sys.argv[1])
@@ -21,12 +22,16 @@ lock.acquire()
 print('held', flush=True)
 sys.stdin.readline()
 lock.release()
-'''
+"""
 
 
 def _holder(workdir):
-  process = subprocess.Popen([sys.executable, '-c', HOLD, str(workdir)], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True)
+  process = subprocess.Popen(
+    [sys.executable, '-c', HOLD, str(workdir)],
+    stdin=subprocess.PIPE,
+    stdout=subprocess.PIPE,
+    text=True,
+  )
   assert process.stdout.readline().strip() == 'held'
   return process
 
@@ -39,9 +44,10 @@ def test_live_holder_refuses_within_seconds_naming_host_and_pid(tmp_path):
   holder = _holder(tmp_path)
   try:
     start = time.monotonic()
-    with pytest.raises(workdir_lock.WorkdirBusyError,
-                       match=f'in use by another run \\(host {socket.gethostname()}, '
-                             f'pid {holder.pid}\\).*Fix: '):
+    with pytest.raises(
+      workdir_lock.WorkdirBusyError,
+      match=f'in use by another run \\(host {socket.gethostname()}, pid {holder.pid}\\).*Fix: ',
+    ):
       workdir_lock.WorkdirLock(str(tmp_path)).acquire()
     assert time.monotonic() - start < 5
   finally:

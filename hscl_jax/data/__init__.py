@@ -2,6 +2,7 @@
 
 Augmentations run on the accelerator and live in :mod:`hscl_jax.augment`.
 """
+
 from __future__ import annotations
 
 from hscl_jax.data.arrays import ArraySource
@@ -23,8 +24,21 @@ from hscl_jax.data.tfds_sources import TFDS_DATASETS
 from hscl_jax.data.tfds_sources import TfdsSource
 
 __all__ = [
-    'ArraySource', 'DATASETS', 'DatasetInfo', 'DatasetNotPreparedError', 'EvalLoader',
-    'ImageFolderError', 'ImageFolderSource', 'POSITIVE_MODES', 'SPLITS', 'TFDS_DATASETS',
-    'TfdsSource', 'TrainLoader', 'UnknownDatasetError', 'dataset_info', 'get_source',
-    'steps_per_epoch', 'stratified_split',
+  'ArraySource',
+  'DATASETS',
+  'DatasetInfo',
+  'DatasetNotPreparedError',
+  'EvalLoader',
+  'ImageFolderError',
+  'ImageFolderSource',
+  'POSITIVE_MODES',
+  'SPLITS',
+  'TFDS_DATASETS',
+  'TfdsSource',
+  'TrainLoader',
+  'UnknownDatasetError',
+  'dataset_info',
+  'get_source',
+  'steps_per_epoch',
+  'stratified_split',
 ]

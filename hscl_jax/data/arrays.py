@@ -1,4 +1,5 @@
 """In-memory sources and the seeded stratified split shared by digits and image folders."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,9 @@ class ArraySource:
     return self._labels
 
 
-def stratified_split(labels: np.ndarray, seed: int,
-                     test_fraction: float = TEST_FRACTION) -> dict[str, np.ndarray]:
+def stratified_split(
+  labels: np.ndarray, seed: int, test_fraction: float = TEST_FRACTION
+) -> dict[str, np.ndarray]:
   """Seeded per-class split; returns sorted example indices for 'train' and 'test'.
 
   Each class keeps round(test_fraction * count) examples for test, so class

@@ -1,4 +1,5 @@
 """Errors of the input pipeline, each with a message that says what to do."""
+
 from __future__ import annotations
 
 from hscl_jax.errors import UserError

@@ -8,6 +8,7 @@ Any format PIL reads is accepted; grayscale, palette and RGBA images become RGB
 ``image_size`` so that batches stack. Every file's header is read when a split is opened,
 so a file that is not an image stops the run before training, naming it.
 """
+
 from __future__ import annotations
 
 from concurrent import futures
@@ -30,15 +31,16 @@ def image_extensions() -> frozenset[str]:
 
 
 def _visible_entries(path: str) -> list[os.DirEntry]:
-  return sorted((e for e in os.scandir(path) if not e.name.startswith('.')),
-                key=lambda e: e.name)
+  return sorted((e for e in os.scandir(path) if not e.name.startswith('.')), key=lambda e: e.name)
 
 
 def _class_dirs(root: str) -> list[str]:
   classes = [e.name for e in _visible_entries(root) if e.is_dir()]
   if not classes:
-    raise ImageFolderError(f'no class sub-folders in image folder {root} '
-                           '(expected root/<class>/<image> or root/train/<class>/<image>)')
+    raise ImageFolderError(
+      f'no class sub-folders in image folder {root} '
+      '(expected root/<class>/<image> or root/train/<class>/<image>)'
+    )
   return classes
 
 
@@ -50,8 +52,11 @@ def _list_images(root: str, classes: list[str]) -> tuple[list[str], np.ndarray]:
     class_dir = os.path.join(root, name)
     if not os.path.isdir(class_dir):
       continue  # A test split may lack a class.
-    files = [e.path for e in _visible_entries(class_dir)
-             if e.is_file() and os.path.splitext(e.name)[1].lower() in extensions]
+    files = [
+      e.path
+      for e in _visible_entries(class_dir)
+      if e.is_file() and os.path.splitext(e.name)[1].lower() in extensions
+    ]
     if not files:
       raise ImageFolderError(f'class folder {class_dir} has no image files')
     paths.extend(files)
@@ -122,15 +127,15 @@ def _check_headers(paths: tuple[str, ...]) -> None:
     errors = [e for e in pool.map(_header_error, paths) if e is not None]
   if errors:
     more = f' (and {len(errors) - 1} more)' if len(errors) > 1 else ''
-    raise ImageFolderError(f'cannot read image file {errors[0]}{more}; '
-                           'remove or replace the unreadable files')
+    raise ImageFolderError(
+      f'cannot read image file {errors[0]}{more}; remove or replace the unreadable files'
+    )
 
 
 class ImageFolderSource:
   """Random-access source over one split of an image folder (images read lazily)."""
 
-  def __init__(self, root: str, split: str, *, seed: int = 0,
-               image_size: int = DEFAULT_IMAGE_SIZE):
+  def __init__(self, root: str, split: str, *, seed: int = 0, image_size: int = DEFAULT_IMAGE_SIZE):
     self.paths, self._labels, self.class_names = scan_image_folder(root, split, seed)
     if not self.paths:
       raise ImageFolderError(f"split '{split}' of image folder {root} is empty")
@@ -143,8 +148,10 @@ class ImageFolderSource:
     return len(self.paths)
 
   def __getitem__(self, index: int) -> dict:
-    return {'image': load_rgb(self.paths[index], self.image_size),
-            'label': int(self._labels[index])}
+    return {
+      'image': load_rgb(self.paths[index], self.image_size),
+      'label': int(self._labels[index]),
+    }
 
   def labels(self) -> np.ndarray:
     return self._labels

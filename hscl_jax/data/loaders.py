@@ -11,6 +11,7 @@ Index arithmetic (the whole design):
     state is one integer (the next step) and resuming from it replays exactly
     the batches an uninterrupted run would see.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,10 @@ def steps_per_epoch(num_examples: int, global_batch_size: int) -> int:
     raise ValueError(f'global_batch_size must be positive, got {global_batch_size}')
   steps = num_examples // global_batch_size
   if steps == 0:
-    raise ValueError(f'global batch size {global_batch_size} is larger than the '
-                     f'{num_examples} training examples: no full batch per epoch')
+    raise ValueError(
+      f'global batch size {global_batch_size} is larger than the '
+      f'{num_examples} training examples: no full batch per epoch'
+    )
   return steps
 
 
@@ -45,8 +48,9 @@ def epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
 
 def _local_batch_size(global_batch_size: int, shard_count: int) -> int:
   if global_batch_size % shard_count:
-    raise ValueError(f'global batch size {global_batch_size} is not divisible by the '
-                     f'{shard_count} processes')
+    raise ValueError(
+      f'global batch size {global_batch_size} is not divisible by the {shard_count} processes'
+    )
   return global_batch_size // shard_count
 
 
@@ -63,8 +67,10 @@ class SameClassPartners:
 
   def __init__(self, labels: np.ndarray, seed: int):
     if len(labels) and labels.min() < 0:
-      raise ValueError("positive_mode='label' needs labelled data; this split has "
-                       'unlabelled examples (label -1). Use the augmentation mode.')
+      raise ValueError(
+        "positive_mode='label' needs labelled data; this split has "
+        'unlabelled examples (label -1). Use the augmentation mode.'
+      )
     self._labels = labels
     self._seed = seed
     order = np.argsort(labels, kind='stable')
@@ -100,11 +106,19 @@ class TrainLoader:
     num_threads, prefetch_batches: grain reading threads and prefetch depth.
   """
 
-  def __init__(self, source, *, global_batch_size: int, seed: int,
-               positive_mode: str = 'augmentation', shard_index: int | None = None,
-               shard_count: int | None = None, num_classes: int | None = None,
-               num_threads: int = DEFAULT_NUM_THREADS,
-               prefetch_batches: int = DEFAULT_PREFETCH_BATCHES):
+  def __init__(
+    self,
+    source,
+    *,
+    global_batch_size: int,
+    seed: int,
+    positive_mode: str = 'augmentation',
+    shard_index: int | None = None,
+    shard_count: int | None = None,
+    num_classes: int | None = None,
+    num_threads: int = DEFAULT_NUM_THREADS,
+    prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
+  ):
     if positive_mode not in POSITIVE_MODES:
       raise ValueError(f"positive_mode must be one of {POSITIVE_MODES}, got '{positive_mode}'")
     if seed < 0:
@@ -123,26 +137,30 @@ class TrainLoader:
       if num_classes is not None and len(labels) and labels.max() >= num_classes:
         raise ValueError(f'label {labels.max()} is out of range for {num_classes} classes')
       self._partners = SameClassPartners(labels, seed)
-    self._read_options = grain.ReadOptions(num_threads=num_threads,
-                                           prefetch_buffer_size=prefetch_batches)
+    self._read_options = grain.ReadOptions(
+      num_threads=num_threads, prefetch_buffer_size=prefetch_batches
+    )
     self._batches = self._build_batches()
     self._step = 0
     self._iterator = None
 
   def _build_batches(self) -> grain.MapDataset:
     local_per_epoch = self.steps_per_epoch * self.local_batch_size
-    return (grain.MapDataset.range(local_per_epoch)
-            .repeat(None)
-            .map_with_index(lambda position, _: self._element(position))
-            .batch(self.local_batch_size, drop_remainder=True))
+    return (
+      grain.MapDataset.range(local_per_epoch)
+      .repeat(None)
+      .map_with_index(lambda position, _: self._element(position))
+      .batch(self.local_batch_size, drop_remainder=True)
+    )
 
   def example_index(self, position: int) -> tuple[int, int]:
     """(epoch, example index) of this process's ``position``-th training sample."""
     local_per_epoch = self.steps_per_epoch * self.local_batch_size
     epoch, within_epoch = divmod(position, local_per_epoch)
     step, offset = divmod(within_epoch, self.local_batch_size)
-    global_position = (step * self.global_batch_size
-                       + self.shard_index * self.local_batch_size + offset)
+    global_position = (
+      step * self.global_batch_size + self.shard_index * self.local_batch_size + offset
+    )
     order = epoch_permutation(self.seed, epoch, self.num_examples)
     return epoch, int(order[global_position])
 
@@ -153,9 +171,11 @@ class TrainLoader:
       second = example['image']
     else:
       second = self.source[self._partners(index, epoch)]['image']
-    return {'image': np.stack([example['image'], second]),
-            'label': np.int32(example['label']),
-            'index': np.int32(index)}
+    return {
+      'image': np.stack([example['image'], second]),
+      'label': np.int32(example['label']),
+      'index': np.int32(index),
+    }
 
   # Iterator protocol with exact resume.
 
@@ -164,7 +184,7 @@ class TrainLoader:
 
   def __next__(self) -> dict[str, np.ndarray]:
     if self._iterator is None:
-      self._iterator = iter(self._batches[self._step:].to_iter_dataset(self._read_options))
+      self._iterator = iter(self._batches[self._step :].to_iter_dataset(self._read_options))
     batch = next(self._iterator)
     self._step += 1
     return batch
@@ -188,9 +208,16 @@ class EvalLoader:
   zero images, label 0 and index -1. Every process gets ``len(loader)`` batches.
   """
 
-  def __init__(self, source, *, global_batch_size: int, shard_index: int | None = None,
-               shard_count: int | None = None, num_threads: int = DEFAULT_NUM_THREADS,
-               prefetch_batches: int = DEFAULT_PREFETCH_BATCHES):
+  def __init__(
+    self,
+    source,
+    *,
+    global_batch_size: int,
+    shard_index: int | None = None,
+    shard_count: int | None = None,
+    num_threads: int = DEFAULT_NUM_THREADS,
+    prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
+  ):
     self.shard_index, self.shard_count = _resolve_shard(shard_index, shard_count)
     self.source = source
     self.global_batch_size = global_batch_size
@@ -198,25 +225,35 @@ class EvalLoader:
     self.num_examples = len(source)
     self.num_batches = -(-self.num_examples // global_batch_size)
     self._pad_image = np.zeros(source.image_shape, np.uint8)
-    self._read_options = grain.ReadOptions(num_threads=num_threads,
-                                           prefetch_buffer_size=prefetch_batches)
-    self._batches = (grain.MapDataset.range(self.num_batches * self.local_batch_size)
-                     .map(self._element)
-                     .batch(self.local_batch_size))
+    self._read_options = grain.ReadOptions(
+      num_threads=num_threads, prefetch_buffer_size=prefetch_batches
+    )
+    self._batches = (
+      grain.MapDataset.range(self.num_batches * self.local_batch_size)
+      .map(self._element)
+      .batch(self.local_batch_size)
+    )
 
   def _element(self, position: int) -> dict[str, Any]:
     step, offset = divmod(position, self.local_batch_size)
     index = step * self.global_batch_size + self.shard_index * self.local_batch_size + offset
     if index >= self.num_examples:
-      return {'image': self._pad_image, 'label': np.int32(0), 'mask': np.bool_(False),
-              'index': np.int32(-1)}
+      return {
+        'image': self._pad_image,
+        'label': np.int32(0),
+        'mask': np.bool_(False),
+        'index': np.int32(-1),
+      }
     example = self.source[index]
-    return {'image': example['image'], 'label': np.int32(example['label']),
-            'mask': np.bool_(True), 'index': np.int32(index)}
+    return {
+      'image': example['image'],
+      'label': np.int32(example['label']),
+      'mask': np.bool_(True),
+      'index': np.int32(index),
+    }
 
   def __len__(self) -> int:
     return self.num_batches
 
   def __iter__(self):
     return iter(self._batches.to_iter_dataset(self._read_options))
-

@@ -1,4 +1,5 @@
 """Dataset registry: names -> random-access sources and their metadata."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,9 +12,9 @@ from hscl_jax.data.errors import UnknownDatasetError
 
 DATASETS = ('digits', 'cifar10', 'cifar100', 'stl10', 'image_folder')
 SPLITS = {
-    'digits': ('train', 'test'),
-    'image_folder': ('train', 'test'),
-    **{name: spec.splits for name, spec in tfds_sources.TFDS_DATASETS.items()},
+  'digits': ('train', 'test'),
+  'image_folder': ('train', 'test'),
+  **{name: spec.splits for name, spec in tfds_sources.TFDS_DATASETS.items()},
 }
 
 
@@ -33,9 +34,15 @@ def check_name(name: str) -> None:
     raise UnknownDatasetError(f"unknown dataset '{name}'; valid names: {', '.join(DATASETS)}")
 
 
-def get_source(name: str, split: str, *, data_dir: str | None = None, seed: int = 0,
-               folder: str | None = None,
-               folder_image_size: int = image_folder.DEFAULT_IMAGE_SIZE):
+def get_source(
+  name: str,
+  split: str,
+  *,
+  data_dir: str | None = None,
+  seed: int = 0,
+  folder: str | None = None,
+  folder_image_size: int = image_folder.DEFAULT_IMAGE_SIZE,
+):
   """A random-access source: ``len(source)``, ``source[i] -> {'image', 'label'}``.
 
   Sources also have ``num_classes``, ``image_shape`` and ``labels()`` (int32 [N]).
@@ -61,24 +68,39 @@ def get_source(name: str, split: str, *, data_dir: str | None = None, seed: int 
   return tfds_sources.TfdsSource(name, split, data_dir)
 
 
-def dataset_info(name: str, *, data_dir: str | None = None, seed: int = 0,
-                 folder: str | None = None,
-                 folder_image_size: int = image_folder.DEFAULT_IMAGE_SIZE) -> DatasetInfo:
+def dataset_info(
+  name: str,
+  *,
+  data_dir: str | None = None,
+  seed: int = 0,
+  folder: str | None = None,
+  folder_image_size: int = image_folder.DEFAULT_IMAGE_SIZE,
+) -> DatasetInfo:
   """Number of classes, image shape and split sizes (TFDS: from the prepared metadata)."""
   check_name(name)
   if name in tfds_sources.TFDS_DATASETS:
     builder = tfds_sources.prepared_builder(name, data_dir)
     return DatasetInfo(
-        name=name,
-        num_classes=builder.info.features['label'].num_classes,
-        image_shape=tuple(builder.info.features['image'].shape),
-        split_sizes={split: builder.info.splits[split].num_examples
-                     for split in tfds_sources.TFDS_DATASETS[name].splits
-                     if split in builder.info.splits},
-        unlabelled_splits=tfds_sources.TFDS_DATASETS[name].unlabelled_splits)
-  splits = {split: get_source(name, split, data_dir=data_dir, seed=seed, folder=folder,
-                              folder_image_size=folder_image_size)
-            for split in SPLITS[name]}
+      name=name,
+      num_classes=builder.info.features['label'].num_classes,
+      image_shape=tuple(builder.info.features['image'].shape),
+      split_sizes={
+        split: builder.info.splits[split].num_examples
+        for split in tfds_sources.TFDS_DATASETS[name].splits
+        if split in builder.info.splits
+      },
+      unlabelled_splits=tfds_sources.TFDS_DATASETS[name].unlabelled_splits,
+    )
+  splits = {
+    split: get_source(
+      name, split, data_dir=data_dir, seed=seed, folder=folder, folder_image_size=folder_image_size
+    )
+    for split in SPLITS[name]
+  }
   train = splits['train']
-  return DatasetInfo(name=name, num_classes=train.num_classes, image_shape=train.image_shape,
-                     split_sizes={split: len(source) for split, source in splits.items()})
+  return DatasetInfo(
+    name=name,
+    num_classes=train.num_classes,
+    image_shape=train.image_shape,
+    split_sizes={split: len(source) for split, source in splits.items()},
+  )

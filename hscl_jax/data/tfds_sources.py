@@ -5,6 +5,7 @@ Reading goes through ``tfds.data_source`` and needs no TensorFlow. Preparing
 Before touching anything that could start a download, we look for the
 prepared ``dataset_info.json`` on disk and fail fast with that command.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,10 +28,11 @@ class TfdsSpec:
 
 
 TFDS_DATASETS = {
-    'cifar10': TfdsSpec(('train', 'test'), 'cifar-10-binary.tar.gz'),
-    'cifar100': TfdsSpec(('train', 'test'), 'cifar-100-binary.tar.gz'),
-    'stl10': TfdsSpec(('train', 'test', 'unlabelled'), 'stl10_binary.tar.gz',
-                      unlabelled_splits=('unlabelled',)),
+  'cifar10': TfdsSpec(('train', 'test'), 'cifar-10-binary.tar.gz'),
+  'cifar100': TfdsSpec(('train', 'test'), 'cifar-100-binary.tar.gz'),
+  'stl10': TfdsSpec(
+    ('train', 'test', 'unlabelled'), 'stl10_binary.tar.gz', unlabelled_splits=('unlabelled',)
+  ),
 }
 
 
@@ -42,11 +44,12 @@ def prepare_command(name: str, data_dir: str | None) -> str:
 def not_prepared_message(name: str, data_dir: str | None, looked_at: str) -> str:
   spec = TFDS_DATASETS[name]
   return (
-      f"Dataset '{name}' is not prepared: {looked_at} does not exist.\n"
-      f'Prepare it once (needs the [prepare] extra: pip install -e \'.[prepare]\'):\n'
-      f'  {prepare_command(name, data_dir)}\n'
-      f'On a machine without internet, download {spec.archive} elsewhere, put it in a '
-      f'folder and add --manual_dir=THAT_FOLDER to the command.')
+    f"Dataset '{name}' is not prepared: {looked_at} does not exist.\n"
+    f"Prepare it once (needs the [prepare] extra: pip install -e '.[prepare]'):\n"
+    f'  {prepare_command(name, data_dir)}\n'
+    f'On a machine without internet, download {spec.archive} elsewhere, put it in a '
+    f'folder and add --manual_dir=THAT_FOLDER to the command.'
+  )
 
 
 def prepared_builder(name: str, data_dir: str | None):
@@ -65,10 +68,11 @@ def prepared_builder(name: str, data_dir: str | None):
   file_format = builder.info.file_format
   if file_format is None or file_format.value != 'array_record':
     raise DatasetNotPreparedError(
-        f"Dataset '{name}' in {builder.data_dir} was prepared as "
-        f"{getattr(file_format, 'value', file_format)}, which cannot be read without "
-        f'TensorFlow. Delete that folder (or use another --data_dir) and run:\n'
-        f'  {prepare_command(name, data_dir)}')
+      f"Dataset '{name}' in {builder.data_dir} was prepared as "
+      f'{getattr(file_format, "value", file_format)}, which cannot be read without '
+      f'TensorFlow. Delete that folder (or use another --data_dir) and run:\n'
+      f'  {prepare_command(name, data_dir)}'
+    )
   return builder
 
 
@@ -88,8 +92,9 @@ class TfdsSource:
     builder = prepared_builder(name, data_dir)
     if split not in builder.info.splits:
       raise DatasetNotPreparedError(
-          f"Dataset '{name}' in {builder.data_dir} has no prepared split '{split}' "
-          f'(found {sorted(builder.info.splits)}). Re-run: {prepare_command(name, data_dir)}')
+        f"Dataset '{name}' in {builder.data_dir} has no prepared split '{split}' "
+        f'(found {sorted(builder.info.splits)}). Re-run: {prepare_command(name, data_dir)}'
+      )
     self.name = name
     self.split = split
     self.num_classes = builder.info.features['label'].num_classes

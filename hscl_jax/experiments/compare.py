@@ -50,7 +50,9 @@ class Setting:
 
   @property
   def label(self) -> str:
-    hyper = ', '.join(f'{k}={v}' for k, v in self.overrides if k in ('beta', 'tau_start', 'tau_end'))
+    hyper = ', '.join(
+      f'{k}={v}' for k, v in self.overrides if k in ('beta', 'tau_start', 'tau_end')
+    )
     return f'{self.method} ({hyper})' if hyper else self.method
 
   @property
@@ -63,14 +65,22 @@ class Setting:
 def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting]:
   """The methods of Table I, with the β / τ grids where asked and the config's values otherwise."""
   betas = BETA_GRID if 'beta' in grids else (config.beta,)
-  taus = (list(itertools.product(TAU_STARTS, TAU_ENDS)) if 'tau' in grids
-          else [(config.tau_start, config.tau_end)])
+  taus = (
+    list(itertools.product(TAU_STARTS, TAU_ENDS))
+    if 'tau' in grids
+    else [(config.tau_start, config.tau_end)]
+  )
   out = [Setting('UCL', (('method', 'ucl'),)), Setting('SCL', (('method', 'scl'),))]
   out += [Setting('H-UCL', (('method', 'hucl'), ('beta', b))) for b in betas]
-  out += [Setting('H-SCL(β)', (('method', 'hscl'), ('hardening', 'exp'), ('beta', b)))
-          for b in betas]
-  out += [Setting('H-SCL(τ)', (('method', 'hscl'), ('hardening', 'threshold'),
-                               ('tau_start', s), ('tau_end', e))) for s, e in taus]
+  out += [
+    Setting('H-SCL(β)', (('method', 'hscl'), ('hardening', 'exp'), ('beta', b))) for b in betas
+  ]
+  out += [
+    Setting(
+      'H-SCL(τ)', (('method', 'hscl'), ('hardening', 'threshold'), ('tau_start', s), ('tau_end', e))
+    )
+    for s, e in taus
+  ]
   return sorted(out, key=lambda s: METHODS.index(s.method))
 
 
@@ -97,10 +107,19 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict
       result = json.load(f)
   if not result or result['checkpoint_step'] != last_step or result['protocol'] != protocol:
     result = linear_eval.linear_evaluate(config, workdir)
-  logging.info('%s seed %d: linear top-1 %.4f (%.0f s)', setting.label, seed, result['top1'],
-               time.time() - start)
-  return {'setting': setting, 'seed': seed, 'linear': result,
-          'history': metrics.read_metrics(workdir)}
+  logging.info(
+    '%s seed %d: linear top-1 %.4f (%.0f s)',
+    setting.label,
+    seed,
+    result['top1'],
+    time.time() - start,
+  )
+  return {
+    'setting': setting,
+    'seed': seed,
+    'linear': result,
+    'history': metrics.read_metrics(workdir),
+  }
 
 
 def _mean_std(values) -> str:
@@ -130,9 +149,15 @@ def summarise(runs: list[dict]) -> dict[Setting, dict]:
   by_setting: dict[Setting, list] = {}
   for run in runs:
     by_setting.setdefault(run['setting'], []).append(run)
-  return {s: {'top1': [r['linear']['top1'] for r in rs], 'top5': [r['linear']['top5'] for r in rs],
-              'knn': [_final(r, 'knn_top1') for r in rs], 'runs': rs}
-          for s, rs in by_setting.items()}
+  return {
+    s: {
+      'top1': [r['linear']['top1'] for r in rs],
+      'top5': [r['linear']['top5'] for r in rs],
+      'knn': [_final(r, 'knn_top1') for r in rs],
+      'runs': rs,
+    }
+    for s, rs in by_setting.items()
+  }
 
 
 def best_per_method(summary) -> dict[str, Setting]:
@@ -154,6 +179,7 @@ def _curves(runs, key):
 def plot_report(summary, best, out_dir: str) -> list[str]:
   """Figs. 1, 4, 5 as PNGs; returns their file names."""
   import matplotlib
+
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
 
@@ -170,8 +196,12 @@ def plot_report(summary, best, out_dir: str) -> list[str]:
   fig, ax = plt.subplots(figsize=(6, 4))
   for setting in hard:
     ax.plot(*_curves(summary[setting]['runs'], 'assumption1_fraction'), label=setting.label)
-  ax.set(xlabel='epoch', ylabel='fraction of anchors', ylim=(0, 1.02),
-         title='Anchors satisfying Assumption 1 (Fig. 4)')
+  ax.set(
+    xlabel='epoch',
+    ylabel='fraction of anchors',
+    ylim=(0, 1.02),
+    title='Anchors satisfying Assumption 1 (Fig. 4)',
+  )
   ax.legend(fontsize=7)
   files.append(_save(fig, out_dir, 'fig4_assumption1.png'))
 
@@ -194,23 +224,27 @@ def _save(fig, out_dir, name):
 def markdown_report(summary, best, config, seeds, protocol, grids, plots) -> str:
   dataset = config.dataset
   lines = [
-      f'# H-SCL comparison on {dataset}', '',
-      f'Seeds: {", ".join(map(str, seeds))}; {config.num_epochs} epochs, batch '
-      f'{config.batch_size}, model {config.model.name}, temperature {config.temperature}; '
-      f'linear evaluation: `{protocol}` protocol, {config.linear_eval.num_epochs} epochs. '
-      f'Grids searched: {", ".join(sorted(grids)) or "none"} (best setting by mean linear '
-      'top-1; ties go to the first in grid order).', '',
-      '## Table I (top-1 %, linear; mean ± std over seeds)', '',
-      f'| Method | setting | {dataset} linear top-1 | linear top-5 | kNN top-1 (last epoch) |',
-      '|---|---|---|---|---|',
+    f'# H-SCL comparison on {dataset}',
+    '',
+    f'Seeds: {", ".join(map(str, seeds))}; {config.num_epochs} epochs, batch '
+    f'{config.batch_size}, model {config.model.name}, temperature {config.temperature}; '
+    f'linear evaluation: `{protocol}` protocol, {config.linear_eval.num_epochs} epochs. '
+    f'Grids searched: {", ".join(sorted(grids)) or "none"} (best setting by mean linear '
+    'top-1; ties go to the first in grid order).',
+    '',
+    '## Table I (top-1 %, linear; mean ± std over seeds)',
+    '',
+    f'| Method | setting | {dataset} linear top-1 | linear top-5 | kNN top-1 (last epoch) |',
+    '|---|---|---|---|---|',
   ]
   for method in METHODS:
     if method in best:
       stats = summary[best[method]]
-      lines.append(f'| {method} | {best[method].label} | {_mean_std(stats["top1"])} | '
-                   f'{_mean_std(stats["top5"])} | {_mean_std(stats["knn"])} |')
-  ranking = _ranking([m for m in METHODS if m in best],
-                     lambda m: np.mean(summary[best[m]]['top1']))
+      lines.append(
+        f'| {method} | {best[method].label} | {_mean_std(stats["top1"])} | '
+        f'{_mean_std(stats["top5"])} | {_mean_std(stats["knn"])} |'
+      )
+  ranking = _ranking([m for m in METHODS if m in best], lambda m: np.mean(summary[best[m]]['top1']))
   lines += ['', f'Ranking by mean linear top-1: {ranking}.', '']
   if len(summary) > len(best):
     lines += ['## Every setting', '', '| setting | linear top-1 | kNN top-1 |', '|---|---|---|']

@@ -35,19 +35,25 @@ DATASETS = ('MUTAG', 'PTC', 'ENZYMES', 'IMDB-BINARY', 'IMDB-MULTI')
 METHODS = {'ucl': 'UCL', 'hucl': 'H-UCL', 'scl': 'SCL', 'hscl': 'H-SCL(β)'}
 # Table II of the H-SCL paper (accuracy %), and InfoGraph's own published UCL numbers.
 PAPER = {
-    'MUTAG': (86.8, 87.2, 86.9, 87.2), 'ENZYMES': (50.4, 50.4, 50.4, 50.7),
-    'PTC': (55.3, 57.3, 55.8, 57.7), 'IMDB-BINARY': (72.2, 72.8, 72.4, 73.0),
-    'IMDB-MULTI': (49.6, 49.6, 49.9, 50.1),
+  'MUTAG': (86.8, 87.2, 86.9, 87.2),
+  'ENZYMES': (50.4, 50.4, 50.4, 50.7),
+  'PTC': (55.3, 57.3, 55.8, 57.7),
+  'IMDB-BINARY': (72.2, 72.8, 72.4, 73.0),
+  'IMDB-MULTI': (49.6, 49.6, 49.9, 50.1),
 }
-INFOGRAPH = {'MUTAG': '89.0 ± 1.1', 'PTC': '61.7 ± 1.4', 'IMDB-BINARY': '73.0 ± 0.9',
-             'IMDB-MULTI': '49.7 ± 0.5'}
-
+INFOGRAPH = {
+  'MUTAG': '89.0 ± 1.1',
+  'PTC': '61.7 ± 1.4',
+  'IMDB-BINARY': '73.0 ± 0.9',
+  'IMDB-MULTI': '49.7 ± 0.5',
+}
 
 
 def settings(betas) -> list[tuple[str, float]]:
   """(method, β) in Table II's order; β is 0 for the unhardened methods."""
-  return ([('ucl', 0.0)] + [('hucl', b) for b in betas] + [('scl', 0.0)]
-          + [('hscl', b) for b in betas])
+  return (
+    [('ucl', 0.0)] + [('hucl', b) for b in betas] + [('scl', 0.0)] + [('hscl', b) for b in betas]
+  )
 
 
 def setting_name(method: str, beta: float) -> str:
@@ -94,8 +100,9 @@ def _cell(values, repeats: int) -> str:
   if not values:
     return '—'
   values = 100 * np.asarray(values)
-  cell = (f'{values[0]:.1f}' if len(values) == 1
-          else f'{values.mean():.1f} ± {values.std(ddof=1):.1f}')
+  cell = (
+    f'{values[0]:.1f}' if len(values) == 1 else f'{values.mean():.1f} ± {values.std(ddof=1):.1f}'
+  )
   return cell + (f' (n={len(values)})' if len(values) < repeats else '')
 
 
@@ -109,8 +116,9 @@ def summarise(runs: list[dict]) -> dict[tuple[str, str, float], list[float]]:
 
 def best_beta(table, dataset: str, method: str, betas) -> float | None:
   """The β with the highest mean accuracy (ties: the smaller β)."""
-  scored = [(np.mean(table[(dataset, method, b)]), -b) for b in betas
-            if (dataset, method, b) in table]
+  scored = [
+    (np.mean(table[(dataset, method, b)]), -b) for b in betas if (dataset, method, b) in table
+  ]
   return -max(scored)[1] if scored else None
 
 
@@ -119,14 +127,18 @@ def markdown_report(runs, datasets, betas, repeats, config) -> str:
   protocols = sorted({r['protocol'] for r in runs})
   epochs = sorted({r['num_epochs'] for r in runs})
   lines = [
-      '# Table II: graph classification accuracy (%)', '',
-      f'InfoGraph GIN encoder, {", ".join(map(str, epochs))} epochs, batch '
-      f'{config.batch_size}, Adam lr {config.learning_rate}; RBF SVM, C by 5-fold inner search, '
-      f'10-fold stratified CV; mean ± std (ddof 1) over up to {repeats} repeats. '
-      f'Protocols: {", ".join(protocols)} (SCL/H-SCL leak-free = one encoder per CV fold, '
-      'trained on that fold\'s training graphs only). Hardened rows: the β in '
-      f'{{{", ".join(f"{b:g}" for b in betas)}}} with the best mean.', '',
-      '| method | ' + ' | '.join(datasets) + ' |', '|---' * (len(datasets) + 1) + '|']
+    '# Table II: graph classification accuracy (%)',
+    '',
+    f'InfoGraph GIN encoder, {", ".join(map(str, epochs))} epochs, batch '
+    f'{config.batch_size}, Adam lr {config.learning_rate}; RBF SVM, C by 5-fold inner search, '
+    f'10-fold stratified CV; mean ± std (ddof 1) over up to {repeats} repeats. '
+    f'Protocols: {", ".join(protocols)} (SCL/H-SCL leak-free = one encoder per CV fold, '
+    "trained on that fold's training graphs only). Hardened rows: the β in "
+    f'{{{", ".join(f"{b:g}" for b in betas)}}} with the best mean.',
+    '',
+    '| method | ' + ' | '.join(datasets) + ' |',
+    '|---' * (len(datasets) + 1) + '|',
+  ]
   for method, label in METHODS.items():
     cells = []
     for dataset in datasets:
@@ -137,27 +149,45 @@ def markdown_report(runs, datasets, betas, repeats, config) -> str:
         cell += f' (β={beta:g})'
       cells.append(cell)
     lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
-  lines += ['', 'The paper\'s Table II (10 runs; protocol for SCL/H-SCL not stated):', '',
-            '| method | ' + ' | '.join(datasets) + ' |', '|---' * (len(datasets) + 1) + '|']
+  lines += [
+    '',
+    "The paper's Table II (10 runs; protocol for SCL/H-SCL not stated):",
+    '',
+    '| method | ' + ' | '.join(datasets) + ' |',
+    '|---' * (len(datasets) + 1) + '|',
+  ]
   for i, label in enumerate(METHODS.values()):
-    lines.append(f'| {label} | ' + ' | '.join(
-        f'{PAPER[d][i]:.1f}' if d in PAPER else '—' for d in datasets) + ' |')
-  lines.append('| InfoGraph (its paper) | ' + ' | '.join(
-      INFOGRAPH.get(d, '—') for d in datasets) + ' |')
-  lines += ['', '## Every setting', '', '| dataset | setting | runs | accuracy % | train s/run |'
-            ' eval s/run |', '|---|---|---|---|---|---|']
+    lines.append(
+      f'| {label} | '
+      + ' | '.join(f'{PAPER[d][i]:.1f}' if d in PAPER else '—' for d in datasets)
+      + ' |'
+    )
+  lines.append(
+    '| InfoGraph (its paper) | ' + ' | '.join(INFOGRAPH.get(d, '—') for d in datasets) + ' |'
+  )
+  lines += [
+    '',
+    '## Every setting',
+    '',
+    '| dataset | setting | runs | accuracy % | train s/run | eval s/run |',
+    '|---|---|---|---|---|---|',
+  ]
   for dataset in datasets:
     for method, beta in settings(betas):
-      group = [r for r in runs if r['dataset'] == dataset and r['method'] == method
-               and float(r['beta']) == beta]
+      group = [
+        r
+        for r in runs
+        if r['dataset'] == dataset and r['method'] == method and float(r['beta']) == beta
+      ]
       if not group:
         lines.append(f'| {dataset} | {setting_name(method, beta)} | 0 | — | — | — |')
         continue
       lines.append(
-          f'| {dataset} | {setting_name(method, beta)} | {len(group)} | '
-          f'{_cell([r["accuracy"] for r in group], repeats)} | '
-          f'{np.mean([r["train_seconds"] for r in group]):.0f} | '
-          f'{np.mean([r["eval_seconds"] for r in group]):.0f} |')
+        f'| {dataset} | {setting_name(method, beta)} | {len(group)} | '
+        f'{_cell([r["accuracy"] for r in group], repeats)} | '
+        f'{np.mean([r["train_seconds"] for r in group]):.0f} | '
+        f'{np.mean([r["eval_seconds"] for r in group]):.0f} |'
+      )
   missing = len(datasets) * len(settings(betas)) * repeats - len(runs)
   lines += ['', f'{len(runs)} runs finished' + (f', {missing} missing.' if missing > 0 else '.')]
   return '\n'.join(lines) + '\n'
@@ -174,8 +204,10 @@ def write_report(root, datasets, betas, repeats, config) -> str:
 def _define_flags():
   """Command-line flags, defined only when run as a program."""
   config_flags.DEFINE_config_file(
-      'config', os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'graphs.py'),
-      'Base graph configuration (configs/graphs.py); override fields with --config.X=...')
+    'config',
+    os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'graphs.py'),
+    'Base graph configuration (configs/graphs.py); override fields with --config.X=...',
+  )
   flags.DEFINE_list('datasets', list(DATASETS), 'TU dataset names.')
   flags.DEFINE_integer('repeats', 3, 'Runs per setting (seeds 0..N-1).')
   flags.DEFINE_list('betas', ['1', '2', '10'], 'β grid of H-UCL and H-SCL(β).')
@@ -201,13 +233,21 @@ def main(argv):
       for dataset in datasets:
         for method, beta in settings(betas):
           result = errors.exit_on_user_error(
-              lambda: run_one(base, root, dataset, method, beta, seed, data_dir),  # noqa: B023
-              workdir=root)
+            lambda: run_one(base, root, dataset, method, beta, seed, data_dir),  # noqa: B023
+            workdir=root,
+          )
           done += 1
           outcome = 'run by another worker' if result is None else f'{result["accuracy"]:.4f}'
-          logging.info('[%d/%d, %s] %s %s seed %d: %s', done, total,
-                       metrics.format_duration(time.perf_counter() - start), dataset,
-                       setting_name(method, beta), seed, outcome)
+          logging.info(
+            '[%d/%d, %s] %s %s seed %d: %s',
+            done,
+            total,
+            metrics.format_duration(time.perf_counter() - start),
+            dataset,
+            setting_name(method, beta),
+            seed,
+            outcome,
+          )
         write_report(root, datasets, betas, repeats, base)
   path = write_report(root, datasets, betas, repeats, base)
   logging.info('wrote %s', path)

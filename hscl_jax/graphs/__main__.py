@@ -7,6 +7,7 @@ r"""Trains and evaluates one graph setting (Table II).
 Writes DIR/graph_eval.json (accuracy, fold_accuracies, protocol, method, dataset, ...),
 DIR/metrics.jsonl (training loss per epoch) and DIR/config.json.
 """
+
 from __future__ import annotations
 
 from absl import app
@@ -19,7 +20,8 @@ from hscl_jax.graphs import train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for the results of this run.')
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Graph configuration file (configs/graphs.py).', lock_config=True)
+  'config', None, 'Graph configuration file (configs/graphs.py).', lock_config=True
+)
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -27,8 +29,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   metrics.show_only_own_info_logs()
-  errors.exit_on_user_error(lambda: train.run(_CONFIG.value, _WORKDIR.value),
-                            workdir=_WORKDIR.value)
+  errors.exit_on_user_error(
+    lambda: train.run(_CONFIG.value, _WORKDIR.value), workdir=_WORKDIR.value
+  )
 
 
 if __name__ == '__main__':

@@ -60,8 +60,10 @@ class GraphDataset:
 
 
 def _fix(name: str, data_dir: str) -> str:
-  return (f'Fix: download it with  python -m hscl_jax.prepare --dataset={name} '
-          f'--data_dir={data_dir}  or point --config.data_dir at the folder holding {name}/')
+  return (
+    f'Fix: download it with  python -m hscl_jax.prepare --dataset={name} '
+    f'--data_dir={data_dir}  or point --config.data_dir at the folder holding {name}/'
+  )
 
 
 def _read_ints(path: str, columns: int, name: str, data_dir: str) -> np.ndarray:
@@ -79,8 +81,9 @@ def _read_ints(path: str, columns: int, name: str, data_dir: str) -> np.ndarray:
         values = None
       if values is None or len(values) != columns:
         raise GraphDataError(
-            f'{path}:{number}: expected {columns} integer(s) per line, got {line.strip()!r}. '
-            f'Fix: restore the file from the TU Dortmund zip ({_fix(name, data_dir)})')
+          f'{path}:{number}: expected {columns} integer(s) per line, got {line.strip()!r}. '
+          f'Fix: restore the file from the TU Dortmund zip ({_fix(name, data_dir)})'
+        )
       rows.append(values)
   if not rows:
     raise GraphDataError(f'{path}: file is empty. {_fix(name, data_dir)}')
@@ -98,18 +101,23 @@ def load_tu(name: str, data_dir: str) -> GraphDataset:
   graph_values, graph_of_node = np.unique(indicator, return_inverse=True)
   if len(graph_values) != len(raw_labels):
     raise GraphDataError(
-        f'{path("graph_labels")}: {len(raw_labels)} labels for {len(graph_values)} graphs in '
-        f'{path("graph_indicator")}. Fix: use the files of one TU Dortmund zip')
+      f'{path("graph_labels")}: {len(raw_labels)} labels for {len(graph_values)} graphs in '
+      f'{path("graph_indicator")}. Fix: use the files of one TU Dortmund zip'
+    )
   if np.any(np.diff(graph_of_node) < 0):
-    raise GraphDataError(f'{path("graph_indicator")}: nodes are not grouped by graph. '
-                         'Fix: use the files of one TU Dortmund zip')
+    raise GraphDataError(
+      f'{path("graph_indicator")}: nodes are not grouped by graph. '
+      'Fix: use the files of one TU Dortmund zip'
+    )
   num_nodes = len(indicator)
   if edges.size and (edges.min() < 0 or edges.max() >= num_nodes):
-    raise GraphDataError(f'{path("A")}: node ids outside 1..{num_nodes}. '
-                         'Fix: use the files of one TU Dortmund zip')
+    raise GraphDataError(
+      f'{path("A")}: node ids outside 1..{num_nodes}. Fix: use the files of one TU Dortmund zip'
+    )
   if np.any(graph_of_node[edges[:, 0]] != graph_of_node[edges[:, 1]]):
-    raise GraphDataError(f'{path("A")}: an edge joins two graphs. '
-                         'Fix: use the files of one TU Dortmund zip')
+    raise GraphDataError(
+      f'{path("A")}: an edge joins two graphs. Fix: use the files of one TU Dortmund zip'
+    )
 
   num_graphs = len(graph_values)
   node_offsets = np.concatenate([[0], np.cumsum(np.bincount(graph_of_node, minlength=num_graphs))])
@@ -123,19 +131,27 @@ def load_tu(name: str, data_dir: str) -> GraphDataset:
   if os.path.isfile(path('node_labels')):
     node_labels = _read_ints(path('node_labels'), 1, name, data_dir)[:, 0]
     if len(node_labels) != num_nodes:
-      raise GraphDataError(f'{path("node_labels")}: {len(node_labels)} labels for {num_nodes} '
-                           'nodes. Fix: use the files of one TU Dortmund zip')
+      raise GraphDataError(
+        f'{path("node_labels")}: {len(node_labels)} labels for {num_nodes} '
+        'nodes. Fix: use the files of one TU Dortmund zip'
+      )
     _, codes = np.unique(node_labels, return_inverse=True)
     kind = 'node_label'
   else:
     codes = np.minimum(np.bincount(edges[:, 0], minlength=num_nodes), MAX_ONE_HOT_DEGREE - 1)
     kind = 'degree'
   return GraphDataset(
-      name=name, codes=codes.astype(np.int32), feature_dim=int(codes.max()) + 1,
-      labels=labels.astype(np.int32),
-      node_offsets=node_offsets.astype(np.int64), edge_offsets=edge_offsets.astype(np.int64),
-      senders=local[:, 0].astype(np.int32), receivers=local[:, 1].astype(np.int32),
-      num_classes=len(classes), feature_kind=kind)
+    name=name,
+    codes=codes.astype(np.int32),
+    feature_dim=int(codes.max()) + 1,
+    labels=labels.astype(np.int32),
+    node_offsets=node_offsets.astype(np.int64),
+    edge_offsets=edge_offsets.astype(np.int64),
+    senders=local[:, 0].astype(np.int32),
+    receivers=local[:, 1].astype(np.int32),
+    num_classes=len(classes),
+    feature_kind=kind,
+  )
 
 
 # --------------------------------------------------------------------------------------
@@ -155,8 +171,14 @@ def _round_up(value: int, multiple: int) -> int:
   return -(-max(value, 1) // multiple) * multiple
 
 
-def budget_for(dataset: GraphDataset, batches, batch_size: int, *, node_multiple: int = 512,
-               edge_multiple: int = 4096) -> Budget:
+def budget_for(
+  dataset: GraphDataset,
+  batches,
+  batch_size: int,
+  *,
+  node_multiple: int = 512,
+  edge_multiple: int = 4096,
+) -> Budget:
   """The smallest shapes, rounded up, that fit every listed batch of graph indices.
 
   Planning a run's batches first and sizing for them pads far less than sizing for the
@@ -164,8 +186,9 @@ def budget_for(dataset: GraphDataset, batches, batch_size: int, *, node_multiple
   """
   nodes = max(int(dataset.node_counts[b].sum()) for b in batches)
   edges = max(int(dataset.edge_counts[b].sum()) for b in batches)
-  return Budget(graphs=batch_size, nodes=_round_up(nodes, node_multiple),
-                edges=_round_up(edges, edge_multiple))
+  return Budget(
+    graphs=batch_size, nodes=_round_up(nodes, node_multiple), edges=_round_up(edges, edge_multiple)
+  )
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -186,8 +209,10 @@ def make_batch(dataset: GraphDataset, graphs: np.ndarray, budget: Budget) -> dic
   edge_counts = dataset.edge_counts[graphs]
   num_nodes, num_edges = int(node_counts.sum()), int(edge_counts.sum())
   if len(graphs) > budget.graphs or num_nodes > budget.nodes or num_edges > budget.edges:
-    raise ValueError(f'batch of {len(graphs)} graphs, {num_nodes} nodes, {num_edges} edges '
-                     f'exceeds the budget {budget}')
+    raise ValueError(
+      f'batch of {len(graphs)} graphs, {num_nodes} nodes, {num_edges} edges '
+      f'exceeds the budget {budget}'
+    )
   nodes = _ranges(dataset.node_offsets[graphs], node_counts)
   edges = _ranges(dataset.edge_offsets[graphs], edge_counts)
   batch_start = np.cumsum(node_counts) - node_counts
@@ -202,21 +227,25 @@ def make_batch(dataset: GraphDataset, graphs: np.ndarray, budget: Budget) -> dic
   receivers = np.full(budget.edges, budget.nodes, np.int32)
   receivers[:num_edges] = dataset.receivers[edges] + edge_shift
   labels = np.zeros(budget.graphs, np.int32)
-  labels[:len(graphs)] = dataset.labels[graphs]
+  labels[: len(graphs)] = dataset.labels[graphs]
   return {
-      'codes': codes, 'node_graph': node_graph, 'senders': senders,
-      'receivers': receivers, 'labels': labels,
-      'node_mask': np.arange(budget.nodes) < num_nodes,
-      'graph_mask': np.arange(budget.graphs) < len(graphs),
+    'codes': codes,
+    'node_graph': node_graph,
+    'senders': senders,
+    'receivers': receivers,
+    'labels': labels,
+    'node_mask': np.arange(budget.nodes) < num_nodes,
+    'graph_mask': np.arange(budget.graphs) < len(graphs),
   }
 
 
-def epoch_batches(graphs: np.ndarray, batch_size: int, num_batches: int,
-                  rng: np.random.Generator) -> list[np.ndarray]:
+def epoch_batches(
+  graphs: np.ndarray, batch_size: int, num_batches: int, rng: np.random.Generator
+) -> list[np.ndarray]:
   """One epoch of a shuffled graph list as ``num_batches`` batches (trailing ones may be
   short or empty, so sets of different sizes give the same number of steps)."""
   order = rng.permutation(np.asarray(graphs))
-  return [order[i * batch_size:(i + 1) * batch_size] for i in range(num_batches)]
+  return [order[i * batch_size : (i + 1) * batch_size] for i in range(num_batches)]
 
 
 def stack_batches(batches: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:

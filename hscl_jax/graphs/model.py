@@ -38,8 +38,12 @@ class GIN(nn.Module):
     """-> (node representations [nodes, L·hidden], graph representations [graphs, L·hidden])."""
     num_nodes, num_graphs = batch['codes'].shape[0], batch['graph_mask'].shape[0]
     node_mask = batch['node_mask'][:, None]
-    aggregate = lambda x: x + jax.ops.segment_sum(  # noqa: E731
-        x[batch['senders']], batch['receivers'], num_nodes)
+    aggregate = lambda x: (
+      x
+      + jax.ops.segment_sum(  # noqa: E731
+        x[batch['senders']], batch['receivers'], num_nodes
+      )
+    )
     kernel = self.param('input_kernel', _torch_linear_init, (self.feature_dim, self.hidden))
     bias = self.param('input_bias', nn.initializers.zeros, (self.hidden,))
     h = aggregate(kernel[batch['codes']]) + bias
@@ -48,8 +52,9 @@ class GIN(nn.Module):
       if i:
         h = _dense(self.hidden)(aggregate(h))
       h = _dense(self.hidden)(nn.relu(h))
-      h = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum,
-                       epsilon=1e-5)(nn.relu(h), mask=node_mask)
+      h = nn.BatchNorm(use_running_average=not train, momentum=self.bn_momentum, epsilon=1e-5)(
+        nn.relu(h), mask=node_mask
+      )
       h = jnp.where(node_mask, h, 0.0)
       layers.append(h)
     local = jnp.concatenate(layers, axis=-1)

@@ -27,18 +27,21 @@ def prepare_tu(name: str, data_dir: str | None = None, url: str | None = None) -
       payload = response.read()
   except (urllib.error.URLError, OSError) as e:
     raise data.GraphDataError(
-        f'{url}: download failed ({e}). Fix: check the dataset name (TU Dortmund spelling, e.g. '
-        'MUTAG, PTC_MR, IMDB-BINARY) and the network, or unpack NAME.zip into '
-        f'{data_dir} yourself') from None
+      f'{url}: download failed ({e}). Fix: check the dataset name (TU Dortmund spelling, e.g. '
+      'MUTAG, PTC_MR, IMDB-BINARY) and the network, or unpack NAME.zip into '
+      f'{data_dir} yourself'
+    ) from None
   try:
     archive = zipfile.ZipFile(io.BytesIO(payload))
   except zipfile.BadZipFile:
-    raise data.GraphDataError(f'{url}: not a zip archive. Fix: pass the URL of the TU '
-                              f'Dortmund NAME.zip') from None
+    raise data.GraphDataError(
+      f'{url}: not a zip archive. Fix: pass the URL of the TU Dortmund NAME.zip'
+    ) from None
   members = [m for m in archive.namelist() if m.startswith(f'{name}/') and '..' not in m]
   if not members:
-    raise data.GraphDataError(f'{url}: the archive has no {name}/ folder. Fix: pass the '
-                              f'URL of {name}.zip')
+    raise data.GraphDataError(
+      f'{url}: the archive has no {name}/ folder. Fix: pass the URL of {name}.zip'
+    )
   os.makedirs(data_dir, exist_ok=True)
   archive.extractall(data_dir, members)
   data.load_tu(name, data_dir)  # fails with the file and the fix if something is off

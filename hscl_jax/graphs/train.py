@@ -53,21 +53,34 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
   if config.protocol not in PROTOCOLS:
     _fail('protocol', f'unknown value {config.protocol!r}', f'use one of {", ".join(PROTOCOLS)}')
   if not config.data_dir:
-    _fail('data_dir', 'not set', f'pass --config.data_dir=DIR, the folder holding '
-          f'{config.dataset}/ (python -m hscl_jax.prepare --dataset={config.dataset} '
-          '--data_dir=DIR downloads it)')
+    _fail(
+      'data_dir',
+      'not set',
+      f'pass --config.data_dir=DIR, the folder holding '
+      f'{config.dataset}/ (python -m hscl_jax.prepare --dataset={config.dataset} '
+      '--data_dir=DIR downloads it)',
+    )
   if config.method in ('hucl', 'hscl') and not config.beta >= 0:
     _fail('beta', f'{config.beta} is negative', 'use beta >= 0 (0 = no hardening)')
-  for field in ('batch_size', 'num_epochs', 'model.hidden', 'model.num_layers',
-                'eval.batch_size', 'log_every_epochs'):
+  for field in (
+    'batch_size',
+    'num_epochs',
+    'model.hidden',
+    'model.num_layers',
+    'eval.batch_size',
+    'log_every_epochs',
+  ):
     value = functools.reduce(lambda node, key: node[key], field.split('.'), config)
     if not (isinstance(value, int) and value >= 1):
       _fail(field, f'{value!r} is not a positive integer', 'use an integer >= 1')
   if not config.learning_rate > 0:
     _fail('learning_rate', f'{config.learning_rate} is not positive', 'use e.g. 0.01')
   if config.eval.num_folds < 2 or config.eval.inner_folds < 2:
-    _fail('eval.num_folds', 'cross-validation needs at least 2 folds (outer and inner)',
-          'use eval.num_folds=10, eval.inner_folds=5 (the protocol)')
+    _fail(
+      'eval.num_folds',
+      'cross-validation needs at least 2 folds (outer and inner)',
+      'use eval.num_folds=10, eval.inner_folds=5 (the protocol)',
+    )
 
 
 def protocol_of(config: ml_collections.ConfigDict) -> str:
@@ -85,8 +98,11 @@ def check_dataset(config: ml_collections.ConfigDict, dataset: data.GraphDataset)
   smallest = int(np.bincount(dataset.labels).min())
   needed = config.eval.num_folds
   if smallest < needed:
-    _fail('eval.num_folds', f'{dataset.name} has a class with {smallest} graphs, fewer than '
-          f'{needed} folds', f'use eval.num_folds <= {smallest}')
+    _fail(
+      'eval.num_folds',
+      f'{dataset.name} has a class with {smallest} graphs, fewer than {needed} folds',
+      f'use eval.num_folds <= {smallest}',
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -94,9 +110,12 @@ def check_dataset(config: ml_collections.ConfigDict, dataset: data.GraphDataset)
 
 
 def make_model(config, dataset: data.GraphDataset) -> model_lib.InfoGraph:
-  return model_lib.InfoGraph(feature_dim=dataset.feature_dim, hidden=config.model.hidden,
-                             num_layers=config.model.num_layers,
-                             bn_momentum=config.model.bn_momentum)
+  return model_lib.InfoGraph(
+    feature_dim=dataset.feature_dim,
+    hidden=config.model.hidden,
+    num_layers=config.model.num_layers,
+    bn_momentum=config.model.bn_momentum,
+  )
 
 
 @functools.cache
@@ -107,25 +126,38 @@ def _compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool
   def init(key, batch):
     variables = model.init(key, batch, train=False)
     params = variables['params']
-    return {'params': params, 'batch_stats': variables['batch_stats'],
-            'opt_state': optimizer.init(params)}
+    return {
+      'params': params,
+      'batch_stats': variables['batch_stats'],
+      'opt_state': optimizer.init(params),
+    }
 
   def step(state, batch, beta):
     def loss_fn(params):
       (local, graph), updates = model.apply(
-          {'params': params, 'batch_stats': state['batch_stats']}, batch, train=True,
-          mutable=['batch_stats'])
+        {'params': params, 'batch_stats': state['batch_stats']},
+        batch,
+        train=True,
+        mutable=['batch_stats'],
+      )
       loss = losses.local_global_jsd(
-          local, graph, batch['node_graph'],
-          graph_labels=batch['labels'] if supervised else None,
-          hardening=losses.exponential(beta), node_mask=batch['node_mask'],
-          graph_mask=batch['graph_mask'])
+        local,
+        graph,
+        batch['node_graph'],
+        graph_labels=batch['labels'] if supervised else None,
+        hardening=losses.exponential(beta),
+        node_mask=batch['node_mask'],
+        graph_mask=batch['graph_mask'],
+      )
       return loss, updates['batch_stats']
 
     (loss, batch_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
     updates, opt_state = optimizer.update(grads, state['opt_state'], state['params'])
-    new = {'params': optax.apply_updates(state['params'], updates),
-           'batch_stats': batch_stats, 'opt_state': opt_state}
+    new = {
+      'params': optax.apply_updates(state['params'], updates),
+      'batch_stats': batch_stats,
+      'opt_state': opt_state,
+    }
     # An empty trailing batch (a smaller fold) leaves the encoder untouched.
     real = jnp.any(batch['graph_mask'])
     new = jax.tree.map(lambda n, o: jnp.where(real, n, o), new, state)
@@ -140,20 +172,34 @@ def _compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool
     out = jax.lax.map(lambda b: model.apply(variables, b, method=model.embed), batches)
     return out.reshape(-1, out.shape[-1])
 
-  return (jax.jit(jax.vmap(init, in_axes=(0, None))),
-          jax.jit(jax.vmap(epoch, in_axes=(0, 0, None)), donate_argnums=0),
-          jax.jit(jax.vmap(embed, in_axes=(0, None))))
+  return (
+    jax.jit(jax.vmap(init, in_axes=(0, None))),
+    jax.jit(jax.vmap(epoch, in_axes=(0, 0, None)), donate_argnums=0),
+    jax.jit(jax.vmap(embed, in_axes=(0, None))),
+  )
 
 
 def _device_batches(dataset, groups: list[list[np.ndarray]], budget: data.Budget):
   """[encoders][batches] graph-index arrays -> arrays of shape [encoders, batches, ...]."""
-  return {key: jnp.asarray(value) for key, value in data.stack_batches(
-      [data.stack_batches([data.make_batch(dataset, g, budget) for g in batches])
-       for batches in groups]).items()}
+  return {
+    key: jnp.asarray(value)
+    for key, value in data.stack_batches(
+      [
+        data.stack_batches([data.make_batch(dataset, g, budget) for g in batches])
+        for batches in groups
+      ]
+    ).items()
+  }
 
 
-def train_encoders(config, dataset: data.GraphDataset, train_sets: list[np.ndarray],
-                   workdir: str | None = None, *, log: bool = True):
+def train_encoders(
+  config,
+  dataset: data.GraphDataset,
+  train_sets: list[np.ndarray],
+  workdir: str | None = None,
+  *,
+  log: bool = True,
+):
   """Trains one encoder per index set (vmapped) and returns the stacked final states.
 
   Writes the mean training loss of each epoch to DIR/metrics.jsonl and logs a progress line.
@@ -163,10 +209,11 @@ def train_encoders(config, dataset: data.GraphDataset, train_sets: list[np.ndarr
   batch_size = config.batch_size
   num_batches = -(-max(len(s) for s in train_sets) // batch_size)
   rng = np.random.default_rng(config.seed)
-  plan = [[data.epoch_batches(s, batch_size, num_batches, rng) for s in train_sets]
-          for _ in range(config.num_epochs)]
-  budget = data.budget_for(dataset, [b for groups in plan for g in groups for b in g],
-                           batch_size)
+  plan = [
+    [data.epoch_batches(s, batch_size, num_batches, rng) for s in train_sets]
+    for _ in range(config.num_epochs)
+  ]
+  budget = data.budget_for(dataset, [b for groups in plan for g in groups for b in g], batch_size)
   keys = jax.random.split(jax.random.key(config.seed), len(train_sets))
   first = _device_batches(dataset, [[train_sets[0][:batch_size]]], budget)
   state = init(keys, jax.tree.map(lambda x: x[0, 0], first))
@@ -179,25 +226,33 @@ def train_encoders(config, dataset: data.GraphDataset, train_sets: list[np.ndarr
     loss = np.asarray(loss)
     if not np.all(np.isfinite(loss)):
       raise NonFiniteLossError(
-          f'non-finite training loss at epoch {e} (per encoder: {loss.tolist()}). '
-          'Fix: lower --config.learning_rate')
+        f'non-finite training loss at epoch {e} (per encoder: {loss.tolist()}). '
+        'Fix: lower --config.learning_rate'
+      )
     writer.write(e, {'epoch': e, 'loss': float(loss.mean()), 'loss_per_encoder': loss})
     if log and (e % config.log_every_epochs == 0 or e == config.num_epochs):
       elapsed = time.perf_counter() - start
       eta = elapsed / e * (config.num_epochs - e)
-      logging.info('epoch %d/%d  loss %.4f  %.0f graphs/s  ETA %s', e, config.num_epochs,
-                   loss.mean(), graphs_per_epoch * e / elapsed, metrics.format_duration(eta))
+      logging.info(
+        'epoch %d/%d  loss %.4f  %.0f graphs/s  ETA %s',
+        e,
+        config.num_epochs,
+        loss.mean(),
+        graphs_per_epoch * e / elapsed,
+        metrics.format_duration(eta),
+      )
   writer.close()
   return state
 
 
 def embed_all(config, dataset: data.GraphDataset, state) -> np.ndarray:
   """[encoders, graphs, d] graph representations of every graph under each encoder."""
-  _, _, embed = _compiled(make_model(config, dataset), float(config.learning_rate),
-                          config.method in ('scl', 'hscl'))
+  _, _, embed = _compiled(
+    make_model(config, dataset), float(config.learning_rate), config.method in ('scl', 'hscl')
+  )
   size = config.eval.batch_size
   indices = np.arange(dataset.num_graphs)
-  groups = [indices[i:i + size] for i in range(0, dataset.num_graphs, size)]
+  groups = [indices[i : i + size] for i in range(0, dataset.num_graphs, size)]
   budget = data.budget_for(dataset, groups, size)
   batches = jax.tree.map(lambda x: x[0], _device_batches(dataset, [groups], budget))
   out = np.asarray(embed(state, batches))  # [encoders, batches * size, d], padded per batch
@@ -225,28 +280,51 @@ def _train_and_evaluate(config, dataset: data.GraphDataset, workdir: str) -> dic
     train_sets = [train for train, _ in folds]
   else:
     train_sets = [np.arange(dataset.num_graphs)]
-  logging.info('%s %s (%s, beta=%g): %d graphs, %d encoder(s), %d epochs', config.dataset,
-               config.method, protocol, beta_of(config), dataset.num_graphs, len(train_sets),
-               config.num_epochs)
+  logging.info(
+    '%s %s (%s, beta=%g): %d graphs, %d encoder(s), %d epochs',
+    config.dataset,
+    config.method,
+    protocol,
+    beta_of(config),
+    dataset.num_graphs,
+    len(train_sets),
+    config.num_epochs,
+  )
   start = time.perf_counter()
   state = train_encoders(config, dataset, train_sets, workdir)
   train_seconds = time.perf_counter() - start
   embeddings = embed_all(config, dataset, state)
   embeddings = list(embeddings) if protocol == 'leak_free' else embeddings[0]
   start = time.perf_counter()
-  scores = evaluate.cross_validate(embeddings, dataset.labels, folds, cs=config.eval.svm_cs,
-                                   inner_folds=config.eval.inner_folds,
-                                   threads=config.eval.threads)
+  scores = evaluate.cross_validate(
+    embeddings,
+    dataset.labels,
+    folds,
+    cs=config.eval.svm_cs,
+    inner_folds=config.eval.inner_folds,
+    threads=config.eval.threads,
+  )
   result = {
-      **scores, 'dataset': config.dataset, 'method': config.method, 'beta': beta_of(config),
-      'protocol': protocol, 'seed': config.seed, 'num_epochs': config.num_epochs,
-      'num_encoders': len(train_sets), 'train_seconds': train_seconds,
-      'eval_seconds': time.perf_counter() - start,
+    **scores,
+    'dataset': config.dataset,
+    'method': config.method,
+    'beta': beta_of(config),
+    'protocol': protocol,
+    'seed': config.seed,
+    'num_epochs': config.num_epochs,
+    'num_encoders': len(train_sets),
+    'train_seconds': train_seconds,
+    'eval_seconds': time.perf_counter() - start,
   }
   with open(os.path.join(workdir, EVAL_FILE), 'w') as f:
     json.dump(result, f, indent=2)
-  logging.info('%s %s (%s): accuracy %.4f (10-fold mean), train %s, eval %s', config.dataset,
-               config.method, protocol, result['accuracy'],
-               metrics.format_duration(train_seconds),
-               metrics.format_duration(result['eval_seconds']))
+  logging.info(
+    '%s %s (%s): accuracy %.4f (10-fold mean), train %s, eval %s',
+    config.dataset,
+    config.method,
+    protocol,
+    result['accuracy'],
+    metrics.format_duration(train_seconds),
+    metrics.format_duration(result['eval_seconds']),
+  )
   return result
