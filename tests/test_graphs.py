@@ -377,3 +377,18 @@ def test_table_report_picks_the_best_beta_and_reuses_finished_runs(tmp_path):
   assert '61.0 ± 1.4 (β=1)' in rows['| H-SCL(β)']
   assert '| 86.8 |' in report  # the paper's UCL on MUTAG
   assert '9 runs finished, 3 missing.' in report
+
+
+def test_grid_settings_follow_table_order_and_method_filter():
+  from hscl_jax.experiments import compare_graphs as cg
+
+  every = cg.settings([1.0, 10.0])
+  assert [cg.setting_name(m, b) for m, b in every] == [
+    'ucl',
+    'hucl_beta1',
+    'hucl_beta10',
+    'scl',
+    'hscl_beta1',
+    'hscl_beta10',
+  ]
+  assert cg.settings([1.0, 10.0], ['scl', 'ucl']) == [('ucl', 0.0), ('scl', 0.0)]
