@@ -79,7 +79,7 @@ CONFIG_FIELDS = {
     'exclude_rank1_from_decay',
   ),
   'knn': ('every_epochs', 'k', 'temperature', 'batch_size', 'chunk_size'),
-  # Read by hscl_jax.linear_eval (from DIR/config.json), not by training.
+  # Read by hscl_jax.linear_probe (from DIR/config.json), not by training.
   'linear_eval': ('protocol', 'num_epochs', 'learning_rate', 'weight_decay', 'batch_size'),
 }
 

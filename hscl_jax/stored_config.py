@@ -19,7 +19,7 @@ from hscl_jax import errors
 from hscl_jax import metrics
 
 # Logging, checkpointing and evaluation-only fields: the trained model does not depend
-# on them ('linear_eval' is read by hscl_jax.linear_eval only; data_dir is a location).
+# on them ('linear_eval' is read by hscl_jax.linear_probe only; data_dir is a location).
 FREE_FIELDS = (
   'log_every_steps',
   'checkpoint_every_epochs',

@@ -1,4 +1,5 @@
-"""The comparison report (hscl_jax.experiments.compare): settings, summary, table, plots."""
+"""The comparison report (hscl_jax.experiments.image_grid and its program `compare`): settings,
+summary, table, plots."""
 
 from __future__ import annotations
 
@@ -14,21 +15,21 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from configs import digits  # noqa: E402
 from hscl_jax import schema  # noqa: E402
-from hscl_jax.experiments import compare  # noqa: E402
+from hscl_jax.experiments import image_grid  # noqa: E402
 
 
 def test_settings_cover_the_paper_grids():
   config = digits.get_config()
-  plain = compare.settings(config, set())
-  assert [s.method for s in plain] == list(compare.METHODS)
-  grid = compare.settings(config, {'beta', 'tau'})
-  by_method = {m: [s for s in grid if s.method == m] for m in compare.METHODS}
+  plain = image_grid.settings(config, set())
+  assert [s.method for s in plain] == list(image_grid.METHODS)
+  grid = image_grid.settings(config, {'beta', 'tau'})
+  by_method = {m: [s for s in grid if s.method == m] for m in image_grid.METHODS}
   assert len(by_method['H-SCL(β)']) == len(by_method['H-UCL']) == 5
   assert len(by_method['H-SCL(τ)']) == 9
   assert len({s.slug for s in grid}) == len(grid)  # one workdir per setting
   for setting in grid:  # every setting is a valid training config
     schema.validate_config(
-      compare.run_config(config, setting, seed=1), num_devices=1, num_processes=1
+      image_grid.run_config(config, setting, seed=1), num_devices=1, num_processes=1
     )
 
 
@@ -55,16 +56,16 @@ def _fake_run(setting, seed, top1):
 
 def test_report_table_and_plots(tmp_path):
   config = digits.get_config()
-  plan = compare.settings(config, {'beta'})
+  plan = image_grid.settings(config, {'beta'})
   runs = [
     _fake_run(s, seed, 0.5 + 0.01 * i + 0.001 * seed) for i, s in enumerate(plan) for seed in (0, 1)
   ]
-  summary = compare.summarise(runs)
-  best = compare.best_per_method(summary)
+  summary = image_grid.summarise(runs)
+  best = image_grid.best_per_method(summary)
   assert best['H-SCL(β)'].overrides[-1] == ('beta', 5.0)  # the highest top-1 of the grid
-  plots = compare.plot_report(summary, best, str(tmp_path))
+  plots = image_grid.plot_report(summary, best, str(tmp_path))
   assert all((tmp_path / p).stat().st_size > 1000 for p in plots)
-  report = compare.markdown_report(summary, best, config, [0, 1], 'features', {'beta'}, plots)
+  report = image_grid.markdown_report(summary, best, config, [0, 1], 'features', {'beta'}, plots)
   row = next(line for line in report.splitlines() if line.startswith('| UCL |'))
   values = 100 * np.array([0.5, 0.501])
   assert f'{values.mean():.2f} ± {values.std(ddof=1):.2f}' in row
@@ -93,10 +94,10 @@ def test_compare_end_to_end(tmp_path):
   )
   assert out.returncode == 0, out.stderr[-3000:]
   report = (tmp_path / 'report.md').read_text()
-  for method in compare.METHODS:
+  for method in image_grid.METHODS:
     assert f'| {method} |' in report
 
 
 def test_ranking_marks_ties():
   scores = {'UCL': 0.90, 'SCL': 0.95, 'H-UCL': 0.90}
-  assert compare._ranking(list(scores), scores.get) == 'SCL > UCL = H-UCL'
+  assert image_grid._ranking(list(scores), scores.get) == 'SCL > UCL = H-UCL'

@@ -15,10 +15,11 @@ import pytest
 
 from configs import graphs as graphs_config
 from hscl_jax import losses
-from hscl_jax import prepare
+from hscl_jax.experiments import graph_grid
 from hscl_jax.graphs import data
 from hscl_jax.graphs import evaluate
 from hscl_jax.graphs import model as model_lib
+from hscl_jax.graphs import prepare as graph_prepare
 from hscl_jax.graphs import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -310,20 +311,33 @@ def test_program_reports_a_bad_config_in_one_line(toy_dir):
   assert 'Traceback' not in proc.stderr
 
 
-def test_prepare_downloads_and_unpacks_a_tu_zip(tmp_path, capsys):
+def test_prepare_downloads_and_unpacks_a_tu_zip(tmp_path):
   source = write_tu(str(tmp_path / 'src'), 'ZIPPED', toy_graphs(12))
   archive = tmp_path / 'ZIPPED.zip'
   with zipfile.ZipFile(archive, 'w') as z:
     for name in os.listdir(source):
       z.write(os.path.join(source, name), f'ZIPPED/{name}')
   target = tmp_path / 'data'
-  prepare.main(['--dataset=ZIPPED', f'--data_dir={target}', f'--url={archive.as_uri()}'])
-  assert 'ZIPPED is ready' in capsys.readouterr().out
+  proc = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.prepare',
+      '--dataset=ZIPPED',
+      f'--data_dir={target}',
+      f'--url={archive.as_uri()}',
+    ],
+    cwd=REPO,
+    env={**os.environ, 'PYTHONPATH': REPO},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert f'ZIPPED is ready in {target / "ZIPPED"}' in proc.stdout
   assert data.load_tu('ZIPPED', str(target)).num_graphs == 12
-  with pytest.raises(SystemExit, match='download failed.*Fix: '):
-    prepare.main(
-      ['--dataset=ZIPPED', f'--data_dir={target}', f'--url={(tmp_path / "absent.zip").as_uri()}']
-    )
+  with pytest.raises(data.GraphDataError, match='download failed.*Fix: '):
+    graph_prepare.prepare_tu('ZIPPED', str(target), (tmp_path / 'absent.zip').as_uri())
 
 
 @pytest.mark.skipif(
@@ -338,8 +352,6 @@ def test_short_run_on_mutag(tmp_path):
 
 
 def test_table_report_picks_the_best_beta_and_reuses_finished_runs(tmp_path):
-  from hscl_jax.experiments import compare_graphs as cg
-
   config = graphs_config.get_config()
   accuracies = {
     ('ucl', 0.0): [0.80, 0.84],
@@ -350,7 +362,7 @@ def test_table_report_picks_the_best_beta_and_reuses_finished_runs(tmp_path):
   }
   for (method, beta), values in accuracies.items():
     for seed, accuracy in enumerate(values):
-      workdir = cg.run_dir(str(tmp_path), 'MUTAG', method, beta, seed)
+      workdir = graph_grid.run_dir(str(tmp_path), 'MUTAG', method, beta, seed)
       os.makedirs(workdir)
       record = {
         'dataset': 'MUTAG',
@@ -365,9 +377,9 @@ def test_table_report_picks_the_best_beta_and_reuses_finished_runs(tmp_path):
       with open(os.path.join(workdir, train.EVAL_FILE), 'w') as f:
         json.dump(record, f)
   # A finished run is read back, not retrained (no data_dir needed).
-  assert cg.run_one(config, str(tmp_path), 'MUTAG', 'ucl', 0.0, 1, None)['accuracy'] == 0.84
-  runs = cg.collect(str(tmp_path), ['MUTAG'], [1.0, 2.0], 2)
-  report = cg.markdown_report(runs, ['MUTAG'], [1.0, 2.0], 2, config)
+  assert graph_grid.run_one(config, str(tmp_path), 'MUTAG', 'ucl', 0.0, 1, None)['accuracy'] == 0.84
+  runs = graph_grid.collect(str(tmp_path), ['MUTAG'], [1.0, 2.0], 2)
+  report = graph_grid.markdown_report(runs, ['MUTAG'], [1.0, 2.0], 2, config)
   rows = {}  # the first table (ours); the paper's table repeats the row names
   for line in report.splitlines():
     if line.startswith('| '):
@@ -380,10 +392,8 @@ def test_table_report_picks_the_best_beta_and_reuses_finished_runs(tmp_path):
 
 
 def test_grid_settings_follow_table_order_and_method_filter():
-  from hscl_jax.experiments import compare_graphs as cg
-
-  every = cg.settings([1.0, 10.0])
-  assert [cg.setting_name(m, b) for m, b in every] == [
+  every = graph_grid.settings([1.0, 10.0])
+  assert [graph_grid.setting_name(m, b) for m, b in every] == [
     'ucl',
     'hucl_beta1',
     'hucl_beta10',
@@ -391,4 +401,4 @@ def test_grid_settings_follow_table_order_and_method_filter():
     'hscl_beta1',
     'hscl_beta10',
   ]
-  assert cg.settings([1.0, 10.0], ['scl', 'ucl']) == [('ucl', 0.0), ('scl', 0.0)]
+  assert graph_grid.settings([1.0, 10.0], ['scl', 'ucl']) == [('ucl', 0.0), ('scl', 0.0)]

@@ -16,7 +16,7 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from configs import digits  # noqa: E402
 from hscl_jax import checkpointing  # noqa: E402
-from hscl_jax import linear_eval  # noqa: E402
+from hscl_jax import linear_probe  # noqa: E402
 from hscl_jax import train  # noqa: E402
 
 RESULT_KEYS = ('protocol', 'top1', 'top5', 'checkpoint_step', 'num_train', 'num_test')
@@ -60,7 +60,7 @@ def test_pipeline_from_another_process_on_one_device(trained):
   )
   assert out.returncode == 0, out.stderr[-3000:]
   assert 'features protocol' in out.stdout
-  result = json.loads((workdir / linear_eval.RESULT_FILE).read_text())
+  result = json.loads((workdir / linear_probe.RESULT_FILE).read_text())
   assert set(RESULT_KEYS) <= set(result)
   assert result['protocol'] == 'features'
   assert result['checkpoint_step'] == max(checkpointing.finished_steps(str(workdir)))
@@ -69,7 +69,7 @@ def test_pipeline_from_another_process_on_one_device(trained):
   assert result['top5'] >= result['top1']
   after = _snapshot(workdir)
   changed = {p for p in after if before.get(p) != after[p]}
-  assert changed == {workdir / linear_eval.RESULT_FILE}
+  assert changed == {workdir / linear_probe.RESULT_FILE}
 
 
 def test_augmented_protocol(trained, tmp_path):
@@ -78,41 +78,41 @@ def test_augmented_protocol(trained, tmp_path):
   shutil.copytree(workdir, copy)
   config.linear_eval.protocol = 'augmented'
   config.linear_eval.num_epochs = 3
-  result = linear_eval.linear_evaluate(config, str(copy))
+  result = linear_probe.linear_evaluate(config, str(copy))
   assert result['protocol'] == 'augmented'
   assert result['top1'] > 0.3, result
 
 
 def test_clear_errors_name_the_path(trained, tmp_path):
   workdir, config = trained
-  with pytest.raises(linear_eval.LinearEvalError, match=str(tmp_path / 'config.json')):
-    linear_eval.load_run_config(str(tmp_path))
-  with pytest.raises(linear_eval.LinearEvalError, match='no checkpoint in'):
-    linear_eval.linear_evaluate(config, str(tmp_path))
-  with pytest.raises(linear_eval.LinearEvalError, match='no checkpoint for step 12345'):
-    linear_eval.linear_evaluate(config, str(workdir), checkpoint_step=12345)
+  with pytest.raises(linear_probe.LinearEvalError, match=str(tmp_path / 'config.json')):
+    linear_probe.load_run_config(str(tmp_path))
+  with pytest.raises(linear_probe.LinearEvalError, match='no checkpoint in'):
+    linear_probe.linear_evaluate(config, str(tmp_path))
+  with pytest.raises(linear_probe.LinearEvalError, match='no checkpoint for step 12345'):
+    linear_probe.linear_evaluate(config, str(workdir), checkpoint_step=12345)
 
   other_model = one_epoch_config()
   other_model.model.head_hidden = 64  # head differs: still fine, only the encoder is read
   other_model.model.name = 'resnet18'
-  with pytest.raises(linear_eval.LinearEvalError, match='checkpoints'):
-    linear_eval.linear_evaluate(other_model, str(workdir))
+  with pytest.raises(linear_probe.LinearEvalError, match='checkpoints'):
+    linear_probe.linear_evaluate(other_model, str(workdir))
 
   corrupt = tmp_path / 'corrupt'
   shutil.copytree(workdir, corrupt)
-  (corrupt / linear_eval.RESULT_FILE).unlink(missing_ok=True)
+  (corrupt / linear_probe.RESULT_FILE).unlink(missing_ok=True)
   step = max(checkpointing.finished_steps(str(corrupt)))
   state_dir = corrupt / 'checkpoints' / str(step) / 'state'
   for path in state_dir.rglob('*'):
     if path.is_file() and path.stat().st_size > 100:
       path.write_bytes(b'garbage')
-  with pytest.raises(linear_eval.LinearEvalError, match=str(state_dir)):
-    linear_eval.linear_evaluate(config, str(corrupt))
-  assert not (corrupt / linear_eval.RESULT_FILE).exists()
+  with pytest.raises(linear_probe.LinearEvalError, match=str(state_dir)):
+    linear_probe.linear_evaluate(config, str(corrupt))
+  assert not (corrupt / linear_probe.RESULT_FILE).exists()
 
 
 def test_unknown_protocol(trained):
   workdir, config = trained
   config.linear_eval.protocol = 'knn'
   with pytest.raises(ValueError, match='linear_eval.protocol'):
-    linear_eval.linear_evaluate(config, str(workdir))
+    linear_probe.linear_evaluate(config, str(workdir))

@@ -31,7 +31,7 @@ from configs import digits  # noqa: E402
 from hscl_jax import augment  # noqa: E402,E501
 from hscl_jax import checkpointing  # noqa: E402,E501
 from hscl_jax import evaluation  # noqa: E402,E501
-from hscl_jax import linear_eval  # noqa: E402
+from hscl_jax import linear_probe  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax import metrics  # noqa: E402,E501
 from hscl_jax import models  # noqa: E402,E501
@@ -330,14 +330,14 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_newest_good_one(
   config = tiny_config()
   model = models.create_model(config.model)
   with caplog.at_level('WARNING'):
-    step, _ = linear_eval.restore_usable_encoder(str(workdir), None, model, (8, 8, 3))
+    step, _ = linear_probe.restore_usable_encoder(str(workdir), None, model, (8, 8, 3))
   assert step == 3 and 'step(s) [6] cannot be restored' in caplog.text
   with pytest.raises(
-    linear_eval.LinearEvalError,
+    linear_probe.LinearEvalError,
     match=r'checkpoint step 6 cannot be used: .*Usable steps: \[3\]; '
     r'pass --checkpoint_step=3',
   ):
-    linear_eval.restore_usable_encoder(str(workdir), 6, model, (8, 8, 3))
+    linear_probe.restore_usable_encoder(str(workdir), 6, model, (8, 8, 3))
 
   caplog.clear()
   with caplog.at_level('WARNING'):

@@ -1,0 +1,294 @@
+"""Linear evaluation of a trained encoder, read from the run's Orbax checkpoint.
+
+The library behind `python -m hscl_jax.linear_eval` (and the comparison reports): reads
+the run's resolved config, restores only the encoder's parameters and BatchNorm
+statistics from DIR/checkpoints/<step> (latest usable by default), freezes them
+(BatchNorm in eval mode) and trains a linear classifier on the L2-normalised backbone
+features, then reports top-1/top-5 on the test split and writes DIR/linear_eval.json.
+Nothing else in DIR is touched. Protocols (config.linear_eval):
+  * features  (default, fast): features extracted once, the classifier trained on them.
+  * augmented (the paper's): random resized crop + flip on the fly through the frozen
+    encoder, Adam lr 1e-3, weight decay 1e-6, 100 epochs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+from ml_collections import config_dict
+import numpy as np
+import optax
+
+from hscl_jax import augment
+from hscl_jax import checkpointing
+from hscl_jax import data
+from hscl_jax import errors
+from hscl_jax import evaluation
+from hscl_jax import losses
+from hscl_jax import metrics
+from hscl_jax import models
+from hscl_jax import optim
+from hscl_jax import parallel
+from hscl_jax import schema
+
+PROTOCOLS = ('features', 'augmented')
+RESULT_FILE = 'linear_eval.json'
+
+
+class LinearEvalError(errors.UserError, RuntimeError):
+  """A workdir, config or checkpoint that linear evaluation cannot use (names the path)."""
+
+
+# ----------------------------------------------------------------------------------------
+# Reading the run.
+
+
+def load_run_config(workdir: str) -> config_dict.ConfigDict:
+  path = os.path.join(workdir, metrics.CONFIG_FILE)
+  if not os.path.isfile(path):
+    raise LinearEvalError(
+      f'{path} not found: --workdir must be the directory of a training run '
+      '(python -m hscl_jax.main --workdir=DIR writes it), or pass --config=FILE.'
+    )
+  with open(path) as f:
+    return config_dict.ConfigDict(json.load(f))
+
+
+def resolve_step(workdir: str, step: int | None) -> int:
+  steps = checkpointing.finished_steps(workdir)
+  where = checkpointing.directory(workdir)
+  if not steps:
+    raise LinearEvalError(f'no checkpoint in {where}: train first (python -m hscl_jax.main).')
+  if step is None:
+    return steps[-1]
+  if step not in steps:
+    raise LinearEvalError(f'no checkpoint for step {step} in {where}; available: {steps}.')
+  return step
+
+
+def restore_encoder(
+  workdir: str, step: int, model: models.ContrastiveModel, image_shape: tuple[int, int, int]
+) -> dict[str, Any]:
+  """Model variables holding only the encoder's entries, restored onto the default device."""
+  abstract = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), image_shape))
+  target = {
+    collection: {'encoder': abstract[collection]['encoder']}
+    for collection in ('params', 'batch_stats')
+  }
+  try:
+    return checkpointing.restore_subtree(workdir, step, target)
+  except checkpointing.RestoreError as e:
+    raise LinearEvalError(str(e)) from e
+
+
+def restore_usable_encoder(
+  workdir: str, step: int | None, model: models.ContrastiveModel, image_shape: tuple[int, int, int]
+) -> tuple[int, dict[str, Any]]:
+  """(step, encoder variables) of checkpoint `step`, or by default of the newest one that
+  restores (a damaged newer one is skipped with a warning). An unusable checkpoint raises
+  LinearEvalError listing the steps that can be used."""
+  steps = checkpointing.finished_steps(workdir)
+  first = resolve_step(workdir, step)  # raises if there is none, or no such step
+  candidates = [first] if step is not None else steps[::-1]
+  failed = {}
+  for candidate in candidates:
+    try:
+      variables = restore_encoder(workdir, candidate, model, image_shape)
+    except LinearEvalError as e:
+      failed[candidate] = e
+      continue
+    if failed:
+      logging.warning(
+        'Checkpoint step(s) %s cannot be restored (%s); using step %d.',
+        sorted(failed),
+        next(iter(failed.values())),
+        candidate,
+      )
+    return candidate, variables
+  usable = [s for s in steps[::-1] if s not in failed and _restores(workdir, s, model, image_shape)]
+  first_step, first_error = next(iter(failed.items()))
+  raise LinearEvalError(
+    f'checkpoint step {first_step} cannot be used: {first_error} Usable steps: '
+    f'{sorted(usable) or "none"}' + (f'; pass --checkpoint_step={usable[0]}.' if usable else '.')
+  )
+
+
+def _restores(workdir, step, model, image_shape) -> bool:
+  try:
+    restore_encoder(workdir, step, model, image_shape)
+  except LinearEvalError:
+    return False
+  return True
+
+
+# ----------------------------------------------------------------------------------------
+# Features and the linear classifier.
+
+
+def make_encoder_fn(model: models.ContrastiveModel, variables):
+  """Jitted augmented, normalised images -> backbone features (BatchNorm in eval mode)."""
+
+  @jax.jit
+  def encode(images):
+    return model.apply(variables, images, train=False, method='features')
+
+  return encode
+
+
+def _cross_entropy(classifier, features, labels):
+  logits = features @ classifier['w'] + classifier['b']
+  return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def _topk_correct(logits, labels, k):
+  return jnp.any(jax.lax.top_k(logits, k)[1] == labels[:, None], axis=1)
+
+
+def evaluate(classifier, features, labels) -> dict[str, float]:
+  logits = features @ classifier['w'] + classifier['b']
+  top5 = min(5, logits.shape[1])
+  return {
+    'top1': float(jnp.mean(_topk_correct(logits, labels, 1))),
+    'top5': float(jnp.mean(_topk_correct(logits, labels, top5))),
+  }
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearSetup:
+  num_classes: int
+  feature_dim: int
+  cfg: config_dict.ConfigDict  # config.linear_eval
+
+  def init(self):
+    return {'w': jnp.zeros((self.feature_dim, self.num_classes)), 'b': jnp.zeros(self.num_classes)}
+
+  def optimizer(self):
+    # The paper's linear classifier: Adam with coupled L2, as its encoder's optimizer.
+    return optim.adam_coupled_l2(self.cfg.learning_rate, weight_decay=self.cfg.weight_decay)
+
+
+def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
+  """Minibatch Adam for config.linear_eval.num_epochs; batch_fn(indices, epoch, i) -> (x, y)."""
+  cfg = setup.cfg
+  batch = min(cfg.batch_size, num_examples)
+  steps = max(num_examples // batch, 1)
+  optimizer = setup.optimizer()
+  classifier = setup.init()
+  opt_state = optimizer.init(classifier)
+
+  @jax.jit
+  def step(classifier, opt_state, x, y):
+    loss, grads = jax.value_and_grad(_cross_entropy)(classifier, x, y)
+    updates, opt_state = optimizer.update(grads, opt_state, classifier)
+    return optax.apply_updates(classifier, updates), opt_state, loss
+
+  rng = np.random.default_rng(seed)
+  start = time.time()
+  for epoch in range(1, cfg.num_epochs + 1):
+    order = rng.permutation(num_examples)
+    for i in range(steps):
+      x, y = batch_fn(order[i * batch : (i + 1) * batch], epoch, i)
+      classifier, opt_state, loss = step(classifier, opt_state, x, y)
+    if epoch == 1 or epoch % max(cfg.num_epochs // 10, 1) == 0 or epoch == cfg.num_epochs:
+      elapsed = time.time() - start
+      eta = elapsed / epoch * (cfg.num_epochs - epoch)
+      logging.info(
+        'linear eval epoch %d/%d  loss %.4f  %.0fs elapsed, ETA %.0fs',
+        epoch,
+        cfg.num_epochs,
+        float(loss),
+        elapsed,
+        eta,
+      )
+  return classifier
+
+
+def _extract(model, variables, params: augment.AugmentParams, source, batch_size):
+  """Normalised features and labels of a split (the training program's kNN path, 1 device)."""
+  mesh = parallel.make_mesh(jax.devices()[:1])
+  feature_fn = evaluation.make_feature_fn(model, params, mesh)
+  features, labels, mask = evaluation.extract_features(
+    feature_fn, variables, source, batch_size, mesh
+  )
+  return features[mask], labels[mask]
+
+
+def _augmented_batches(model, variables, source, params: augment.AugmentParams, seed):
+  """Random resized crop + flip of raw images, encoded on the fly by the frozen encoder."""
+  crop_flip = dataclasses.replace(params, jitter_prob=0.0, grayscale_prob=0.0, blur_prob=0.0)
+  encode = make_encoder_fn(model, variables)
+  images = np.stack([source[i]['image'] for i in range(len(source))])
+  labels = np.asarray([source[i]['label'] for i in range(len(source))], np.int32)
+  key = jax.random.key(seed)
+
+  @jax.jit
+  def view(batch_key, raw):
+    pair = jnp.stack([raw, raw], axis=1)
+    return augment.two_views(batch_key, pair, crop_flip)[:, 0]
+
+  def batch_fn(indices, epoch, i):
+    batch_key = jax.random.fold_in(jax.random.fold_in(key, epoch), i)
+    features = losses.l2_normalize(encode(view(batch_key, jnp.asarray(images[indices]))))
+    return features, jnp.asarray(labels[indices])
+
+  return batch_fn
+
+
+def linear_evaluate(
+  config: config_dict.ConfigDict, workdir: str, *, checkpoint_step: int | None = None
+) -> dict[str, Any]:
+  """Runs the configured protocol on the checkpoint and writes DIR/linear_eval.json."""
+  cfg = config.linear_eval
+  if cfg.protocol not in PROTOCOLS:
+    raise ValueError(f'linear_eval.protocol must be one of {PROTOCOLS}, got {cfg.protocol!r}.')
+  schema.validate_linear_eval(cfg)
+  info = data.dataset_info(
+    config.dataset, data_dir=config.data_dir, folder=config.folder, seed=config.split_seed
+  )
+  model = models.create_model(config.model)
+  params = augment.AugmentParams.from_config(config.augment)
+  image_size = params.image_size
+  step, variables = restore_usable_encoder(
+    workdir, checkpoint_step, model, (image_size, image_size, 3)
+  )
+  sources = {
+    split: data.get_source(
+      config.dataset, split, data_dir=config.data_dir, folder=config.folder, seed=config.split_seed
+    )
+    for split in (config.train_split, config.test_split)
+  }
+  logging.info('linear eval (%s protocol) of %s step %d', cfg.protocol, workdir, step)
+  train_x, train_y = _extract(model, variables, params, sources[config.train_split], cfg.batch_size)
+  test_x, test_y = _extract(model, variables, params, sources[config.test_split], cfg.batch_size)
+  setup = LinearSetup(num_classes=info.num_classes, feature_dim=train_x.shape[1], cfg=cfg)
+  if cfg.protocol == 'features':
+    train_x, train_y = jnp.asarray(train_x), jnp.asarray(train_y)
+    batch_fn = lambda idx, epoch, i: (train_x[idx], train_y[idx])
+  else:
+    batch_fn = _augmented_batches(
+      model, variables, sources[config.train_split], params, config.seed
+    )
+  classifier = _train_loop(setup, len(train_y), batch_fn, config.seed)
+  result = {
+    'protocol': cfg.protocol,
+    **evaluate(classifier, jnp.asarray(test_x), jnp.asarray(test_y)),
+    'checkpoint_step': step,
+    'num_train': int(len(train_y)),
+    'num_test': int(len(test_y)),
+    'num_epochs': cfg.num_epochs,
+    'learning_rate': cfg.learning_rate,
+    'weight_decay': cfg.weight_decay,
+    'dataset': config.dataset,
+    'method': config.method,
+  }
+  with open(os.path.join(workdir, RESULT_FILE), 'w') as f:
+    json.dump(result, f, indent=2)
+    f.write('\n')
+  return result
