@@ -1,28 +1,54 @@
-"""The dataset-preparation command: its flags and the one-line errors before any work.
+"""Dataset preparation: the program's one-line errors before any work, and the library's
+checks (hscl_jax.data.tfds_prepare).
 
 (The offline end-to-end preparation with TensorFlow is tests/test_prepare_offline.py.)
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 
-from hscl_jax import prepare
+from hscl_jax.data import tfds_prepare
+from hscl_jax.data.errors import PreparationError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_prepare_arguments():
-  args = prepare.parse_args(['--dataset=stl10', '--data_dir=/d', '--manual_dir=/m'])
-  assert (args.dataset, args.data_dir, args.manual_dir) == ('stl10', '/d', '/m')
-  with pytest.raises(SystemExit):
-    prepare.parse_args(['--dataset=digits'])  # Needs no preparation: not a choice.
+def _prepare(*args):
+  return subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.prepare', *args],
+    cwd=REPO,
+    env={**os.environ, 'PYTHONPATH': str(REPO)},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+
+
+def test_program_errors_are_one_line_before_any_work(tmp_path):
+  no_work = _prepare('--dataset=digits')
+  assert no_work.returncode == 1 and 'Traceback' not in no_work.stderr
+  assert no_work.stderr.strip().splitlines()[-1] == '--dataset=digits needs no preparation'
+  # --manual_dir reaches the library: its missing archive is one logged line, nothing written.
+  no_archive = _prepare('--dataset=cifar10', f'--manual_dir={tmp_path}', f'--data_dir={tmp_path}')
+  assert no_archive.returncode == 1 and 'Traceback' not in no_archive.stderr
+  (line,) = [line for line in no_archive.stderr.splitlines() if line.startswith('E')]
+  assert f'--manual_dir={tmp_path} has no cifar-10-binary.tar.gz' in line
+  assert os.listdir(tmp_path) == []
 
 
 def test_prepare_checks_the_manual_archive(tmp_path):
-  with pytest.raises(SystemExit, match='has no cifar-10-binary.tar.gz'):
-    prepare.main(['--dataset=cifar10', f'--manual_dir={tmp_path}'])
+  with pytest.raises(PreparationError, match='has no cifar-10-binary.tar.gz'):
+    tfds_prepare.prepare('cifar10', manual_dir=str(tmp_path))
 
 
 def test_prepare_without_tensorflow_says_how_to_install(monkeypatch):
-  monkeypatch.setattr(prepare.importlib.util, 'find_spec', lambda name: None)
-  with pytest.raises(SystemExit, match=r"pip install -e '\.\[prepare\]'"):
-    prepare.main(['--dataset=cifar10', '--data_dir=/nonexistent'])
+  monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)
+  with pytest.raises(PreparationError, match=r"pip install -e '\.\[prepare\]'"):
+    tfds_prepare.prepare('cifar10', data_dir='/nonexistent')

@@ -40,11 +40,13 @@ PREPARE = """
 import dataclasses, sys
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import checksums
-from hscl_jax import prepare
+import runpy
 archive, data_dir, manual_dir = sys.argv[1:]
 url = 'https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz'
 tfds.builder_cls('cifar10').url_infos = {url: checksums.compute_url_info(archive)}
-prepare.main(['--dataset=cifar10', '--data_dir=' + data_dir, '--manual_dir=' + manual_dir])
+# The program itself, as `python -m hscl_jax.prepare` (after the checksum above).
+sys.argv = ['prepare', '--dataset=cifar10', '--data_dir=' + data_dir, '--manual_dir=' + manual_dir]
+runpy.run_module('hscl_jax.prepare', run_name='__main__', alter_sys=True)
 """
 
 

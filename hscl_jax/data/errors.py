@@ -15,3 +15,7 @@ class DatasetNotPreparedError(UserError, FileNotFoundError):
 
 class ImageFolderError(UserError, ValueError):
   """An image folder is missing, empty, badly laid out or has an unreadable file."""
+
+
+class PreparationError(UserError, RuntimeError):
+  """A TFDS dataset cannot be prepared: TensorFlow missing, or no archive in manual_dir."""
