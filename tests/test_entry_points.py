@@ -1,0 +1,144 @@
+"""The `python -m` programs: thin, never imported, flags at module level, each --help works.
+
+absl keeps one global flag registry and several programs define the same names (--workdir,
+--config), so two entry points can never share a process, and no user needs them to: each
+is a program. What keeps every process free of flag clashes is checked here: flags are
+defined only by entry points (at module level, as flax's examples/imagenet main.py), nothing
+imports an entry point (tests run them as subprocesses), and each one's --help, in its own
+process, imports everything it needs and lists its flags.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# Module -> the name `python -m` takes.
+ENTRY_POINTS = {
+  'hscl_jax.main': 'hscl_jax.main',
+  'hscl_jax.linear_eval': 'hscl_jax.linear_eval',
+  'hscl_jax.prepare': 'hscl_jax.prepare',
+  'hscl_jax.graphs.__main__': 'hscl_jax.graphs',
+  'hscl_jax.experiments.compare': 'hscl_jax.experiments.compare',
+  'hscl_jax.experiments.compare_graphs': 'hscl_jax.experiments.compare_graphs',
+}
+SOURCE_DIRS = ('hscl_jax', 'tests', 'benchmarks', 'launch', 'configs')
+
+
+def _module_name(path: pathlib.Path) -> str:
+  return '.'.join(path.relative_to(REPO).with_suffix('').parts)
+
+
+def _sources():
+  for folder in SOURCE_DIRS:
+    for path in sorted((REPO / folder).rglob('*.py')):
+      yield path, ast.parse(path.read_text(), str(path))
+
+
+def _imported_modules(tree: ast.Module, module: str) -> set[str]:
+  """Every module an import statement or importlib.import_module('...') call names."""
+  package = module.rsplit('.', 1)[0]
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ''
+      if node.level:
+        parent = package.rsplit('.', node.level - 1)[0] if node.level > 1 else package
+        base = f'{parent}.{base}' if base else parent
+      names.add(base)
+      names.update(f'{base}.{alias.name}' for alias in node.names)
+    elif (
+      isinstance(node, ast.Call)
+      and getattr(node.func, 'attr', None) == 'import_module'
+      and node.args
+      and isinstance(node.args[0], ast.Constant)
+    ):
+      names.add(node.args[0].value)
+  return names
+
+
+def _flag_definitions(tree: ast.Module):
+  """(flag name or None, at module level) of every flags.DEFINE_*(...) call on the global
+  FLAGS (a call given its own flag_values= touches no other program's flags)."""
+  top_level = {id(n) for stmt in tree.body for n in ast.walk(stmt)} - {
+    id(n)
+    for stmt in tree.body
+    if isinstance(stmt, (ast.FunctionDef, ast.ClassDef))
+    for n in ast.walk(stmt)
+  }
+  for node in ast.walk(tree):
+    if (
+      isinstance(node, ast.Call)
+      and getattr(node.func, 'attr', '').startswith('DEFINE')
+      and not any(keyword.arg == 'flag_values' for keyword in node.keywords)
+    ):
+      first = node.args[0] if node.args else None
+      name = first.value if isinstance(first, ast.Constant) else None
+      yield name, id(node) in top_level
+
+
+def test_nothing_imports_an_entry_point():
+  importers = {
+    str(path.relative_to(REPO)): sorted(
+      _imported_modules(tree, _module_name(path)) & set(ENTRY_POINTS)
+    )
+    for path, tree in _sources()
+  }
+  assert {path: names for path, names in importers.items() if names} == {}
+
+
+def test_only_entry_points_define_flags_and_at_module_level():
+  definitions = {_module_name(path): list(_flag_definitions(tree)) for path, tree in _sources()}
+  outside = {m: d for m, d in definitions.items() if d and m not in ENTRY_POINTS}
+  assert outside == {}, 'global flags belong to entry points'
+  for module in ENTRY_POINTS:
+    assert definitions[module], f'{module} defines no flag'
+    assert all(at_top for _, at_top in definitions[module]), f'{module}: flags inside a function'
+
+
+@pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
+def test_entry_point_is_thin(module):
+  """Public code lives in libraries: an entry point defines `main` and private helpers."""
+  tree = ast.parse((REPO / (module.replace('.', '/') + '.py')).read_text())
+  public = {
+    node.name
+    for node in tree.body
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith('_')
+  }
+  assert public == {'main'}
+  guard = tree.body[-1]
+  assert isinstance(guard, ast.If) and ast.unparse(guard.test) == "__name__ == '__main__'"
+  assert ast.unparse(guard.body[-1]) == 'app.run(main)'
+
+
+def test_every_entry_point_help_lists_its_flags():
+  """Each program's --help in its own fresh process (all started at once): the imports work
+  (no flag defined twice) and the help shows the usage line and every flag."""
+  env = {**os.environ, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'}
+  procs = {
+    module: subprocess.Popen(
+      [sys.executable, '-m', command, '--help'],
+      cwd=REPO,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for module, command in ENTRY_POINTS.items()
+  }
+  for module, proc in procs.items():
+    out, err = proc.communicate(timeout=300)
+    assert 'Traceback' not in err, f'{module}:\n{err[-3000:]}'
+    assert f'python -m {ENTRY_POINTS[module]}' in out, module
+    tree = ast.parse((REPO / (module.replace('.', '/') + '.py')).read_text())
+    for name, _ in _flag_definitions(tree):
+      assert re.search(rf'^  --(\[no\])?{name}:', out, re.M), f'{module}: --{name} not in --help'
