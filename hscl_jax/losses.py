@@ -293,6 +293,14 @@ def _similarity(q: _Rows, k: _Rows, temperature, precision=DEFAULT_PRECISION) ->
   return jnp.dot(q.z, k.z.T, precision=precision) / temperature
 
 
+def _similarity_pullback(d_sim, q_z, k_z, precision):
+  """(∂/∂q_z, ∂/∂k_z) of g = q_z k_zᵀ from ∂/∂g. The keys' term d_simᵀ q_z is computed as
+  (q_zᵀ d_sim)ᵀ behind a barrier: XLA:CPU runs a matmul with the transposed n×n operand
+  ~3.5x slower than a plain one (and folds a bare transpose of the result back into it)."""
+  d_k = jax.lax.optimization_barrier(jnp.dot(q_z.T, d_sim, precision=precision)).T
+  return jnp.dot(d_sim, k_z, precision=precision), d_k
+
+
 def _log_weights(g, candidates, hardening, stop_gradient_weights):
   log_eta = hardening(g).astype(jnp.float32)
   if stop_gradient_weights:
@@ -333,11 +341,7 @@ class _Kernel:
     return jnp.dot(q.z, k.z.T, precision=self.precision)
 
   def similarity_pullback(self, d_sim, q: _Rows, k: _Rows):
-    """(∂/∂q.z, ∂/∂k.z) from ∂/∂g. The keys' term d_simᵀ q.z is computed as (q.zᵀ d_sim)ᵀ
-    behind a barrier: XLA:CPU runs a matmul with the transposed n×n operand ~3.5x slower
-    than a plain one (and folds a bare transpose of the result back into that form)."""
-    d_k = jax.lax.optimization_barrier(jnp.dot(q.z.T, d_sim, precision=self.precision)).T
-    return jnp.dot(d_sim, k.z, precision=self.precision), d_k
+    return _similarity_pullback(d_sim, q.z, k.z, self.precision)
 
   def log_weights(self, g, q, k):
     return _log_weights(g, self.candidates(q, k), self.hardening, False)
