@@ -341,6 +341,19 @@ def test_gradient_with_respect_to_temperature():
     np.testing.assert_allclose(grad, expected, rtol=1e-3)
 
 
+def test_pair_softplus_and_slope_match_float64():
+  """The kernels' one-exponential softplus: value and slope (σ) against float64, and the
+  non-finite cases as jax.nn.softplus."""
+  x = np.concatenate([np.linspace(-80.0, 80.0, 32001), [-1e-6, 0.0, 1e-6]]).astype(np.float32)
+  value, slope = jax.vmap(jax.value_and_grad(losses._softplus))(x)
+  x64 = x.astype(np.float64)
+  np.testing.assert_allclose(value, np.logaddexp(x64, 0.0), rtol=2e-6)
+  np.testing.assert_allclose(slope, 1.0 / (1.0 + np.exp(-x64)), rtol=1e-6)
+  special = jnp.array([-jnp.inf, jnp.inf, jnp.nan])
+  expected = jax.vmap(jax.value_and_grad(jax.nn.softplus))(special)
+  np.testing.assert_array_equal(jax.vmap(jax.value_and_grad(losses._softplus))(special), expected)
+
+
 @pytest.mark.parametrize('block_size', [0, 16])
 def test_kernels_export_for_gpu_and_tpu(block_size):
   """jax.export lowers value and gradient for CUDA and TPU from this CPU host (it rejects
