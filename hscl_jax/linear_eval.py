@@ -16,6 +16,7 @@ The work is done by hscl_jax.linear_probe.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from absl import app
@@ -25,6 +26,7 @@ from ml_collections import config_flags
 from hscl_jax import errors
 from hscl_jax import linear_probe
 from hscl_jax import metrics
+from hscl_jax import schema
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 _CONFIG = config_flags.DEFINE_config_file(
@@ -70,4 +72,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  schema.make_config_importable(sys.argv)
   app.run(main)

@@ -39,8 +39,9 @@ def assert_one_line(output, *parts):
     assert part in line, line
 
 
-def test_missing_config_file_names_the_path(tmp_path):
-  code, output = run('hscl_jax.main', '--config=configs/nope.py', f'--workdir={tmp_path / "w"}')
+@pytest.mark.parametrize('program', ['hscl_jax.main', 'hscl_jax.linear_eval'])
+def test_missing_config_file_names_the_path(tmp_path, program):
+  code, output = run(program, '--config=configs/nope.py', f'--workdir={tmp_path / "w"}')
   assert code != 0
   assert 'configs/nope.py' in output and 'Fix:' in output and 'Traceback' not in output
   assert not (tmp_path / 'w').exists()
@@ -61,6 +62,21 @@ def test_config_path_works_from_any_directory(tmp_path):
   )
   assert code == 1
   assert_one_line(output, 'config.temperature: must be positive')
+
+
+def test_linear_eval_config_path_works_from_any_directory(tmp_path):
+  (tmp_path / 'site').mkdir()
+  (tmp_path / 'site' / 'hscl_jax').symlink_to(REPO / 'hscl_jax')
+  # The config file loads (it imports configs/default.py); the empty workdir is refused.
+  code, output = run(
+    'hscl_jax.linear_eval',
+    f'--config={DIGITS}',
+    f'--workdir={tmp_path / "w"}',
+    cwd=tmp_path,
+    env={**ENV, 'PYTHONPATH': str(tmp_path / 'site')},
+  )
+  assert code == 1
+  assert_one_line(output, f'no checkpoint in {tmp_path / "w"}', 'train first')
 
 
 def test_workdir_that_is_a_file(tmp_path):
