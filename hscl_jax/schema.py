@@ -61,6 +61,7 @@ CONFIG_FIELDS = {
     'keep_checkpoints',
     'log_every_steps',
     'chunk_size',
+    'chunk_unroll',
   ),
   'model': ('name', 'stem', 'norm', 'head_hidden', 'head_out', 'dtype', 'bn_momentum'),
   'augment': tuple(f.name for f in dataclasses.fields(augment.AugmentParams)),

@@ -19,7 +19,8 @@ from hscl_jax import errors
 from hscl_jax import metrics
 
 # Logging, checkpointing and evaluation-only fields: the trained model does not depend
-# on them ('linear_eval' is read by hscl_jax.linear_probe only; data_dir is a location).
+# on them ('linear_eval' is read by hscl_jax.linear_probe only; data_dir is a location;
+# chunk_unroll only changes how the compiler loops over the same chunks).
 FREE_FIELDS = (
   'log_every_steps',
   'checkpoint_every_epochs',
@@ -27,6 +28,7 @@ FREE_FIELDS = (
   'data_dir',
   'knn.batch_size',
   'knn.chunk_size',
+  'chunk_unroll',
   'linear_eval',
 )
 

@@ -288,6 +288,7 @@ def make_train_step(
         state.batch_stats,
         chunks,
         axis_name=parallel.AXIS,
+        unroll=config.chunk_unroll,
       )
     else:
 

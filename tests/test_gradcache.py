@@ -45,8 +45,8 @@ def scl(z, labels, axis_name=None):
   return losses.scl(z, labels, axis_name=axis_name)
 
 
-@pytest.mark.parametrize('num_chunks', [1, 4])
-def test_equals_unchunked_gradient(num_chunks):
+@pytest.mark.parametrize('num_chunks,unroll', [(1, False), (4, False), (4, True)])
+def test_equals_unchunked_gradient(num_chunks, unroll):
   params, x, labels = make_inputs()
   expected = jax.value_and_grad(lambda p: scl(encode(p, x), labels))(params)
 
@@ -55,7 +55,9 @@ def test_equals_unchunked_gradient(num_chunks):
 
   loss_fn = lambda z: (scl(z, labels), z.shape[0])
   (loss, aux, z, state), grads = jax.jit(
-    lambda p: gradcache.value_and_grad(forward, loss_fn, p, {}, gradcache.split(x, num_chunks))
+    lambda p: gradcache.value_and_grad(
+      forward, loss_fn, p, {}, gradcache.split(x, num_chunks), unroll=unroll
+    )
   )(params)
   assert aux == BATCH and state == {}
   np.testing.assert_allclose(z, encode(params, x), rtol=1e-6, atol=1e-7)
@@ -65,7 +67,8 @@ def test_equals_unchunked_gradient(num_chunks):
   )
 
 
-def test_batch_mixing_layer_sees_one_chunk():
+@pytest.mark.parametrize('unroll', [False, True])
+def test_batch_mixing_layer_sees_one_chunk(unroll):
   """With a layer that mixes samples: each chunk normalised on its own (the same chunk in
   the forward and the recomputed pass), the state updated once per chunk."""
   params, x, labels = make_inputs(1)
@@ -85,7 +88,7 @@ def test_batch_mixing_layer_sees_one_chunk():
   loss_fn = lambda z: (scl(z, labels), None)
   (loss, _, _, state), grads = jax.jit(
     lambda p: gradcache.value_and_grad(
-      batch_mixing_encode, loss_fn, p, state0, gradcache.split(x, num_chunks)
+      batch_mixing_encode, loss_fn, p, state0, gradcache.split(x, num_chunks), unroll=unroll
     )
   )(params)
   np.testing.assert_allclose(loss, expected_loss, rtol=1e-6)

@@ -584,14 +584,16 @@ def _random_batch(seed=0, size=16):
   }
 
 
-@pytest.mark.parametrize('num_devices', [1, 4])
-def test_chunked_step_equals_unchunked_without_batch_statistics(num_devices):
+@pytest.mark.parametrize('num_devices,unroll', [(1, False), (4, False), (4, True)])
+def test_chunked_step_equals_unchunked_without_batch_statistics(num_devices, unroll):
   """GroupNorm mixes no samples: 4 chunks per device give the same parameters, optimizer
-  state and metrics as one pass (plain SGD with a large step: a scale error would show)."""
+  state and metrics as one pass (plain SGD with a large step: a scale error would show),
+  whether the loops over chunks are scans or unrolled."""
   config = _sgd_config(norm='group')
   batch = _random_batch()
   plain, plain_losses = _three_steps(config, num_devices, batch)
   config.chunk_size = 16 // num_devices // 4
+  config.chunk_unroll = unroll
   chunked, chunked_losses = _three_steps(config, num_devices, batch)
   np.testing.assert_allclose(chunked_losses, plain_losses, rtol=1e-6)
   assert plain_losses[0] != plain_losses[2]
