@@ -47,36 +47,30 @@ def test_missing_config_file_names_the_path(tmp_path, program):
   assert not (tmp_path / 'w').exists()
 
 
-def test_config_path_works_from_any_directory(tmp_path):
+@pytest.mark.parametrize(
+  'program,extra,expected',
+  [
+    # Stops at validation, after the config file (which imports configs/default.py) loaded.
+    ('hscl_jax.main', ['--config.temperature=-0.5'], 'config.temperature: must be positive'),
+    # The config file loads; the empty workdir is refused.
+    ('hscl_jax.linear_eval', [], 'no checkpoint in {workdir}/checkpoints: train first'),
+  ],
+)
+def test_config_path_works_from_any_directory(tmp_path, program, extra, expected):
   # Only the package is importable (as after `pip install`), not the repository's configs/.
   (tmp_path / 'site').mkdir()
   (tmp_path / 'site' / 'hscl_jax').symlink_to(REPO / 'hscl_jax')
-  # Stops at validation, after the config file (which imports configs/default.py) loaded.
+  workdir = tmp_path / 'w'
   code, output = run(
-    'hscl_jax.main',
+    program,
     f'--config={DIGITS}',
-    f'--workdir={tmp_path / "w"}',
-    '--config.temperature=-0.5',
+    f'--workdir={workdir}',
+    *extra,
     cwd=tmp_path,
     env={**ENV, 'PYTHONPATH': str(tmp_path / 'site')},
   )
   assert code == 1
-  assert_one_line(output, 'config.temperature: must be positive')
-
-
-def test_linear_eval_config_path_works_from_any_directory(tmp_path):
-  (tmp_path / 'site').mkdir()
-  (tmp_path / 'site' / 'hscl_jax').symlink_to(REPO / 'hscl_jax')
-  # The config file loads (it imports configs/default.py); the empty workdir is refused.
-  code, output = run(
-    'hscl_jax.linear_eval',
-    f'--config={DIGITS}',
-    f'--workdir={tmp_path / "w"}',
-    cwd=tmp_path,
-    env={**ENV, 'PYTHONPATH': str(tmp_path / 'site')},
-  )
-  assert code == 1
-  assert_one_line(output, f'no checkpoint in {tmp_path / "w"}', 'train first')
+  assert_one_line(output, expected.format(workdir=workdir))
 
 
 def test_workdir_that_is_a_file(tmp_path):
