@@ -57,7 +57,7 @@ from __future__ import annotations
 from collections.abc import Callable
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -540,8 +540,13 @@ def _log_m(M, features, axis_name):
     M = batch * views * devices - 2
     if M <= 0:
       raise ValueError(f'M = n - 2 = {M} is not positive: the batch has too few rows; pass M.')
-  else:
-    _check_value('M', M, _finite_positive, 'positive and finite')
+    return jnp.log(jnp.asarray(M, jnp.float32))
+  return _log_given_m(M)
+
+
+def _log_given_m(M):
+  """log M of a given M (a number or an array; a concrete one must be positive, finite)."""
+  _check_value('M', M, _finite_positive, 'positive and finite')
   return jnp.log(jnp.asarray(M, jnp.float32))
 
 
@@ -870,6 +875,45 @@ def _rescaled_scores(scores: Array, valid: Array) -> Array:
   return 2.0 * scores / jnp.where(peak > 0, peak, 1.0)
 
 
+class _NodeGraphPairs(NamedTuple):
+  """Every (node, graph) pair of a graph batch, as both local–global losses read them."""
+
+  scores: Array  # [nodes, graphs] s_vG, float32; padding rows and columns are 0
+  candidates: Array  # [nodes, graphs] G ∈ N(v), the negatives of node v
+  log_w: Array  # [nodes, graphs] log η(ŝ_vG) on the negatives, -inf elsewhere
+  own_scores: Array  # [nodes] s_{v,g(v)}; 0 for padding
+  node_mask: Array  # [nodes] bool, the real nodes
+
+
+def _node_graph_pairs(
+  local_features, graph_features, node_graph, graph_labels, hardening, node_mask, graph_mask
+) -> _NodeGraphPairs:
+  """Scores, negatives and hardening log-weights of every node against every graph."""
+  num_nodes, num_graphs = local_features.shape[0], graph_features.shape[0]
+  node_mask = jnp.ones(num_nodes, bool) if node_mask is None else node_mask.astype(bool)
+  graph_mask = jnp.ones(num_graphs, bool) if graph_mask is None else graph_mask.astype(bool)
+  own = node_graph[:, None] == jnp.arange(num_graphs)[None, :]
+  valid = node_mask[:, None] & graph_mask[None, :]
+  # Zeroed padding cannot leak NaN/inf into the values or the gradients.
+  local = jnp.where(node_mask[:, None], local_features.astype(jnp.float32), 0.0)
+  graph = jnp.where(graph_mask[:, None], graph_features.astype(jnp.float32), 0.0)
+  scores = jnp.dot(local, graph.T, precision=jax.lax.Precision.HIGHEST)
+  candidates = valid & ~own
+  if graph_labels is not None:
+    node_labels = jnp.take(graph_labels, node_graph, mode='clip')
+    candidates &= node_labels[:, None] != graph_labels[None, :]
+  hardening = _no_hardening if hardening is None else hardening
+  log_w = jnp.where(candidates, hardening(_rescaled_scores(scores, valid)), _NEG_INF)
+  own_scores = jnp.sum(jnp.where(own, scores, 0.0), axis=1)
+  return _NodeGraphPairs(scores, candidates, log_w, own_scores, node_mask)
+
+
+def _node_mean(per_node: Array, node_mask: Array) -> Array:
+  """(1/N) Σ_v over the N real nodes (0 for a batch without one)."""
+  total = jnp.sum(jnp.where(node_mask, per_node, 0.0))
+  return total / jnp.maximum(jnp.sum(node_mask, dtype=jnp.float32), 1.0)
+
+
 def local_global_jsd(
   local_features: Array,
   graph_features: Array,
@@ -902,25 +946,52 @@ def local_global_jsd(
   Returns:
     The scalar loss (float32).
   """
-  num_nodes, num_graphs = local_features.shape[0], graph_features.shape[0]
-  node_mask = jnp.ones(num_nodes, bool) if node_mask is None else node_mask.astype(bool)
-  graph_mask = jnp.ones(num_graphs, bool) if graph_mask is None else graph_mask.astype(bool)
-  own = node_graph[:, None] == jnp.arange(num_graphs)[None, :]
-  valid = node_mask[:, None] & graph_mask[None, :]
-  # Zeroed padding cannot leak NaN/inf into the values or the gradients.
-  local = jnp.where(node_mask[:, None], local_features.astype(jnp.float32), 0.0)
-  graph = jnp.where(graph_mask[:, None], graph_features.astype(jnp.float32), 0.0)
-  scores = jnp.dot(local, graph.T, precision=jax.lax.Precision.HIGHEST)
-  candidates = valid & ~own
-  if graph_labels is not None:
-    node_labels = jnp.take(graph_labels, node_graph, mode='clip')
-    candidates &= node_labels[:, None] != graph_labels[None, :]
-  hardening = _no_hardening if hardening is None else hardening
-  log_w = jnp.where(candidates, hardening(_rescaled_scores(scores, valid)), _NEG_INF)
-  log_norm, has_negative = _lse_finish(_lse_partial(log_w))
-  q = jnp.exp(log_w - log_norm[:, None])
-  negative = jnp.sum(jnp.where(candidates, q * (jax.nn.softplus(scores) - _LOG2), 0.0), axis=1)
-  negative = jnp.where(has_negative, negative, 0.0)
-  positive = _LOG2 - jax.nn.softplus(-jnp.sum(jnp.where(own, scores, 0.0), axis=1))
-  per_node = jnp.where(node_mask, negative - positive, 0.0)
-  return jnp.sum(per_node) / jnp.maximum(jnp.sum(node_mask, dtype=jnp.float32), 1.0)
+  pairs = _node_graph_pairs(
+    local_features, graph_features, node_graph, graph_labels, hardening, node_mask, graph_mask
+  )
+  log_norm, has_negative = _lse_finish(_lse_partial(pairs.log_w))
+  q = jnp.exp(pairs.log_w - log_norm[:, None])
+  terms = jnp.where(pairs.candidates, q * (jax.nn.softplus(pairs.scores) - _LOG2), 0.0)
+  negative = jnp.where(has_negative, jnp.sum(terms, axis=1), 0.0)
+  positive = _LOG2 - jax.nn.softplus(-pairs.own_scores)
+  return _node_mean(negative - positive, pairs.node_mask)
+
+
+def local_global_infonce(
+  local_features: Array,
+  graph_features: Array,
+  node_graph: Array,
+  *,
+  graph_labels: Array | None = None,
+  hardening: Hardening | None = None,
+  node_mask: Array | None = None,
+  graph_mask: Array | None = None,
+  M=None,
+) -> Array:
+  """eq. (3)'s InfoNCE estimator over InfoGraph's node–graph pairs, Table II's settings.
+
+  ℓ_v = log(1 + M_v · e^{−s_{v,g(v)}} · E_{G~q_v}[e^{s_vG}]),  L = (1/N) Σ_v ℓ_v,
+
+  node v the anchor, its graph g(v) the positive, and N(v), q_v(G) ∝ η(ŝ_vG), ``hardening``,
+  ``graph_labels`` and the masks exactly as in ``local_global_jsd``. ``M=None`` takes M_v =
+  |N(v)|, the number of negatives of node v, so with η ≡ 1 this is the cross-entropy
+  log(1 + Σ_{G∈N(v)} e^{s_vG − s_{v,g(v)}}); otherwise M is the given constant (positive).
+  In log space, ℓ_v = softplus(log M_v + LSE_G(log q_v(G) + s_vG) − s_{v,g(v)}). A node
+  without negatives contributes 0 and still counts in N; β = 0 gives the unhardened loss.
+
+  Returns:
+    The scalar loss (float32).
+  """
+  pairs = _node_graph_pairs(
+    local_features, graph_features, node_graph, graph_labels, hardening, node_mask, graph_mask
+  )
+  if M is None:
+    count = jnp.sum(pairs.candidates, axis=1, dtype=jnp.float32)
+    log_m = jnp.log(jnp.maximum(count, 1.0))
+  else:
+    log_m = _log_given_m(M)
+  log_e, has_negative, _, _ = _finish_log_expectation(
+    _lse_partial(pairs.log_w + pairs.scores), _lse_partial(pairs.log_w)
+  )
+  per_node = _infonce_pair_loss(log_m)(pairs.own_scores, log_e, has_negative)
+  return _node_mean(per_node, pairs.node_mask)

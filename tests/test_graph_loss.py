@@ -1,4 +1,5 @@
-"""losses.local_global_jsd against a float64 NumPy reference written from the formulas."""
+"""losses.local_global_jsd and local_global_infonce against float64 NumPy references written
+from the formulas."""
 
 from __future__ import annotations
 
@@ -24,14 +25,33 @@ def reference(local, graph, node_graph, labels=None, beta=0.0):
   total = 0.0
   for v in range(len(local)):
     own = node_graph[v]
-    negatives = [
-      g for g in range(len(graph)) if g != own and (labels is None or labels[g] != labels[own])
-    ]
+    negatives = negatives_of(v, node_graph, len(graph), labels)
     if negatives:
       w = np.exp(beta * s_hat[v, negatives])
       q = w / w.sum()
       total += np.sum(q * (softplus(s[v, negatives]) - LOG2))
     total -= LOG2 - softplus(-s[v, own])
+  return total / len(local)
+
+
+def negatives_of(v, node_graph, num_graphs, labels):
+  own = node_graph[v]
+  return [g for g in range(num_graphs) if g != own and (labels is None or labels[g] != labels[own])]
+
+
+def reference_infonce(local, graph, node_graph, labels=None, log_eta=None, M=None):
+  """Float64, one node at a time: ℓ_v = log(1 + M_v e^{−s_v,g(v)} E_{q_v}[e^{s_vG}]),
+  q_v ∝ η(ŝ) over N(v), ŝ = 2 s / max|s|, M_v = |N(v)| unless M is given; L = mean_v ℓ_v."""
+  s = local.astype(np.float64) @ graph.astype(np.float64).T
+  s_hat = 2 * s / np.abs(s).max()
+  total = 0.0
+  for v in range(len(local)):
+    negatives = negatives_of(v, node_graph, len(graph), labels)
+    w = np.array([1.0 if log_eta is None else np.exp(log_eta(s_hat[v, g])) for g in negatives])
+    if w.sum() > 0:
+      expectation = np.sum(w / w.sum() * np.exp(s[v, negatives]))
+      m = len(negatives) if M is None else M
+      total += np.log1p(m * np.exp(-s[v, node_graph[v]]) * expectation)
   return total / len(local)
 
 
@@ -53,9 +73,19 @@ def problem(seed=0, nodes=13, graphs=5, dim=4, scale=1.5):
   return local, graph, node_graph, labels
 
 
-def jax_loss(local, graph, node_graph, labels, beta, **kwargs):
-  hardening = None if beta is None else losses.exponential(beta)
-  return losses.local_global_jsd(
+def pad(local, graph, node_graph, labels, extra_nodes, extra_graphs, fill):
+  """Inputs with padded nodes and graphs (rows of ``fill``) and the masks marking them."""
+  x = np.concatenate([local, np.full((extra_nodes, local.shape[1]), fill)])
+  g = np.concatenate([graph, np.full((extra_graphs, graph.shape[1]), fill)])
+  ng = np.concatenate([node_graph, np.full(extra_nodes, len(graph) + extra_graphs)])
+  lab = None if labels is None else np.concatenate([labels, np.zeros(extra_graphs, int)])
+  masks = dict(node_mask=np.arange(len(x)) < len(local), graph_mask=np.arange(len(g)) < len(graph))
+  return x, g, ng, lab, masks
+
+
+def jax_loss(local, graph, node_graph, labels, beta, loss=losses.local_global_jsd, **kwargs):
+  hardening = beta if callable(beta) or beta is None else losses.exponential(beta)
+  return loss(
     jnp.asarray(local, jnp.float32),
     jnp.asarray(graph, jnp.float32),
     jnp.asarray(node_graph),
@@ -110,26 +140,14 @@ def test_beta_zero_is_unhardened_and_ucl_is_infograph_formula():
   )
 
 
-def test_padding_invariance_of_value_and_gradients():
+@pytest.mark.parametrize('loss', [losses.local_global_jsd, losses.local_global_infonce])
+def test_padding_invariance_of_value_and_gradients(loss):
   local, graph, node_graph, labels = problem(seed=2)
   beta = 2.0
 
   def padded(extra_nodes, extra_graphs, fill):
-    x = np.concatenate([local, np.full((extra_nodes, local.shape[1]), fill)])
-    g = np.concatenate([graph, np.full((extra_graphs, graph.shape[1]), fill)])
-    ng = np.concatenate([node_graph, np.full(extra_nodes, len(graph) + extra_graphs)])
-    lab = np.concatenate([labels, np.zeros(extra_graphs, int)])
-    node_mask = np.arange(len(x)) < len(local)
-    graph_mask = np.arange(len(g)) < len(graph)
-    f = lambda a, b: jax_loss(
-      a,
-      b,
-      ng,
-      lab,
-      beta,
-      node_mask=node_mask,  # noqa: E731
-      graph_mask=graph_mask,
-    )
+    x, g, ng, lab, masks = pad(local, graph, node_graph, labels, extra_nodes, extra_graphs, fill)
+    f = lambda a, b: jax_loss(a, b, ng, lab, beta, loss, **masks)  # noqa: E731
     value, grads = jax.value_and_grad(f, argnums=(0, 1))(
       jnp.asarray(x, jnp.float32), jnp.asarray(g, jnp.float32)
     )
@@ -148,3 +166,90 @@ def test_node_without_negatives_counts_in_n_and_contributes_only_its_positive():
   s = local @ graph.T
   want = -np.mean(LOG2 - softplus(-s[np.arange(len(local)), node_graph]))
   np.testing.assert_allclose(jax_loss(local, graph, node_graph, same, 1.0), want, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------------------
+# local_global_infonce: eq. (3) over the node–graph pairs.
+
+
+@pytest.mark.parametrize('M', [None, 2.5])
+@pytest.mark.parametrize('supervised', [False, True], ids=['ucl', 'scl'])
+@pytest.mark.parametrize('beta', [None, 1.0, 10.0])
+def test_infonce_matches_float64_reference_values_and_gradients(supervised, beta, M):
+  local, graph, node_graph, labels = problem(seed=4)
+  labels = labels if supervised else None
+  b = 0.0 if beta is None else beta
+  x, g, ng, lab, masks = pad(local, graph, node_graph, labels, 4, 2, 100.0)
+
+  def f(a, c):
+    return jax_loss(a, c, ng, lab, beta, losses.local_global_infonce, M=M, **masks)
+
+  value, grads = jax.value_and_grad(f, argnums=(0, 1))(
+    jnp.asarray(x, jnp.float32), jnp.asarray(g, jnp.float32)
+  )
+  want = reference_infonce(local, graph, node_graph, labels, lambda t: b * t, M)
+  np.testing.assert_allclose(value, want, rtol=1e-5, atol=1e-6)
+  # The maximum in ŝ is a constant: hold it at its value for the numerical gradient.
+  peak = np.abs(local @ graph.T).max()
+
+  def ref_fixed_peak(a, c):
+    tilt = b * np.abs(a @ c.T).max() / peak
+    return reference_infonce(a, c, node_graph, labels, lambda t: tilt * t, M)
+
+  want_local = numeric_grad(lambda a: ref_fixed_peak(a, graph), local)
+  want_graph = numeric_grad(lambda c: ref_fixed_peak(local, c), graph)
+  np.testing.assert_allclose(grads[0][: len(local)], want_local, rtol=2e-4, atol=2e-5)
+  np.testing.assert_allclose(grads[1][: len(graph)], want_graph, rtol=2e-4, atol=2e-5)
+  assert not np.any(grads[0][len(local) :]) and not np.any(grads[1][len(graph) :])
+
+
+def test_infonce_beta_zero_is_unhardened_and_eta_one_is_cross_entropy():
+  local, graph, node_graph, labels = problem(seed=5)
+  s = local @ graph.T
+  own = node_graph[:, None] == np.arange(len(graph))[None, :]
+  for supervised_labels in (None, labels):
+    value = jax_loss(local, graph, node_graph, supervised_labels, None, losses.local_global_infonce)
+    np.testing.assert_allclose(
+      jax_loss(local, graph, node_graph, supervised_labels, 0.0, losses.local_global_infonce),
+      value,
+      rtol=1e-6,
+    )
+    # Cross-entropy of the own graph against itself and the negatives: −log softmax.
+    keep = own.copy()
+    if supervised_labels is None:
+      keep[:] = True
+    else:
+      keep |= supervised_labels[node_graph][:, None] != supervised_labels[None, :]
+    logits = np.where(keep, s, -np.inf)
+    top = logits.max(axis=1, keepdims=True)
+    log_softmax = s - top - np.log(np.sum(np.exp(logits - top), axis=1, keepdims=True))
+    np.testing.assert_allclose(value, -np.mean(log_softmax[own]), rtol=1e-5)
+
+
+def test_infonce_nodes_without_negatives_contribute_zero_and_count_in_n():
+  local, graph, node_graph, labels = problem(seed=6)
+  # One class: no node has a negative, so the loss and its gradients are 0.
+  same = np.zeros(len(graph), int)
+  f = lambda a: jax_loss(a, graph, node_graph, same, 1.0, losses.local_global_infonce)  # noqa: E731
+  value, grad = jax.value_and_grad(f)(jnp.asarray(local, jnp.float32))
+  assert value == 0.0 and not np.any(grad)
+  # A threshold leaves some nodes without a negative at or above it, others with some.
+  hardening = losses.threshold(np.exp(0.5))
+  s_hat = 2 * (local @ graph.T) / np.abs(local @ graph.T).max()
+  kept = [
+    np.any(s_hat[v, negatives_of(v, node_graph, len(graph), labels)] >= 0.5)
+    for v in range(len(local))
+  ]
+  assert 0 < sum(kept) < len(local)
+  np.testing.assert_allclose(
+    jax_loss(local, graph, node_graph, labels, hardening, losses.local_global_infonce),
+    reference_infonce(local, graph, node_graph, labels, lambda t: 0.0 if t >= 0.5 else -np.inf),
+    rtol=1e-5,
+  )
+
+
+@pytest.mark.parametrize('M', [float('nan'), 0, -1.0, float('inf')])
+def test_infonce_rejects_a_bad_concrete_m(M):
+  local, graph, node_graph, _ = problem()
+  with pytest.raises(ValueError, match='^M must be positive and finite'):
+    jax_loss(local, graph, node_graph, None, None, losses.local_global_infonce, M=M)
