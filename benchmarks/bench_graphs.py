@@ -27,7 +27,7 @@ from hscl_jax.graphs import train
 def epoch_throughput(config, dataset, num_encoders: int, repeats: int = 3) -> float:
   """Graphs/s of one jitted epoch over the whole dataset for ``num_encoders`` encoders."""
   model = train.make_model(config, dataset)
-  init, epoch, _ = train._compiled(model, float(config.learning_rate), True)
+  init, epoch, _ = train._compiled(model, float(config.learning_rate), True, config.estimator)
   rng = np.random.default_rng(0)
   num_batches = -(-dataset.num_graphs // config.batch_size)
   groups = [

@@ -25,6 +25,9 @@ def get_config() -> ml_collections.ConfigDict:
   # training graphs only. 'transductive': one encoder on all graphs (labels of the test
   # folds leak into the encoder). ucl/hucl never see labels and train one encoder.
   config.protocol = 'leak_free'
+  # The local–global estimator: 'jsd' (InfoGraph's Jensen–Shannon; the paper's Table II) or
+  # 'infonce' (eq. (3) with node v the anchor, its graph the positive, M_v = |N(v)|).
+  config.estimator = 'jsd'
 
   config.model = ml_collections.ConfigDict()
   config.model.hidden = 32

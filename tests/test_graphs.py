@@ -250,24 +250,42 @@ def test_config_errors_are_one_line_naming_the_field(toy_dir):
       train.validate_config(config)
 
 
+def test_unknown_estimator_is_one_line_naming_the_valid_values(toy_dir):
+  config = _config(toy_dir, estimator='nce')
+  with pytest.raises(train.GraphConfigError) as error:
+    train.validate_config(config)
+  assert str(error.value) == (
+    "config.estimator: unknown value 'nce'. Fix: use one of jsd, infonce."
+  )
+
+
 @pytest.mark.parametrize(
-  'method, protocol, encoders',
-  [('hucl', 'leak_free', 1), ('hscl', 'leak_free', 4), ('scl', 'transductive', 1)],
+  'method, protocol, encoders, estimator',
+  [
+    ('hucl', 'leak_free', 1, 'jsd'),
+    ('hscl', 'leak_free', 4, 'jsd'),
+    ('scl', 'transductive', 1, 'jsd'),
+    ('hscl', 'transductive', 1, 'infonce'),
+  ],
 )
-def test_end_to_end_tiny_run(toy_dir, tmp_path, method, protocol, encoders):
+def test_end_to_end_tiny_run(toy_dir, tmp_path, method, protocol, encoders, estimator):
   workdir = str(tmp_path / 'run')
-  result = train.run(_config(toy_dir, method=method, protocol=protocol), workdir)
+  config = _config(toy_dir, method=method, protocol=protocol, estimator=estimator)
+  result = train.run(config, workdir)
   with open(os.path.join(workdir, 'graph_eval.json')) as f:
     written = json.load(f)
   assert written == result
   assert result['protocol'] == ('unsupervised' if method == 'hucl' else protocol)
   assert (result['method'], result['dataset'], result['num_encoders']) == (method, 'TOY', encoders)
+  assert result['estimator'] == estimator
   assert len(result['fold_accuracies']) == 4
   assert result['accuracy'] == pytest.approx(np.mean(result['fold_accuracies']))
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     records = [json.loads(line) for line in f]
   assert [r['epoch'] for r in records] == [1, 2]
   assert len(records[0]['loss_per_encoder']) == encoders
+  if estimator == 'infonce':  # a mean of softplus terms, unlike the JSD estimator
+    assert all(r['loss'] > 0 for r in records)
 
 
 def test_leak_free_encoders_never_see_their_test_graphs(toy_dir, monkeypatch):
@@ -389,6 +407,11 @@ def test_table_report_picks_the_best_beta_and_reuses_finished_runs(tmp_path):
   assert '61.0 ± 1.4 (β=1)' in rows['| H-SCL(β)']
   assert '| 86.8 |' in report  # the paper's UCL on MUTAG
   assert '9 runs finished, 3 missing.' in report
+  assert 'Local–global estimator: jsd (' in report  # runs without the field are JSD runs
+  # Run directories are keyed by method and β: another estimator's finished run is no match.
+  config.estimator = 'infonce'
+  with pytest.raises(train.GraphConfigError, match="^config.estimator: 'infonce', but .*Fix: "):
+    graph_grid.run_one(config, str(tmp_path), 'MUTAG', 'ucl', 0.0, 1, None)
 
 
 def test_grid_settings_follow_table_order_and_method_filter():

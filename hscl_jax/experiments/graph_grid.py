@@ -56,14 +56,27 @@ def run_dir(root: str, dataset: str, method: str, beta: float, seed: int) -> str
   return os.path.join(root, dataset, setting_name(method, beta), f'seed_{seed}')
 
 
+def estimator_of(run: dict) -> str:
+  """A finished run's local–global estimator (runs written before the option: 'jsd')."""
+  return run.get('estimator', 'jsd')
+
+
 def run_one(base, root, dataset, method, beta, seed, data_dir) -> dict | None:
   """The run's graph_eval.json, training and evaluating it first if it is not finished;
-  None if another process is running it (several workers can share one grid)."""
+  None if another process is running it (several workers can share one grid). A finished
+  run of another estimator than ``base.estimator`` raises: run directories are keyed by
+  method and β only, so each estimator needs its own ROOT."""
   workdir = run_dir(root, dataset, method, beta, seed)
   path = os.path.join(workdir, train.EVAL_FILE)
   if os.path.exists(path):
     with open(path) as f:
-      return json.load(f)
+      result = json.load(f)
+    if estimator_of(result) != base.estimator:
+      raise train.GraphConfigError(
+        f'config.estimator: {base.estimator!r}, but the finished run {path} used '
+        f'{estimator_of(result)!r}. Fix: give each estimator its own --workdir'
+      )
+    return result
   config = base.copy_and_resolve_references()
   config.unlock()
   config.dataset, config.data_dir, config.method, config.seed = dataset, data_dir, method, seed
@@ -117,10 +130,13 @@ def best_beta(table, dataset: str, method: str, betas) -> float | None:
 def markdown_report(runs, datasets, betas, repeats, config) -> str:
   table = summarise(runs)
   protocols = sorted({r['protocol'] for r in runs})
+  estimators = sorted({estimator_of(r) for r in runs}) or [config.estimator]
   epochs = sorted({r['num_epochs'] for r in runs})
   lines = [
     '# Table II: graph classification accuracy (%)',
     '',
+    f"Local–global estimator: {', '.join(estimators)} (jsd = InfoGraph's Jensen–Shannon, as "
+    "the paper's Table II; infonce = eq. (3) over the node–graph pairs). "
     f'InfoGraph GIN encoder, {", ".join(map(str, epochs))} epochs, batch '
     f'{config.batch_size}, Adam lr {config.learning_rate}; RBF SVM, C by 5-fold inner search, '
     f'10-fold stratified CV; mean ± std (ddof 1) over up to {repeats} repeats. '

@@ -2,9 +2,10 @@ r"""Trains and evaluates one graph setting (Table II).
 
   python -m hscl_jax.graphs --config=configs/graphs.py --workdir=DIR \
       --config.dataset=MUTAG --config.data_dir=PATH [--config.method=ucl|hucl|scl|hscl] \
-      [--config.beta=2] [--config.protocol=leak_free|transductive]
+      [--config.beta=2] [--config.protocol=leak_free|transductive] \
+      [--config.estimator=jsd|infonce]
 
-Writes DIR/graph_eval.json (accuracy, fold_accuracies, protocol, method, dataset, ...),
+Writes DIR/graph_eval.json (accuracy, fold_accuracies, protocol, method, estimator, ...),
 DIR/metrics.jsonl (training loss per epoch) and DIR/config.json.
 """
 

@@ -31,6 +31,8 @@ from hscl_jax.graphs import model as model_lib
 
 METHODS = ('ucl', 'hucl', 'scl', 'hscl')
 PROTOCOLS = ('leak_free', 'transductive')
+# The local–global estimator: InfoGraph's Jensen–Shannon one (Table II) or eq. (3)'s InfoNCE.
+ESTIMATORS = {'jsd': losses.local_global_jsd, 'infonce': losses.local_global_infonce}
 EVAL_FILE = 'graph_eval.json'
 
 
@@ -52,6 +54,8 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     _fail('method', f'unknown value {config.method!r}', f'use one of {", ".join(METHODS)}')
   if config.protocol not in PROTOCOLS:
     _fail('protocol', f'unknown value {config.protocol!r}', f'use one of {", ".join(PROTOCOLS)}')
+  if config.estimator not in ESTIMATORS:
+    _fail('estimator', f'unknown value {config.estimator!r}', f'use one of {", ".join(ESTIMATORS)}')
   if not config.data_dir:
     _fail(
       'data_dir',
@@ -118,10 +122,20 @@ def make_model(config, dataset: data.GraphDataset) -> model_lib.InfoGraph:
   )
 
 
+def _compiled_for(config, dataset: data.GraphDataset):
+  return _compiled(
+    make_model(config, dataset),
+    float(config.learning_rate),
+    config.method in ('scl', 'hscl'),
+    config.estimator,
+  )
+
+
 @functools.cache
-def _compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool):
+def _compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool, estimator: str):
   """(init, epoch, embed) functions, vmapped over encoders and jitted."""
   optimizer = optax.adam(learning_rate)
+  local_global_loss = ESTIMATORS[estimator]
 
   def init(key, batch):
     variables = model.init(key, batch, train=False)
@@ -140,7 +154,7 @@ def _compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool
         train=True,
         mutable=['batch_stats'],
       )
-      loss = losses.local_global_jsd(
+      loss = local_global_loss(
         local,
         graph,
         batch['node_graph'],
@@ -204,8 +218,7 @@ def train_encoders(
 
   Writes the mean training loss of each epoch to DIR/metrics.jsonl and logs a progress line.
   """
-  model = make_model(config, dataset)
-  init, epoch, _ = _compiled(model, float(config.learning_rate), config.method in ('scl', 'hscl'))
+  init, epoch, _ = _compiled_for(config, dataset)
   batch_size = config.batch_size
   num_batches = -(-max(len(s) for s in train_sets) // batch_size)
   rng = np.random.default_rng(config.seed)
@@ -247,9 +260,7 @@ def train_encoders(
 
 def embed_all(config, dataset: data.GraphDataset, state) -> np.ndarray:
   """[encoders, graphs, d] graph representations of every graph under each encoder."""
-  _, _, embed = _compiled(
-    make_model(config, dataset), float(config.learning_rate), config.method in ('scl', 'hscl')
-  )
+  _, _, embed = _compiled_for(config, dataset)
   size = config.eval.batch_size
   indices = np.arange(dataset.num_graphs)
   groups = [indices[i : i + size] for i in range(0, dataset.num_graphs, size)]
@@ -281,11 +292,12 @@ def _train_and_evaluate(config, dataset: data.GraphDataset, workdir: str) -> dic
   else:
     train_sets = [np.arange(dataset.num_graphs)]
   logging.info(
-    '%s %s (%s, beta=%g): %d graphs, %d encoder(s), %d epochs',
+    '%s %s (%s, beta=%g, %s): %d graphs, %d encoder(s), %d epochs',
     config.dataset,
     config.method,
     protocol,
     beta_of(config),
+    config.estimator,
     dataset.num_graphs,
     len(train_sets),
     config.num_epochs,
@@ -310,6 +322,7 @@ def _train_and_evaluate(config, dataset: data.GraphDataset, workdir: str) -> dic
     'method': config.method,
     'beta': beta_of(config),
     'protocol': protocol,
+    'estimator': config.estimator,
     'seed': config.seed,
     'num_epochs': config.num_epochs,
     'num_encoders': len(train_sets),
@@ -319,10 +332,11 @@ def _train_and_evaluate(config, dataset: data.GraphDataset, workdir: str) -> dic
   with open(os.path.join(workdir, EVAL_FILE), 'w') as f:
     json.dump(result, f, indent=2)
   logging.info(
-    '%s %s (%s): accuracy %.4f (10-fold mean), train %s, eval %s',
+    '%s %s (%s, %s): accuracy %.4f (10-fold mean), train %s, eval %s',
     config.dataset,
     config.method,
     protocol,
+    config.estimator,
     result['accuracy'],
     metrics.format_duration(train_seconds),
     metrics.format_duration(result['eval_seconds']),
