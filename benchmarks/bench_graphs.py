@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
+import sys
 import tempfile
 import time
 
 import jax
 import numpy as np
 
-from configs import graphs as graphs_config
-from hscl_jax.graphs import data
-from hscl_jax.graphs import train
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `configs`, as from the root
+
+from configs import graphs as graphs_config  # noqa: E402
+from hscl_jax.graphs import data  # noqa: E402
+from hscl_jax.graphs import train  # noqa: E402
 
 
 def epoch_throughput(config, dataset, num_encoders: int, repeats: int = 3) -> float:
