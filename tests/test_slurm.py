@@ -227,9 +227,9 @@ def _assert_same_metrics(actual: list[dict], expected: list[dict]) -> None:
     for name in sorted(set(want) - set(TIMING_FIELDS)):
       # One test image's kNN vote may flip on a summation-order difference.
       atol = 2e-3 if name == 'knn_top1' else 1e-5
-      # grad_norm (the epoch's mean gradient norm) is the field most sensitive to the
-      # parameters' summation-order drift (2 one-CPU tasks vs one 2-thread process: 3e-4
-      # relative in epoch 3 on one machine, < 1e-4 on another); the losses, which a
+      # grad_norm (the epoch's mean gradient norm) is the field most sensitive to
+      # summation-order drift between the two runs (3e-4 relative in epoch 3 on one
+      # machine, < 1e-4 on another, every other field < 1e-4 on both); the losses, which a
       # sharding or sync error would move, stay held to 1e-4.
       rtol = 1e-3 if name == 'grad_norm' else 1e-4
       if not np.allclose(got[name], want[name], rtol=rtol, atol=atol):
