@@ -35,6 +35,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.split_seed = 0
   config.train_split = 'train'  # split trained on; also the kNN memory bank
   config.test_split = 'test'  # kNN queries
+  # Train on a class-balanced subset of this many training examples, drawn by split_seed
+  # (the same subset for every method and seed); the kNN bank and the linear evaluation
+  # use the same subset, the test split stays whole. None = the whole split.
+  config.train_examples = config_dict.placeholder(int)
+  # Image files and TFDS records of a split whose decoded uint8 size is at most this many
+  # GiB are decoded once per process, in parallel, then read from memory (0 = always lazy).
+  config.decode_cache_gib = 2.0
   # 'augmentation': the two views are augmentations of one image (SimCLR).
   # 'label': the second view is another image of the same class (Lemma 1 experiment).
   config.positive_mode = 'augmentation'

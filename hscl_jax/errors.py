@@ -21,6 +21,15 @@ class UserError(Exception):
   """Caused by the user's input; its message names the problem and the fix."""
 
 
+class ConfigError(UserError, ValueError):
+  """An invalid configuration; raised before anything is compiled."""
+
+
+def fail(field: str, problem: str, fix: str):
+  """Raises ConfigError as one line: `config.<field>: <problem>. Fix: <fix>.`"""
+  raise ConfigError(f'config.{field}: {problem}. Fix: {fix}.')
+
+
 def _chain(error: BaseException) -> Iterator[BaseException]:
   """The error and the errors it was raised from or while handling (Orbax wraps them)."""
   seen = set()

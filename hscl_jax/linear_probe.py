@@ -249,32 +249,23 @@ def linear_evaluate(
   if cfg.protocol not in PROTOCOLS:
     raise ValueError(f'linear_eval.protocol must be one of {PROTOCOLS}, got {cfg.protocol!r}.')
   schema.validate_linear_eval(cfg)
-  info = data.dataset_info(
-    config.dataset, data_dir=config.data_dir, folder=config.folder, seed=config.split_seed
-  )
+  start = time.perf_counter()
   model = models.create_model(config.model)
   params = augment.AugmentParams.from_config(config.augment)
   image_size = params.image_size
   step, variables = restore_usable_encoder(
     workdir, checkpoint_step, model, (image_size, image_size, 3)
   )
-  sources = {
-    split: data.get_source(
-      config.dataset, split, data_dir=config.data_dir, folder=config.folder, seed=config.split_seed
-    )
-    for split in (config.train_split, config.test_split)
-  }
+  train_source, test_source = data.run_sources(config)
   logging.info('linear eval (%s protocol) of %s step %d', cfg.protocol, workdir, step)
-  train_x, train_y = _extract(model, variables, params, sources[config.train_split], cfg.batch_size)
-  test_x, test_y = _extract(model, variables, params, sources[config.test_split], cfg.batch_size)
-  setup = LinearSetup(num_classes=info.num_classes, feature_dim=train_x.shape[1], cfg=cfg)
+  train_x, train_y = _extract(model, variables, params, train_source, cfg.batch_size)
+  test_x, test_y = _extract(model, variables, params, test_source, cfg.batch_size)
+  setup = LinearSetup(num_classes=train_source.num_classes, feature_dim=train_x.shape[1], cfg=cfg)
   if cfg.protocol == 'features':
     train_x, train_y = jnp.asarray(train_x), jnp.asarray(train_y)
     batch_fn = lambda idx, epoch, i: (train_x[idx], train_y[idx])
   else:
-    batch_fn = _augmented_batches(
-      model, variables, sources[config.train_split], params, config.seed
-    )
+    batch_fn = _augmented_batches(model, variables, train_source, params, config.seed)
   classifier = _train_loop(setup, len(train_y), batch_fn, config.seed)
   result = {
     'protocol': cfg.protocol,
@@ -287,6 +278,7 @@ def linear_evaluate(
     'weight_decay': cfg.weight_decay,
     'dataset': config.dataset,
     'method': config.method,
+    'seconds': time.perf_counter() - start,
   }
   with open(os.path.join(workdir, RESULT_FILE), 'w') as f:
     json.dump(result, f, indent=2)

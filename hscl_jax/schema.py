@@ -35,6 +35,8 @@ CONFIG_FIELDS = {
     'split_seed',
     'train_split',
     'test_split',
+    'train_examples',
+    'decode_cache_gib',
     'positive_mode',
     'method',
     'hardening',
@@ -85,12 +87,8 @@ CONFIG_FIELDS = {
 }
 
 
-class ConfigError(errors.UserError, ValueError):
-  """An invalid configuration; raised before anything is compiled."""
-
-
-def fail(field: str, problem: str, fix: str):
-  raise ConfigError(f'config.{field}: {problem}. Fix: {fix}.')
+ConfigError = errors.ConfigError
+fail = errors.fail
 
 
 def _check_choice(config, field: str, choices) -> None:
@@ -204,6 +202,14 @@ def validate_config(
       'use 0 (constant beta) or the number of beta decrements',
     )
 
+  if config.train_examples is not None and config.train_examples < 1:
+    fail(
+      'train_examples',
+      f'must be >= 1, got {config.train_examples}',
+      'leave it unset for the whole training split',
+    )
+  if config.decode_cache_gib < 0:
+    fail('decode_cache_gib', f'must be >= 0, got {config.decode_cache_gib}', 'use e.g. 2')
   if config.steps_per_epoch_limit is not None and config.steps_per_epoch_limit < 1:
     fail(
       'steps_per_epoch_limit',

@@ -26,6 +26,7 @@ FREE_FIELDS = (
   'checkpoint_every_epochs',
   'keep_checkpoints',
   'data_dir',
+  'decode_cache_gib',
   'knn.batch_size',
   'knn.chunk_size',
   'chunk_unroll',

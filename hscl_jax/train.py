@@ -406,9 +406,7 @@ def _train_and_evaluate(
   config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mesh
 ) -> TrainResult:
   is_writer = jax.process_index() == 0
-  source_kwargs = dict(data_dir=config.data_dir, seed=config.split_seed, folder=config.folder)
-  train_source = data.get_source(config.dataset, config.train_split, **source_kwargs)
-  test_source = data.get_source(config.dataset, config.test_split, **source_kwargs)
+  train_source, test_source = data.run_sources(config)
   schema.validate_dataset(config, num_classes=train_source.num_classes)
   plan = make_plan(config, len(train_source))
   augment_params = augment.AugmentParams.from_config(config.augment)

@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 
+import ml_collections
 import numpy as np
 from PIL import Image
 import pytest
 
 from hscl_jax import data
+from hscl_jax import errors
 
 
 def test_unknown_dataset_lists_valid_names():
@@ -122,7 +124,8 @@ def test_image_folder_errors_name_the_bad_path(tmp_path):
 
 def test_unreadable_images_are_named(tmp_path):
   """A file that is not an image stops the split from opening; one whose header reads but
-  whose data is cut is named when the loader reaches it."""
+  whose data is cut is named when the split is decoded into memory, or, read lazily, when
+  the loader reaches it."""
   for i in range(4):
     save_image(str(tmp_path / 'train' / 'only' / f'{i}.png'), 'RGB', (8, 8), (1, 2, 3))
   save_image(str(tmp_path / 'test' / 'only' / '0.png'), 'RGB', (8, 8), (1, 2, 3))
@@ -132,7 +135,11 @@ def test_unreadable_images_are_named(tmp_path):
     data.get_source('image_folder', 'train', folder=str(tmp_path), folder_image_size=8)
   save_image(str(broken), 'RGB', (64, 64), (1, 2, 3))
   broken.write_bytes(broken.read_bytes()[:60])  # header intact, pixel data cut
-  source = data.get_source('image_folder', 'train', folder=str(tmp_path), folder_image_size=8)
+  with pytest.raises(data.ImageFolderError, match='cannot read image file .*9_broken.png'):
+    data.get_source('image_folder', 'train', folder=str(tmp_path), folder_image_size=8)
+  source = data.get_source(
+    'image_folder', 'train', folder=str(tmp_path), folder_image_size=8, cache_bytes=0
+  )
   with pytest.raises(data.ImageFolderError, match='9_broken.png'):
     source[4]
   everything = data.EvalLoader(
@@ -164,3 +171,104 @@ def test_elongated_image_is_cropped_before_resizing(tmp_path):
   assert int(grown_kib) < 100_000, result.stdout  # 64 x 40000 x 64 px would be ~500 MB
   np.testing.assert_allclose([float(m) for m in mean], [10, 200, 30], atol=1)
   assert shape.strip() == '(64, 64, 3)'
+
+
+# The decoded cache: an image folder's split read once into memory.
+
+
+def _pixels(source):
+  return np.stack([source[i]['image'] for i in range(len(source))])
+
+
+def test_decoded_cache_returns_the_lazy_pixels_and_reads_from_memory(folder):
+  """Grayscale, palette, RGBA and odd-sized images: the same pixels and labels as the lazy
+  path, and the cached source no longer touches the files."""
+  lazy = data.get_source('image_folder', 'train', folder=folder, folder_image_size=7, cache_bytes=0)
+  cached = data.get_source('image_folder', 'train', folder=folder, folder_image_size=7)
+  assert isinstance(cached, data.ArraySource) and not isinstance(lazy, data.ArraySource)
+  np.testing.assert_array_equal(_pixels(cached), _pixels(lazy))
+  np.testing.assert_array_equal(cached.labels(), lazy.labels())
+  assert [cached[i]['label'] for i in range(len(cached))] == list(lazy.labels())
+  assert cached.paths == lazy.paths and cached.class_names == lazy.class_names
+  expected = _pixels(lazy)
+  for path in lazy.paths:
+    os.remove(path)
+  np.testing.assert_array_equal(_pixels(cached), expected)
+
+
+def test_decoded_cache_respects_its_cap(folder):
+  size = 10 * 6 * 6 * 3  # the 10 training images of the fixture at 6 x 6 RGB
+  at_cap = data.get_source(
+    'image_folder', 'train', folder=folder, folder_image_size=6, cache_bytes=size
+  )
+  assert isinstance(at_cap, data.ArraySource)
+  over_cap = data.get_source(
+    'image_folder', 'train', folder=folder, folder_image_size=6, cache_bytes=size - 1
+  )
+  assert isinstance(over_cap, data.ImageFolderSource)
+
+
+# Class-balanced subsets of a training split (config.train_examples).
+
+
+def test_balanced_subset_is_balanced_reproducible_and_seeded():
+  labels = np.repeat(np.arange(5), 40)
+  subset = data.balanced_subset(labels, 23, seed=3)
+  assert len(subset) == len(set(subset)) == 23 and np.all(np.diff(subset) > 0)
+  counts = np.bincount(labels[subset], minlength=5)
+  assert counts.max() - counts.min() <= 1 and counts.sum() == 23
+  np.testing.assert_array_equal(subset, data.balanced_subset(labels, 23, seed=3))
+  assert not np.array_equal(subset, data.balanced_subset(labels, 23, seed=4))
+
+
+def test_balanced_subset_gives_small_classes_all_they_have():
+  labels = np.repeat(np.arange(3), [2, 50, 50])
+  counts = np.bincount(labels[data.balanced_subset(labels, 30, seed=0)])
+  np.testing.assert_array_equal(counts, [2, 14, 14])
+
+
+@pytest.mark.parametrize('num_examples', [2, 102])
+def test_balanced_subset_refuses_impossible_sizes(num_examples):
+  with pytest.raises(ValueError, match=f'cannot draw {num_examples} examples'):
+    data.balanced_subset(np.repeat(np.arange(3), [2, 50, 49]), num_examples, seed=0)
+
+
+def _digits_config(**overrides):
+  config = ml_collections.ConfigDict(
+    {
+      'dataset': 'digits',
+      'data_dir': None,
+      'folder': None,
+      'split_seed': 0,
+      'train_split': 'train',
+      'test_split': 'test',
+      'augment': {'image_size': 8},
+      'train_examples': None,
+      'decode_cache_gib': 2.0,
+    }
+  )
+  config.update(overrides)
+  return config
+
+
+def test_run_sources_subset_the_training_split_only():
+  train, test = data.run_sources(_digits_config(train_examples=100))
+  full_train, full_test = data.run_sources(_digits_config())
+  assert len(train) == 100 and len(test) == len(full_test) == 359
+  np.testing.assert_array_equal(np.bincount(train.labels()), [10] * 10)
+  expected = data.balanced_subset(full_train.labels(), 100, seed=0)
+  np.testing.assert_array_equal(_pixels(train), _pixels(full_train)[expected])
+  again, _ = data.run_sources(_digits_config(train_examples=100))
+  np.testing.assert_array_equal(_pixels(again), _pixels(train))
+  other_split_seed, _ = data.run_sources(_digits_config(train_examples=100, split_seed=1))
+  assert not np.array_equal(_pixels(other_split_seed), _pixels(train))
+
+
+@pytest.mark.parametrize('num_examples', [9, 1439])
+def test_run_sources_refuse_impossible_train_examples(num_examples):
+  with pytest.raises(
+    errors.ConfigError,
+    match=rf'^config\.train_examples: {num_examples} is not between the 10 classes and the '
+    r'1438 examples of the digits train split\. Fix: use a value in \[10, 1438\]',
+  ):
+    data.run_sources(_digits_config(train_examples=num_examples))

@@ -6,6 +6,8 @@ Augmentations run on the accelerator and live in :mod:`hscl_jax.augment`.
 from __future__ import annotations
 
 from hscl_jax.data.arrays import ArraySource
+from hscl_jax.data.arrays import SubsetSource
+from hscl_jax.data.arrays import balanced_subset
 from hscl_jax.data.arrays import stratified_split
 from hscl_jax.data.errors import DatasetNotPreparedError
 from hscl_jax.data.errors import ImageFolderError
@@ -20,11 +22,14 @@ from hscl_jax.data.sources import SPLITS
 from hscl_jax.data.sources import DatasetInfo
 from hscl_jax.data.sources import dataset_info
 from hscl_jax.data.sources import get_source
+from hscl_jax.data.sources import run_sources
 from hscl_jax.data.tfds_sources import TFDS_DATASETS
 from hscl_jax.data.tfds_sources import TfdsSource
 
 __all__ = [
   'ArraySource',
+  'SubsetSource',
+  'balanced_subset',
   'DATASETS',
   'DatasetInfo',
   'DatasetNotPreparedError',
@@ -39,6 +44,7 @@ __all__ = [
   'UnknownDatasetError',
   'dataset_info',
   'get_source',
+  'run_sources',
   'steps_per_epoch',
   'stratified_split',
 ]

@@ -1,7 +1,12 @@
-"""In-memory sources and the seeded stratified split shared by digits and image folders."""
+"""In-memory sources, subsets of sources, and the seeded splits shared by every dataset."""
 
 from __future__ import annotations
 
+from concurrent import futures
+import os
+import time
+
+from absl import logging
 import numpy as np
 
 # Fraction of each class held out when a dataset ships without a test split.
@@ -9,9 +14,21 @@ TEST_FRACTION = 0.2
 
 
 class ArraySource:
-  """Random-access source over in-memory uint8 images [N, H, W, 3] and int labels [N]."""
+  """Random-access source over in-memory uint8 images [N, H, W, 3] and int labels [N].
 
-  def __init__(self, images: np.ndarray, labels: np.ndarray, num_classes: int):
+  `class_names` and `paths` (the files the images were decoded from), when given, are
+  kept as attributes, as an image folder's source has them.
+  """
+
+  def __init__(
+    self,
+    images: np.ndarray,
+    labels: np.ndarray,
+    num_classes: int,
+    *,
+    class_names: list[str] | None = None,
+    paths: list[str] | None = None,
+  ):
     if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
       raise ValueError(f'images must be uint8 [N, H, W, 3], got {images.dtype} {images.shape}')
     if len(images) != len(labels):
@@ -20,6 +37,7 @@ class ArraySource:
     self._labels = np.asarray(labels, np.int32)
     self.num_classes = num_classes
     self.image_shape = tuple(images.shape[1:])
+    self.class_names, self.paths = class_names, paths
 
   def __len__(self) -> int:
     return len(self._labels)
@@ -61,3 +79,110 @@ def digits_source(split: str, seed: int = 0) -> ArraySource:
   labels = digits.target.astype(np.int32)
   indices = stratified_split(labels, seed)[split]
   return ArraySource(images[indices], labels[indices], num_classes=10)
+
+
+def balanced_subset(labels: np.ndarray, num_examples: int, seed: int) -> np.ndarray:
+  """Sorted indices of `num_examples` examples, as evenly spread over the classes as
+  their sizes allow, drawn by `seed` (the same subset for every run with that seed).
+
+  Each class gets num_examples // C examples (C = number of classes present), the first
+  num_examples % C classes of a seeded order one more; a class smaller than its share
+  gives all it has and the rest goes, by the same rule, to the classes with more.
+  """
+  labels = np.asarray(labels)
+  classes = np.unique(labels)
+  if not len(classes) <= num_examples <= len(labels):
+    raise ValueError(
+      f'cannot draw {num_examples} examples spread over {len(classes)} classes from '
+      f'{len(labels)} examples'
+    )
+  rng = np.random.default_rng(seed)
+  members = {c: rng.permutation(np.flatnonzero(labels == c)) for c in classes}
+  order = rng.permutation(classes)
+  quota = dict.fromkeys(classes.tolist(), 0)
+  remaining = num_examples
+  while remaining:
+    open_classes = [c for c in order.tolist() if quota[c] < len(members[c])]
+    share, extra = divmod(remaining, len(open_classes))
+    for rank, c in enumerate(open_classes):
+      take = min(share + (rank < extra), len(members[c]) - quota[c])
+      quota[c] += take
+      remaining -= take
+  return np.sort(np.concatenate([members[c][: quota[c]] for c in classes]))
+
+
+class SubsetSource:
+  """The examples `indices` of another source, in that order (same item format)."""
+
+  def __init__(self, source, indices: np.ndarray):
+    self._source = source
+    self._indices = np.asarray(indices, np.int64)
+    self.num_classes = source.num_classes
+    self.image_shape = source.image_shape
+    self.class_names = getattr(source, 'class_names', None)
+    paths = getattr(source, 'paths', None)
+    self.paths = None if paths is None else [paths[i] for i in self._indices]
+
+  def __len__(self) -> int:
+    return len(self._indices)
+
+  def __getitem__(self, index: int) -> dict:
+    return self._source[int(self._indices[index])]
+
+  def labels(self) -> np.ndarray:
+    return np.asarray(self._source.labels(), np.int32)[self._indices]
+
+
+# A progress line at most this often while a split is decoded into memory.
+PROGRESS_SECONDS = 10.0
+
+
+def decoded_bytes(source) -> int:
+  """Bytes of the whole split as uint8 arrays in memory."""
+  return len(source) * int(np.prod(source.image_shape))
+
+
+def load_into_memory(source, *, name: str = 'split', num_threads: int | None = None):
+  """An ArraySource holding every image of `source`, decoded once by a thread pool
+  (PIL and TFDS decode outside the GIL), with a progress line every ~10 s."""
+  images = np.empty((len(source), *source.image_shape), np.uint8)
+  labels = np.empty(len(source), np.int32)
+  num_threads = num_threads or min(32, (os.cpu_count() or 1) + 2)
+  chunks = np.array_split(np.arange(len(source)), max(1, len(source) // 256))
+
+  def decode(chunk):
+    for i in chunk:
+      example = source[int(i)]
+      images[i], labels[i] = example['image'], example['label']
+    return len(chunk)
+
+  start = last_report = time.perf_counter()
+  done = 0
+  with futures.ThreadPoolExecutor(num_threads) as pool:
+    for count in pool.map(decode, chunks):
+      done += count
+      now = time.perf_counter()
+      if now - last_report >= PROGRESS_SECONDS and done < len(source):
+        last_report = now
+        logging.info(
+          'Decoding %s into memory: %d/%d images (%.0f/s).',
+          name,
+          done,
+          len(source),
+          done / (now - start),
+        )
+  seconds = time.perf_counter() - start
+  logging.info(
+    'Decoded %s into memory: %d images, %.0f MiB, in %.1f s.',
+    name,
+    len(source),
+    images.nbytes / 2**20,
+    seconds,
+  )
+  return ArraySource(
+    images,
+    labels,
+    source.num_classes,
+    class_names=getattr(source, 'class_names', None),
+    paths=getattr(source, 'paths', None),
+  )

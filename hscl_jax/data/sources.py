@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from hscl_jax.data import arrays
 from hscl_jax.data import image_folder
 from hscl_jax.data import tfds_sources
 from hscl_jax.data.errors import ImageFolderError
 from hscl_jax.data.errors import UnknownDatasetError
+from hscl_jax.errors import fail
+
+# Default cap on a split decoded into memory (config.decode_cache_gib).
+DEFAULT_CACHE_BYTES = 2 * 2**30
 
 DATASETS = ('digits', 'cifar10', 'cifar100', 'stl10', 'image_folder')
 SPLITS = {
@@ -42,6 +48,8 @@ def get_source(
   seed: int = 0,
   folder: str | None = None,
   folder_image_size: int = image_folder.DEFAULT_IMAGE_SIZE,
+  num_examples: int | None = None,
+  cache_bytes: int = DEFAULT_CACHE_BYTES,
 ):
   """A random-access source: ``len(source)``, ``source[i] -> {'image', 'label'}``.
 
@@ -55,7 +63,28 @@ def get_source(
       train/ and test/ sub-folders. Keep it fixed across runs to compare them.
     folder: root of the image folder (image_folder only).
     folder_image_size: side every image_folder image is resized/cropped to.
+    num_examples: keep only this many examples, spread evenly over the classes and drawn
+      by `seed` (`arrays.balanced_subset`); None keeps the whole split.
+    cache_bytes: a split of image files or TFDS records whose decoded uint8 size is at most
+      this is decoded once, in parallel, and then served from memory; a larger one is read
+      lazily. 0 always reads lazily.
   """
+  source = _lazy_source(
+    name, split, data_dir=data_dir, seed=seed, folder=folder, folder_image_size=folder_image_size
+  )
+  return _subset_and_cache(source, num_examples, seed, cache_bytes, f'{name} {split}')
+
+
+def _subset_and_cache(source, num_examples: int | None, seed: int, cache_bytes: int, name: str):
+  if num_examples is not None:
+    indices = arrays.balanced_subset(source.labels(), num_examples, seed)
+    source = arrays.SubsetSource(source, indices)
+  if not isinstance(source, arrays.ArraySource) and arrays.decoded_bytes(source) <= cache_bytes:
+    source = arrays.load_into_memory(source, name=name)
+  return source
+
+
+def _lazy_source(name, split, *, data_dir, seed, folder, folder_image_size):
   check_name(name)
   if split not in SPLITS[name]:
     raise ValueError(f"'{name}' has no split '{split}'; valid: {list(SPLITS[name])}")
@@ -66,6 +95,38 @@ def get_source(
       raise ImageFolderError("dataset 'image_folder' needs folder=<root of the class folders>")
     return image_folder.ImageFolderSource(folder, split, seed=seed, image_size=folder_image_size)
   return tfds_sources.TfdsSource(name, split, data_dir)
+
+
+def run_sources(config) -> tuple:
+  """(train source, test source) of a run's config, as training and evaluation read them.
+
+  The train split is a class-balanced subset of `config.train_examples` examples when set
+  (drawn by `config.split_seed`, so every method and seed of a comparison shares it); the
+  test split is always whole. Image folders are read at `config.augment.image_size`.
+  """
+  kwargs = dict(
+    data_dir=config.data_dir,
+    seed=config.split_seed,
+    folder=config.folder,
+    folder_image_size=config.augment.image_size,
+  )
+  # .get: a config.json written before these fields existed (linear_eval of an old run).
+  cache_bytes = int(config.get('decode_cache_gib', DEFAULT_CACHE_BYTES / 2**30) * 2**30)
+  num_examples = config.get('train_examples')
+  train = _lazy_source(config.dataset, config.train_split, **kwargs)
+  if num_examples is not None:
+    num_classes = len(np.unique(train.labels()))
+    if not num_classes <= num_examples <= len(train):
+      fail(
+        'train_examples',
+        f'{num_examples} is not between the {num_classes} classes and the '
+        f'{len(train)} examples of the {config.dataset} {config.train_split} split',
+        f'use a value in [{num_classes}, {len(train)}], or leave it unset for the whole split',
+      )
+  name = f'{config.dataset} {config.train_split}'
+  train = _subset_and_cache(train, num_examples, config.split_seed, cache_bytes, name)
+  test = get_source(config.dataset, config.test_split, **kwargs, cache_bytes=cache_bytes)
+  return train, test
 
 
 def dataset_info(

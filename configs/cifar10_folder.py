@@ -1,0 +1,37 @@
+"""CIFAR-10 read from an image folder (root/train/<class>/*, root/test/<class>/*), 32 px.
+
+    python -m hscl_jax.main --config=configs/cifar10_folder.py --config.folder=DIR --workdir=RUN
+
+CIFAR-10 normalisation and SimCLR's augmentations at 32 px (configs/default.py). The other
+defaults are those of the CPU-budget comparison (docs/results/cifar10/), chosen so that the
+five methods × 3 seeds fit in about 2.5 hours on a 2-core CPU (two workers, one core each):
+  * model small_cnn: a ResNet-18 step costs ~20× as much on a CPU;
+  * train_examples: a class-balanced subset of the training split (the kNN bank and the
+    linear evaluation use the same subset; the test split stays whole);
+  * batch 256 (M = 510 negatives), Adam with a cosine schedule;
+  * the kNN monitor every epoch, the features protocol of the linear evaluation.
+On an accelerator drop the budget overrides, e.g. --config.model.name=resnet18
+--config.train_examples=None --config.batch_size=512 --config.num_epochs=200.
+"""
+
+from __future__ import annotations
+
+from configs import default
+
+
+def get_config():
+  config = default.get_config()
+  config.dataset = 'image_folder'
+  config.augment.image_size = 32
+  config.augment.mean, config.augment.std = default.NORMALIZATION['cifar10']
+
+  config.model.name = 'small_cnn'
+  config.train_examples = 10_000
+  config.batch_size = 256
+  config.num_epochs = 8
+  config.optimizer.schedule = 'cosine'
+  config.knn.every_epochs = 1
+  config.checkpoint_every_epochs = 1
+  config.keep_checkpoints = 1
+  config.log_every_steps = 10
+  return config
