@@ -1,15 +1,21 @@
 r"""The paper's comparison (Table I, Figs. 1, 4, 5) on any config, as a Markdown report.
 
     python -m hscl_jax.experiments.compare --config=configs/digits.py --seeds=3 \
-        --workdir=/tmp/hscl_compare [--grid=beta,tau] [--protocol=features]
+        --workdir=/tmp/hscl_compare [--grid=beta,tau] [--protocol=features] \
+        [--report_dir=docs/results/digits] [--report_only]
 
 Trains UCL, H-UCL, SCL, H-SCL(β) and H-SCL(τ) with the same budget (the config's), runs
 the linear evaluation on each, and writes DIR/report.md (mean ± std over seeds, the best
 setting of each method when a grid is searched, and every run) with PNG plots: kNN
 accuracy per epoch (Fig. 1), the fraction of anchors satisfying Assumption 1 (Fig. 4) and
-the four losses per epoch (Fig. 5). `--grid=beta` searches β ∈ {0.1, 0.5, 1, 2, 5} for
-H-UCL and H-SCL(β); `--grid=tau` searches eq. (4)'s start × end grid for H-SCL(τ).
-Runs already finished in DIR are reused (each run resumes from its checkpoints).
+the four losses per epoch (Fig. 5), beside the raw pixels' weighted kNN on the same split
+and the first epoch at which each method reaches SCL's final kNN accuracy. `--grid=beta`
+searches β ∈ {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); `--grid=tau` searches eq. (4)'s
+start × end grid for H-SCL(τ). Runs already finished in DIR are reused (each run resumes
+from its checkpoints), so an interrupted grid resumes by running the same command.
+Several processes may run the same command on one DIR (e.g. one per core, under
+`taskset`): a run another process holds is skipped; `--report_only` then writes the
+report from the finished runs.
 The work is done by hscl_jax.experiments.image_grid.
 """
 
@@ -34,6 +40,10 @@ _GRID = flags.DEFINE_list('grid', [], 'Grids to search: beta, tau (paper grids).
 _PROTOCOL = flags.DEFINE_enum(
   'protocol', 'features', linear_probe.PROTOCOLS, 'Linear evaluation protocol.'
 )
+_REPORT_DIR = flags.DEFINE_string(
+  'report_dir', None, 'Where report.md and its plots go (default: --workdir).'
+)
+_REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only write the report from finished runs.')
 flags.mark_flags_as_required(['config'])
 
 
@@ -46,11 +56,13 @@ def main(argv):
     raise app.UsageError(f'--grid takes beta and/or tau, got {unknown}.')
   metrics.show_only_own_info_logs()
   seeds = list(range(_SEEDS.value))
+  args = (_CONFIG.value, _WORKDIR.value, seeds, grids, _PROTOCOL.value)
+  if not _REPORT_ONLY.value:
+    errors.exit_on_user_error(lambda: image_grid.run_grid(*args), workdir=_WORKDIR.value)
   report = errors.exit_on_user_error(
-    lambda: image_grid.compare(_CONFIG.value, _WORKDIR.value, seeds, grids, _PROTOCOL.value),
-    workdir=_WORKDIR.value,
+    lambda: image_grid.write_report(*args, report_dir=_REPORT_DIR.value), workdir=_WORKDIR.value
   )
-  print(report)
+  print(report or f'No finished run in {_WORKDIR.value} yet.')
 
 
 if __name__ == '__main__':

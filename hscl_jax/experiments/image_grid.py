@@ -5,9 +5,12 @@ H-SCL(β) and H-SCL(τ) with the same budget (the config's), runs the linear eva
 each, and writes ROOT/report.md (mean ± std over seeds, the best setting of each method
 when a grid is searched, and every run) with PNG plots: kNN accuracy per epoch (Fig. 1),
 the fraction of anchors satisfying Assumption 1 (Fig. 4) and the four losses per epoch
-(Fig. 5). The β grid is {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); the τ grid is eq. (4)'s
-start × end grid for H-SCL(τ). Runs already finished in ROOT are reused (each run resumes
-from its checkpoints).
+(Fig. 5), beside the weighted kNN of the raw pixels on the same split and the first epoch
+at which each method's kNN accuracy reaches SCL's final one (Fig. 1's speed claim). The β
+grid is {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); the τ grid is eq. (4)'s start × end
+grid for H-SCL(τ). Runs already finished in ROOT are reused (each run resumes from its
+checkpoints); a run whose workdir another process holds is skipped, so several processes
+can share one grid.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from absl import logging
 import ml_collections
 import numpy as np
 
+from hscl_jax import data
+from hscl_jax import knn
 from hscl_jax import linear_probe
 from hscl_jax import metrics
 from hscl_jax import train
+from hscl_jax import workdir_lock
 
 BETA_GRID = (0.1, 0.5, 1.0, 2.0, 5.0)
 TAU_STARTS = (-0.5, -0.3, -0.1)
@@ -84,21 +90,50 @@ def run_config(base: ml_collections.ConfigDict, setting: Setting, seed: int):
   return config
 
 
-def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict:
-  """Trains (or resumes / reuses) one run and linear-evaluates its last checkpoint."""
-  workdir = os.path.join(root, setting.slug, f'seed{seed}')
+def run_dir(root: str, setting: Setting, seed: int) -> str:
+  return os.path.join(root, setting.slug, f'seed{seed}')
+
+
+def finished_run(root: str, setting: Setting, seed: int, protocol: str) -> dict | None:
+  """The run's results if it trained every epoch and its last checkpoint was
+  linear-evaluated with `protocol`; None otherwise."""
+  workdir = run_dir(root, setting, seed)
+  result_path = os.path.join(workdir, linear_probe.RESULT_FILE)
+  if not os.path.exists(result_path):
+    return None
+  with open(result_path) as f:
+    result = json.load(f)
+  history = metrics.read_metrics(workdir)
+  with open(os.path.join(workdir, metrics.CONFIG_FILE)) as f:
+    num_epochs = json.load(f)['num_epochs']
+  last_step = linear_probe.resolve_step(workdir, None)
+  if (
+    not history
+    or history[-1]['epoch'] != num_epochs
+    or result['checkpoint_step'] != last_step
+    or result['protocol'] != protocol
+  ):
+    return None
+  return {'setting': setting, 'seed': seed, 'linear': result, 'history': history}
+
+
+def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict | None:
+  """Trains (or resumes / reuses) one run and linear-evaluates its last checkpoint;
+  None if another process holds the run's workdir (it is running it)."""
+  done = finished_run(root, setting, seed, protocol)
+  if done is not None:
+    return done
+  workdir = run_dir(root, setting, seed)
   config = run_config(base, setting, seed)
   config.linear_eval.protocol = protocol
   start = time.time()
-  train.train_and_evaluate(config, workdir)
-  result_path = os.path.join(workdir, linear_probe.RESULT_FILE)
-  last_step = linear_probe.resolve_step(workdir, None)
-  result = None
-  if os.path.exists(result_path):
-    with open(result_path) as f:
-      result = json.load(f)
-  if not result or result['checkpoint_step'] != last_step or result['protocol'] != protocol:
-    result = linear_probe.linear_evaluate(config, workdir)
+  try:
+    train.train_and_evaluate(config, workdir)
+    # Evaluated under the run's lock, so two workers never evaluate the same run.
+    with workdir_lock.WorkdirLock(workdir):
+      result = linear_probe.linear_evaluate(config, workdir)
+  except workdir_lock.WorkdirBusyError:
+    return None
   logging.info(
     '%s seed %d: linear top-1 %.4f (%.0f s)',
     setting.label,
@@ -106,12 +141,7 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict
     result['top1'],
     time.time() - start,
   )
-  return {
-    'setting': setting,
-    'seed': seed,
-    'linear': result,
-    'history': metrics.read_metrics(workdir),
-  }
+  return finished_run(root, setting, seed, protocol)
 
 
 def _mean_std(values) -> str:
@@ -213,13 +243,119 @@ def _save(fig, out_dir, name):
   return name
 
 
-def markdown_report(summary, best, config, seeds, protocol, grids, plots) -> str:
-  dataset = config.dataset
+def dataset_label(config) -> str:
+  """'cifar10', or for an image folder 'image_folder (<its directory name>)'."""
+  if config.dataset == 'image_folder' and config.folder:
+    return f'image_folder ({os.path.basename(os.path.normpath(config.folder))})'
+  return config.dataset
+
+
+RAW_PIXELS_FILE = 'raw_pixel_knn.json'
+
+
+def raw_pixel_knn(config, root: str) -> dict:
+  """Weighted kNN (config.knn's k and temperature) on raw pixels, train split (the run's
+  subset) as the bank, test split as queries: pixels in [0, 1], centred by the bank's
+  mean image, L2-normalised. Cached in ROOT/raw_pixel_knn.json per split definition."""
+  key = {
+    'dataset': dataset_label(config),
+    'train_examples': config.train_examples,
+    'split_seed': config.split_seed,
+    'image_size': config.augment.image_size,
+    'k': config.knn.k,
+    'temperature': config.knn.temperature,
+  }
+  path = os.path.join(root, RAW_PIXELS_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      cached = json.load(f)
+    if cached['key'] == key:
+      return cached
+  bank, queries = data.run_sources(config)
+  pixels = lambda source: (
+    np.stack([source[i]['image'] for i in range(len(source))])
+    .reshape(len(source), -1)
+    .astype(np.float32)
+    / 255.0
+  )
+  bank_x, query_x = pixels(bank), pixels(queries)
+  mean = bank_x.mean(axis=0)
+  top1 = knn.weighted_knn_accuracy(
+    bank_x - mean,
+    bank.labels(),
+    query_x - mean,
+    queries.labels(),
+    num_classes=bank.num_classes,
+    k=config.knn.k,
+    temperature=config.knn.temperature,
+  )
+  result = {'key': key, 'top1': float(top1), 'bank': len(bank), 'queries': len(queries)}
+  with open(path, 'w') as f:
+    json.dump(result, f, indent=2)
+  return result
+
+
+def first_epoch_reaching(runs, target: float) -> int | None:
+  """The first epoch at which the mean kNN accuracy over `runs` reaches `target`."""
+  epochs, curve = _curves(runs, 'knn_top1')
+  return next((e for e, value in zip(epochs, curve) if value >= target), None)
+
+
+def speed_table(summary, best) -> list[str]:
+  """Fig. 1's claim as a table: per method, the first epoch its kNN reaches SCL's final."""
+  if 'SCL' not in best:
+    return []
+  scl = summary[best['SCL']]
+  target = float(np.mean(scl['knn']))
+  num_epochs = max(r['epoch'] for run in scl['runs'] for r in run['history'])
+  lines = [
+    "## Fig. 1's claim: epochs to reach SCL's final kNN accuracy",
+    '',
+    f"First epoch at which a method's kNN top-1 (mean over seeds) reaches SCL's final "
+    f'{100 * target:.2f} % (epoch {num_epochs}), with the same budget for every method.',
+    '',
+    '| Method | setting | first epoch reaching it |',
+    '|---|---|---|',
+  ]
+  for method in METHODS:
+    if method in best:
+      epoch = first_epoch_reaching(summary[best[method]]['runs'], target)
+      cell = 'not reached' if epoch is None else f'{epoch} of {num_epochs}'
+      lines.append(f'| {method} | {best[method].label} | {cell} |')
+  return lines + ['']
+
+
+def run_times(summary) -> list[str]:
+  """Wall time of each setting's runs: training epochs, kNN, and linear evaluation."""
+  lines = [
+    '## Time per run',
+    '',
+    '| setting | runs | training s | kNN s | linear eval s |',
+    '|---|---|---|---|---|',
+  ]
+  for setting, stats in summary.items():
+    runs = stats['runs']
+    train_s = np.mean([sum(r.get('epoch_time', 0.0) for r in run['history']) for run in runs])
+    knn_s = np.mean([sum(r.get('knn_time', 0.0) for r in run['history']) for run in runs])
+    eval_s = np.mean([run['linear'].get('seconds', float('nan')) for run in runs])
+    lines.append(f'| {setting.label} | {len(runs)} | {train_s:.0f} | {knn_s:.0f} | {eval_s:.0f} |')
+  return lines + ['']
+
+
+def markdown_report(summary, best, config, seeds, protocol, grids, plots, raw=None) -> str:
+  dataset = dataset_label(config)
+  subset = (
+    f'a class-balanced subset of {config.train_examples} training examples (bank of the kNN '
+    'and of the linear evaluation too; the test split whole), '
+    if config.train_examples
+    else ''
+  )
   lines = [
     f'# H-SCL comparison on {dataset}',
     '',
-    f'Seeds: {", ".join(map(str, seeds))}; {config.num_epochs} epochs, batch '
-    f'{config.batch_size}, model {config.model.name}, temperature {config.temperature}; '
+    f'Seeds: {", ".join(map(str, seeds))}; {subset}{config.num_epochs} epochs, batch '
+    f'{config.batch_size}, model {config.model.name}, temperature {config.temperature}, '
+    f'{config.optimizer.name} lr {config.optimizer.learning_rate} ({config.optimizer.schedule}); '
     f'linear evaluation: `{protocol}` protocol, {config.linear_eval.num_epochs} epochs. '
     f'Grids searched: {", ".join(sorted(grids)) or "none"} (best setting by mean linear '
     'top-1; ties go to the first in grid order).',
@@ -236,13 +372,19 @@ def markdown_report(summary, best, config, seeds, protocol, grids, plots) -> str
         f'| {method} | {best[method].label} | {_mean_std(stats["top1"])} | '
         f'{_mean_std(stats["top5"])} | {_mean_std(stats["knn"])} |'
       )
+  if raw is not None:
+    lines.append(
+      f'| raw pixels | weighted kNN, k={config.knn.k} | — | — | {100 * raw["top1"]:.2f} |'
+    )
   ranking = _ranking([m for m in METHODS if m in best], lambda m: np.mean(summary[best[m]]['top1']))
   lines += ['', f'Ranking by mean linear top-1: {ranking}.', '']
+  lines += speed_table(summary, best)
   if len(summary) > len(best):
     lines += ['## Every setting', '', '| setting | linear top-1 | kNN top-1 |', '|---|---|---|']
     for setting, stats in summary.items():
       lines.append(f'| {setting.label} | {_mean_std(stats["top1"])} | {_mean_std(stats["knn"])} |')
     lines.append('')
+  lines += run_times(summary)
   lines += ['## Plots', ''] + [f'![{p}]({p})' for p in plots]
   return '\n'.join(lines) + '\n'
 
@@ -251,17 +393,41 @@ GRIDS = ('beta', 'tau')
 REPORT_FILE = 'report.md'
 
 
-def compare(config, root: str, seeds: list[int], grids: set[str], protocol: str) -> str:
-  """Every setting × seed (finished runs reused), then ROOT/report.md and its plots;
-  returns the report."""
+def run_grid(config, root: str, seeds: list[int], grids: set[str], protocol: str) -> None:
+  """Every setting × seed not finished yet, seed by seed (seed 0 of every setting first);
+  runs that another process holds are left to it."""
   os.makedirs(root, exist_ok=True)
-  plan = settings(config, grids)
-  logging.info('%d runs: %d settings × %d seeds', len(plan) * len(seeds), len(plan), len(seeds))
-  runs = [run_one(config, s, seed, root, protocol) for s in plan for seed in seeds]
+  plan = [(s, seed) for seed in seeds for s in settings(config, grids)]
+  logging.info('%d runs: %d settings × %d seeds', len(plan), len(plan) // len(seeds), len(seeds))
+  start = time.perf_counter()
+  for done, (setting, seed) in enumerate(plan, start=1):
+    run = run_one(config, setting, seed, root, protocol)
+    outcome = 'run by another process' if run is None else f'linear {run["linear"]["top1"]:.4f}'
+    elapsed = metrics.format_duration(time.perf_counter() - start)
+    label = f'{setting.label} seed {seed}'
+    logging.info('[%d/%d, %s] %s: %s', done, len(plan), elapsed, label, outcome)
+
+
+def write_report(config, root: str, seeds, grids, protocol: str, report_dir: str | None = None):
+  """ROOT/report.md (or REPORT_DIR/report.md) and its plots from the finished runs;
+  returns the report's text (None while no run has finished)."""
+  runs = [
+    run
+    for seed in seeds
+    for s in settings(config, grids)
+    if (run := finished_run(root, s, seed, protocol)) is not None
+  ]
+  if not runs:
+    return None
+  out_dir = report_dir or root
+  os.makedirs(out_dir, exist_ok=True)
   summary = summarise(runs)
   best = best_per_method(summary)
-  plots = plot_report(summary, best, root)
-  report = markdown_report(summary, best, config, seeds, protocol, grids, plots)
-  with open(os.path.join(root, REPORT_FILE), 'w') as f:
+  plots = plot_report(summary, best, out_dir)
+  raw = raw_pixel_knn(config, root)
+  report = markdown_report(summary, best, config, seeds, protocol, grids, plots, raw)
+  missing = len(seeds) * len(settings(config, grids)) - len(runs)
+  report += f'\n{len(runs)} runs finished' + (f', {missing} missing.' if missing else '.') + '\n'
+  with open(os.path.join(out_dir, REPORT_FILE), 'w') as f:
     f.write(report)
   return report
