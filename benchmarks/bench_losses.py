@@ -60,14 +60,14 @@ def _matmul_step(kernel_layout=False):
   import jax
   import jax.numpy as jnp
 
-  from hscl_jax import losses
+  from hscl_jax.losses import kernel
 
   @jax.custom_vjp
   def gram(rows):
     return rows @ rows.T
 
   def gram_backward(rows, cotangent):
-    return (sum(losses._similarity_pullback(cotangent, rows, rows, None)),)
+    return (sum(kernel.similarity_pullback(cotangent, rows, rows, None)),)
 
   gram.defvjp(lambda rows: (gram(rows), rows), gram_backward)
 

@@ -1,0 +1,155 @@
+"""Graph losses: InfoGraph's local–global objective with the four settings (Sec. V-C,
+Table II). Scores s_vG = <l_v, g_G> between every node v and every graph G of a batch.
+
+The objective, its hard-negative weights and the rescaled scores are stated in
+docs/graphs.md; the docstrings below say what each argument means.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hscl_jax.losses import kernel
+
+Array = kernel.Array
+Hardening = kernel.Hardening
+
+# NumPy, not jnp: a JAX op at import time would start the backend before jax.distributed.
+_LOG2 = float(np.log(2.0))
+
+
+def _rescaled_scores(scores: Array, valid: Array) -> Array:
+  """ŝ = 2·s / max|s| over the valid pairs, in [-2, 2]; the maximum is a constant.
+
+  Graph scores are unbounded (no normalisation, no temperature), so an exponential tilt
+  of the raw scores would put all the weight on one negative; HCL (Robinson et al.,
+  App. B) tilts the rescaled scores instead.
+  """
+  peak = jax.lax.stop_gradient(jnp.max(jnp.where(valid, jnp.abs(scores), 0.0)))
+  return 2.0 * scores / jnp.where(peak > 0, peak, 1.0)
+
+
+class _NodeGraphPairs(NamedTuple):
+  """Every (node, graph) pair of a graph batch, as both local–global losses read them."""
+
+  scores: Array  # [nodes, graphs] s_vG, float32; padding rows and columns are 0
+  candidates: Array  # [nodes, graphs] G ∈ N(v), the negatives of node v
+  log_w: Array  # [nodes, graphs] log η(ŝ_vG) on the negatives, -inf elsewhere
+  own_scores: Array  # [nodes] s_{v,g(v)}; 0 for padding
+  node_mask: Array  # [nodes] bool, the real nodes
+
+
+def _node_graph_pairs(
+  local_features, graph_features, node_graph, graph_labels, hardening, node_mask, graph_mask
+) -> _NodeGraphPairs:
+  """Scores, negatives and hardening log-weights of every node against every graph."""
+  num_nodes, num_graphs = local_features.shape[0], graph_features.shape[0]
+  node_mask = jnp.ones(num_nodes, bool) if node_mask is None else node_mask.astype(bool)
+  graph_mask = jnp.ones(num_graphs, bool) if graph_mask is None else graph_mask.astype(bool)
+  own = node_graph[:, None] == jnp.arange(num_graphs)[None, :]
+  valid = node_mask[:, None] & graph_mask[None, :]
+  # Zeroed padding cannot leak NaN/inf into the values or the gradients.
+  local = jnp.where(node_mask[:, None], local_features.astype(jnp.float32), 0.0)
+  graph = jnp.where(graph_mask[:, None], graph_features.astype(jnp.float32), 0.0)
+  scores = kernel.similarity(local, graph, jax.lax.Precision.HIGHEST)
+  candidates = valid & ~own
+  if graph_labels is not None:
+    node_labels = jnp.take(graph_labels, node_graph, mode='clip')
+    candidates &= node_labels[:, None] != graph_labels[None, :]
+  hardening = kernel.no_hardening if hardening is None else hardening
+  log_w = jnp.where(candidates, hardening(_rescaled_scores(scores, valid)), kernel.NEG_INF)
+  own_scores = jnp.sum(jnp.where(own, scores, 0.0), axis=1)
+  return _NodeGraphPairs(scores, candidates, log_w, own_scores, node_mask)
+
+
+def _node_mean(per_node: Array, node_mask: Array) -> Array:
+  """(1/N) Σ_v over the N real nodes (0 for a batch without one)."""
+  total = jnp.sum(jnp.where(node_mask, per_node, 0.0))
+  return total / jnp.maximum(jnp.sum(node_mask, dtype=jnp.float32), 1.0)
+
+
+def local_global_jsd(
+  local_features: Array,
+  graph_features: Array,
+  node_graph: Array,
+  *,
+  graph_labels: Array | None = None,
+  hardening: Hardening | None = None,
+  node_mask: Array | None = None,
+  graph_mask: Array | None = None,
+) -> Array:
+  """InfoGraph's Jensen–Shannon local–global loss with (hard) negatives, Table II.
+
+  L = (1/N) Σ_v Σ_{G∈N(v)} q_v(G)·(sp(s_vG) − log 2) − (1/N) Σ_v (log 2 − sp(−s_{v,g(v)})),
+
+  sp = kernel.softplus, N the number of real nodes, g(v) the graph of node v (its positive) and
+  q_v(G) ∝ η(ŝ_vG) over the negatives N(v) (a log-space weighted mean, as eq. (3)'s
+  expectation): every other graph of the batch (UCL, H-UCL) or, with ``graph_labels``,
+  every graph with another label (SCL, H-SCL). ``hardening`` maps ŝ to log η(ŝ)
+  (``exponential(beta)`` for H-UCL / H-SCL(β); None for η ≡ 1) and receives the rescaled
+  scores ŝ = 2·s / max|s| (``_rescaled_scores``). With η ≡ 1 this is InfoGraph's objective
+  exactly. A node without negatives contributes 0 to the first sum and still counts in N.
+
+  Args:
+    local_features: [nodes, dim] node (local) embeddings, after the local head.
+    graph_features: [graphs, dim] graph (global) embeddings, after the global head.
+    node_graph: [nodes] int, the batch index of each node's graph.
+    graph_labels: [graphs] int class labels (SCL / H-SCL), or None (UCL / H-UCL).
+    hardening: log η as a function of ŝ, or None.
+    node_mask, graph_mask: False marks padding (excluded everywhere); default all real.
+  Returns:
+    The scalar loss (float32).
+  """
+  pairs = _node_graph_pairs(
+    local_features, graph_features, node_graph, graph_labels, hardening, node_mask, graph_mask
+  )
+  log_norm, has_negative = kernel.lse_finish(kernel.lse_partial(pairs.log_w))
+  q = jnp.exp(pairs.log_w - log_norm[:, None])
+  terms = jnp.where(pairs.candidates, q * (jax.nn.softplus(pairs.scores) - _LOG2), 0.0)
+  negative = jnp.where(has_negative, jnp.sum(terms, axis=1), 0.0)
+  positive = _LOG2 - jax.nn.softplus(-pairs.own_scores)
+  return _node_mean(negative - positive, pairs.node_mask)
+
+
+def local_global_infonce(
+  local_features: Array,
+  graph_features: Array,
+  node_graph: Array,
+  *,
+  graph_labels: Array | None = None,
+  hardening: Hardening | None = None,
+  node_mask: Array | None = None,
+  graph_mask: Array | None = None,
+  M=None,
+) -> Array:
+  """eq. (3)'s InfoNCE estimator over InfoGraph's node–graph pairs, Table II's settings.
+
+  ℓ_v = log(1 + M_v · e^{−s_{v,g(v)}} · E_{G~q_v}[e^{s_vG}]),  L = (1/N) Σ_v ℓ_v,
+
+  node v the anchor, its graph g(v) the positive, and N(v), q_v(G) ∝ η(ŝ_vG), ``hardening``,
+  ``graph_labels`` and the masks exactly as in ``local_global_jsd``. ``M=None`` takes M_v =
+  |N(v)|, the number of negatives of node v, so with η ≡ 1 this is the cross-entropy
+  log(1 + Σ_{G∈N(v)} e^{s_vG − s_{v,g(v)}}); otherwise M is the given constant (positive).
+  In log space, ℓ_v = kernel.softplus(log M_v + LSE_G(log q_v(G) + s_vG) − s_{v,g(v)}). A node
+  without negatives contributes 0 and still counts in N; β = 0 gives the unhardened loss.
+
+  Returns:
+    The scalar loss (float32).
+  """
+  pairs = _node_graph_pairs(
+    local_features, graph_features, node_graph, graph_labels, hardening, node_mask, graph_mask
+  )
+  if M is None:
+    count = jnp.sum(pairs.candidates, axis=1, dtype=jnp.float32)
+    log_m = jnp.log(jnp.maximum(count, 1.0))
+  else:
+    log_m = kernel.log_given_m(M)
+  log_e, has_negative, _, _ = kernel.finish_log_expectation(
+    kernel.lse_partial(pairs.log_w + pairs.scores), kernel.lse_partial(pairs.log_w)
+  )
+  per_node = kernel.infonce_pair_loss(log_m)(pairs.own_scores, log_e, has_negative)
+  return _node_mean(per_node, pairs.node_mask)

@@ -1,0 +1,501 @@
+"""The streaming kernel behind every contrastive loss of this package.
+
+Rows, candidate masks, log-sum-exp partials, dense and blockwise sums of eq. (3)'s pair
+losses, and the custom VJP that computes their gradient in the same passes. The image
+losses (`hscl_jax.losses.image`), the diagnostics and the graph losses are written on it.
+
+Memory: ``block_size=None`` picks the dense form when ``n_local * n_global <=
+DENSE_MAX_ENTRIES`` and otherwise streams over key blocks of ``DEFAULT_BLOCK_SIZE``
+rows (log-sum-exp accumulated online, tiles rematerialised in the backward pass);
+an int forces blocks of that size, 0 the dense form. Both forms give the same value and
+gradient. The gradient is computed in the forward passes: the dense form uses one
+similarity matrix for value and gradient; the blockwise form makes three passes over
+each tile (log-sum-exps, pair losses, gradient).
+
+Precision: ``precision=`` sets the precision of the similarity matmuls (and of their
+gradient), as ``jnp.dot``'s argument: a ``jax.lax.Precision`` or its name. The default,
+``HIGHEST``, computes them in full float32 on every platform; ``'default'`` lets GPUs
+use TF32 and TPUs a single bf16 pass, several times faster for large batches, with the
+similarities (and so the loss) accurate to about 3 significant digits.
+
+Empty negative sets: an anchor with no candidate negative has E_i := 0, so each of its
+pairs contributes log(1 + 0) = 0 with zero gradient, and still counts in the mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+Hardening = Callable[[Array], Array]  # g -> log η(g), η non-negative and non-decreasing
+Precision = Any  # a jax.lax.Precision, its name ('highest', 'high', 'default') or a pair
+
+DENSE_MAX_ENTRIES = 1 << 24  # 16.7M similarities: 64 MiB per f32 n×n buffer
+DEFAULT_BLOCK_SIZE = 2048
+# Similarity matmuls in full float32 by default. DEFAULT lets GPUs use TF32 and TPUs one
+# bf16 pass: faster, with g (and so the loss) rounded to ~3 significant digits.
+DEFAULT_PRECISION = jax.lax.Precision.HIGHEST
+NEG_INF = -jnp.inf
+
+# --------------------------------------------------------------------------------------
+# Checks of values known at trace time (traced values cannot be checked).
+
+
+def check_value(name: str, value, valid: Callable[[np.ndarray], np.ndarray], requirement: str):
+  """Raises if ``value`` is concrete (a Python or NumPy number, a non-traced array) and
+  any of its entries fails ``valid``; NaN fails every requirement."""
+  if isinstance(value, jax.core.Tracer):
+    return
+  try:
+    concrete = np.asarray(value, np.float64)
+  except (TypeError, ValueError):
+    raise TypeError(f'{name} must be a number, got {value!r}.') from None
+  with np.errstate(invalid='ignore'):
+    if not np.all(valid(concrete)):
+      raise ValueError(f'{name} must be {requirement}, got {value}.')
+
+
+def finite_at_least_zero(x):
+  return np.isfinite(x) & (x >= 0)
+
+
+def finite_positive(x):
+  return np.isfinite(x) & (x > 0)
+
+
+def no_hardening(g: Array) -> Array:
+  return jnp.zeros_like(g)
+
+
+# --------------------------------------------------------------------------------------
+# Row bookkeeping: which rows are self / same sample / same label.
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Rows:
+  """Per-row metadata. ``index`` and ``sample`` are global; padded rows have valid=False."""
+
+  z: Array  # [rows, dim] float32
+  index: Array  # [rows] int32
+  sample: Array  # [rows] int32
+  label: Array  # [rows] int32
+  valid: Array  # [rows] bool
+
+
+def check_inputs(features, labels):
+  """(features, labels) as arrays (array-likes such as lists are accepted), checked."""
+  features = jnp.asarray(features)
+  labels = None if labels is None else jnp.asarray(labels)
+  if features.ndim != 3:
+    raise ValueError(
+      f'features must have shape [batch, views, dim], got shape {features.shape}; '
+      'stack the views on axis 1 (e.g. jnp.stack([z1, z2], axis=1)).'
+    )
+  if features.shape[1] < 2:
+    raise ValueError(
+      f'features need at least 2 views per sample (axis 1), got {features.shape[1]}: '
+      'a single view has no positive pair.'
+    )
+  if not jnp.issubdtype(features.dtype, jnp.floating):
+    raise TypeError(f'features must be floating point, got dtype {features.dtype}.')
+  if labels is None:
+    return features, labels
+  if labels.ndim != 1:
+    raise ValueError(f'labels must have shape [batch], got shape {labels.shape}.')
+  if not jnp.issubdtype(labels.dtype, jnp.integer):
+    raise TypeError(
+      f'labels must be integers (class ids), got dtype {labels.dtype}; '
+      'cast them with labels.astype(jnp.int32).'
+    )
+  if labels.shape[0] != features.shape[0]:
+    raise ValueError(
+      f'labels has {labels.shape[0]} entries but features has batch size '
+      f'{features.shape[0]}: there must be one label per sample (not per view).'
+    )
+  return features, labels
+
+
+def anchor_and_key_rows(features, labels, axis_name) -> tuple[Rows, Rows]:
+  """Local anchor rows and global key rows (all-gathered over ``axis_name``)."""
+  batch, views, dim = features.shape
+  z = features.astype(jnp.float32)
+  if labels is None:
+    labels = jnp.zeros((batch,), jnp.int32)
+  labels = labels.astype(jnp.int32)
+  if axis_name is None:
+    shard, z_all, labels_all = 0, z, labels
+  else:
+    shard = jax.lax.axis_index(axis_name)
+    z_all = jax.lax.all_gather(z, axis_name, axis=0, tiled=True)
+    labels_all = jax.lax.all_gather(labels, axis_name, axis=0, tiled=True)
+
+  def flatten(z_, labels_, first_sample):
+    num = z_.shape[0]
+    sample = first_sample + jnp.repeat(jnp.arange(num, dtype=jnp.int32), views)
+    return Rows(
+      z=z_.reshape(num * views, dim),
+      index=sample * views + jnp.tile(jnp.arange(views, dtype=jnp.int32), num),
+      sample=sample,
+      label=jnp.repeat(labels_, views),
+      valid=jnp.ones((num * views,), bool),
+    )
+
+  return flatten(z, labels, shard * batch), flatten(z_all, labels_all, 0)
+
+
+# Candidate sets between anchor rows (queries) and key rows, as boolean tiles.
+def not_self(q: Rows, k: Rows):
+  return (q.index[:, None] != k.index[None, :]) & q.valid[:, None] & k.valid[None, :]
+
+
+def other_sample(q, k):
+  return not_self(q, k) & (q.sample[:, None] != k.sample[None, :])
+
+
+def same_sample(q, k):
+  return not_self(q, k) & (q.sample[:, None] == k.sample[None, :])
+
+
+def other_label(q, k):
+  return not_self(q, k) & (q.label[:, None] != k.label[None, :])
+
+
+def same_label(q, k):
+  return not_self(q, k) & (q.label[:, None] == k.label[None, :])
+
+
+def label_collision(q, k):
+  """Same label as the anchor among UCL's negatives (the Hcol candidates)."""
+  return other_sample(q, k) & (q.label[:, None] == k.label[None, :])
+
+
+Mask = Callable[[Rows, Rows], Array]
+
+
+# --------------------------------------------------------------------------------------
+# Streaming log-sum-exp: (max, scaled sum) partials that merge exactly.
+
+
+def lse_partial(x: Array):
+  """Partial log-sum-exp over the last axis; -inf entries are excluded."""
+  m = jax.lax.stop_gradient(jnp.max(x, axis=-1))
+  m = jnp.where(jnp.isfinite(m), m, jnp.finfo(jnp.float32).min)  # finite shift
+  return m, jnp.sum(jnp.exp(x - m[..., None]), axis=-1)
+
+
+def lse_merge(a, b):
+  (ma, sa), (mb, sb) = a, b
+  m = jnp.maximum(ma, mb)
+  return m, sa * jnp.exp(ma - m) + sb * jnp.exp(mb - m)
+
+
+def lse_finish(partial):
+  """-> (lse, nonempty); lse is 0 (not -inf) for an empty set so gradients stay finite."""
+  m, s = partial
+  nonempty = s != 0  # NaN counts as non-empty, so it propagates instead of reading as "empty"
+  return jnp.log(jnp.where(nonempty, s, 1.0)) + jnp.where(nonempty, m, 0.0), nonempty
+
+
+# --------------------------------------------------------------------------------------
+# Tiles of (anchor rows) × (key rows). The loss is a scalar, so its gradient with respect
+# to the similarities is computed in the same passes as the value (a custom VJP whose
+# backward only scales it): one similarity matmul per tile and pass instead of autodiff's
+# recomputed, transposed tile graphs.
+
+
+def similarity(q_z: Array, k_z: Array, precision: Precision = DEFAULT_PRECISION) -> Array:
+  """g = q_z k_zᵀ: the one similarity of the kernels (callers fold γ into q_z)."""
+  return jnp.dot(q_z, k_z.T, precision=precision)
+
+
+def similarity_pullback(d_sim, q_z, k_z, precision):
+  """(∂/∂q_z, ∂/∂k_z) of g = q_z k_zᵀ from ∂/∂g. The keys' term d_simᵀ q_z is computed as
+  (q_zᵀ d_sim)ᵀ behind a barrier: XLA:CPU runs a matmul with the transposed n×n operand
+  ~3.5x slower than a plain one (and folds a bare transpose of the result back into it)."""
+  d_k = jax.lax.optimization_barrier(jnp.dot(q_z.T, d_sim, precision=precision)).T
+  return jnp.dot(d_sim, k_z, precision=precision), d_k
+
+
+def log_weights(g, candidates, hardening, stop_gradient_weights):
+  log_eta = hardening(g).astype(jnp.float32)
+  if stop_gradient_weights:
+    log_eta = jax.lax.stop_gradient(log_eta)
+  return jnp.where(candidates, log_eta, NEG_INF)
+
+
+def expectation_partials(g, candidates, *, hardening, stop_gradient_weights):
+  """Partials of LSE(log η + g) and LSE(log η) over the candidate keys of each anchor."""
+  log_w = log_weights(g, candidates, hardening, stop_gradient_weights)
+  return lse_partial(log_w + g), lse_partial(log_w)
+
+
+def finish_log_expectation(num, den):
+  """(log E_i, has_negative_i, lse_num_i, lse_den_i) from the two partial log-sum-exps."""
+  (lse_num, _), (lse_den, has_negative) = lse_finish(num), lse_finish(den)
+  return jnp.where(has_negative, lse_num - lse_den, 0.0), has_negative, lse_num, lse_den
+
+
+def log_expectations(q, k, *, candidates: Mask, temperature, precision, **kwargs):
+  """(log E_i, has_negative_i) for every anchor row of ``q`` (dense; for monitoring)."""
+  g = similarity(q.z / temperature, k.z, precision)
+  return finish_log_expectation(*expectation_partials(g, candidates(q, k), **kwargs))[:2]
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernel:
+  """One loss's sets, weights and pair loss; tiles take ``q.z`` already divided by γ."""
+
+  candidates: Mask
+  positives: Mask
+  hardening: Hardening
+  pair_loss: Callable
+  stop_gradient_weights: bool
+  precision: Precision
+
+  def similarity(self, q: Rows, k: Rows) -> Array:
+    return similarity(q.z, k.z, self.precision)
+
+  def similarity_pullback(self, d_sim, q: Rows, k: Rows):
+    return similarity_pullback(d_sim, q.z, k.z, self.precision)
+
+  def log_weights(self, g, q, k):
+    return log_weights(g, self.candidates(q, k), self.hardening, False)
+
+  def expectation_partials(self, g, q, k):
+    return expectation_partials(
+      g, self.candidates(q, k), hardening=self.hardening, stop_gradient_weights=False
+    )  # handled in the gradient
+
+  def pair_terms(self, g, q, k, log_e, has_negative):
+    """(Σ ℓ_ip, pair count, ∂Σℓ/∂log E_i, ∂Σℓ/∂g_ip) over the tile's positive keys."""
+    positives = self.positives(q, k)
+
+    def pair_sum(g, log_e):
+      loss = self.pair_loss(g, log_e[:, None], has_negative[:, None])
+      return jnp.sum(jnp.where(positives, loss, 0.0))
+
+    total, pullback = jax.vjp(pair_sum, g, log_e)
+    d_g, d_log_e = pullback(jnp.ones_like(total))
+    return total, jnp.sum(positives, dtype=jnp.float32), d_log_e, d_g
+
+  def similarity_gradient(self, g, q, k, expectation, d_log_e, d_g_pairs):
+    """∂Σℓ/∂g_ij: the pairs' direct term plus ∂Σℓ/∂log E_i · ∂log E_i/∂g_ij, where
+    ∂log E_i/∂g_ij = p_ij (1 + ∂log η/∂g) - r_ij ∂log η/∂g, p ∝ η e^g and r ∝ η."""
+    _, has_negative, lse_num, lse_den = expectation
+    log_w, weights_pullback = jax.vjp(lambda g: self.log_weights(g, q, k), g)
+    p = jnp.exp(log_w + g - lse_num[:, None])
+    d_expectation = p
+    if not self.stop_gradient_weights:
+      d_expectation += weights_pullback(p - jnp.exp(log_w - lse_den[:, None]))[0]
+    return d_g_pairs + jnp.where(has_negative, d_log_e, 0.0)[:, None] * d_expectation
+
+
+def dense_sums(kernel: Kernel, q: Rows, k: Rows, with_gradient: bool):
+  """(Σ ℓ_ip, pair count[, ∂/∂q.z, ∂/∂k.z]) from one similarity matrix."""
+  g = kernel.similarity(q, k)
+  expectation = finish_log_expectation(*kernel.expectation_partials(g, q, k))
+  total, count, d_log_e, d_g = kernel.pair_terms(g, q, k, *expectation[:2])
+  if not with_gradient:
+    return total, count
+  d_sim = kernel.similarity_gradient(g, q, k, expectation, d_log_e, d_g)
+  return total, count, *kernel.similarity_pullback(d_sim, q, k)
+
+
+def pad_rows(rows: Rows, multiple: int) -> Rows:
+  pad = -rows.z.shape[0] % multiple
+  if pad == 0:
+    return rows
+  padded = jax.tree.map(
+    lambda x: jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)]), rows
+  )
+  return dataclasses.replace(padded, valid=padded.valid.at[-pad:].set(False))
+
+
+def blocks(rows: Rows, size: int) -> Rows:
+  return jax.tree.map(lambda x: x.reshape((-1, size) + x.shape[1:]), rows)
+
+
+def blockwise_sums(kernel: Kernel, q: Rows, k: Rows, with_gradient: bool, block: int):
+  """As ``dense_sums``, streaming over key blocks: a log-sum-exp pass, a pair-loss pass
+  and (for the gradient) a pass that accumulates the gradient of both row sets."""
+  # Blocks no larger than the rows they cut, so small batches are not padded up.
+  k_size, q_size = min(block, k.index.shape[0]), min(block, q.index.shape[0])
+  key_blocks = blocks(pad_rows(k, k_size), k_size)
+  query_blocks = blocks(pad_rows(q, q_size), q_size)
+
+  def sweep(tile_fn, init):
+    """lax.scan of ``tile_fn(keys) -> (increment, output)`` over the key blocks."""
+
+    def step(carry, keys):
+      increment, output = tile_fn(keys)
+      return jax.tree.map(jnp.add, carry, increment), output
+
+    return jax.lax.scan(step, init, key_blocks)
+
+  def query_block(d_keys, rows):
+    # *_like keeps the carries' device-variance (shard_map) equal to the data's.
+    empty = (jnp.full_like(rows.z[:, 0], jnp.finfo(jnp.float32).min), jnp.zeros_like(rows.z[:, 0]))
+
+    def lse_step(carry, keys):
+      num, den = kernel.expectation_partials(kernel.similarity(rows, keys), rows, keys)
+      return (lse_merge(carry[0], num), lse_merge(carry[1], den)), None
+
+    partials, _ = jax.lax.scan(lse_step, (empty, empty), key_blocks)
+    expectation = finish_log_expectation(*partials)
+    zero = jnp.zeros_like(rows.z[0, 0])
+    (total, count, d_log_e), _ = sweep(
+      lambda keys: (
+        kernel.pair_terms(kernel.similarity(rows, keys), rows, keys, *expectation[:2])[:3],
+        None,
+      ),
+      (zero, zero, jnp.zeros_like(rows.z[:, 0])),
+    )
+    if not with_gradient:
+      return d_keys, (total, count)
+
+    def gradient_tile(keys):
+      g = kernel.similarity(rows, keys)
+      d_g = kernel.pair_terms(g, rows, keys, *expectation[:2])[3]
+      d_sim = kernel.similarity_gradient(g, rows, keys, expectation, d_log_e, d_g)
+      return kernel.similarity_pullback(d_sim, rows, keys)
+
+    d_rows, d_key_blocks = sweep(gradient_tile, jnp.zeros_like(rows.z))
+    return d_keys + d_key_blocks.reshape(d_keys.shape), (total, count, d_rows)
+
+  d_keys = jnp.zeros_like(key_blocks.z.reshape(-1, key_blocks.z.shape[-1]))
+  d_keys, out = jax.lax.scan(query_block, d_keys, query_blocks)
+  total, count = jnp.sum(out[0]), jnp.sum(out[1])
+  if not with_gradient:
+    return total, count
+  num_q, num_k = q.index.shape[0], k.index.shape[0]
+  return total, count, out[2].reshape(-1, q.z.shape[-1])[:num_q], d_keys[:num_k]
+
+
+def resolve_block_size(block_size, num_queries, num_keys):
+  if block_size is None:
+    return None if num_queries * num_keys <= DENSE_MAX_ENTRIES else DEFAULT_BLOCK_SIZE
+  if block_size < 0:
+    raise ValueError(f'block_size must be None (auto), 0 (dense) or positive, got {block_size}.')
+  return block_size or None
+
+
+def loss_sums(kernel: Kernel, q: Rows, k: Rows, block: int | None):
+  """(Σ ℓ_ip, pair count) over the anchor rows ``q``, differentiable in q.z and k.z."""
+
+  def sums(q, k, with_gradient):
+    if block is None:
+      return dense_sums(kernel, q, k, with_gradient)
+    return blockwise_sums(kernel, q, k, with_gradient, block)
+
+  def split(q_z, k_z, q_meta, k_meta):
+    return dataclasses.replace(q_meta, z=q_z), dataclasses.replace(k_meta, z=k_z)
+
+  @jax.custom_vjp
+  def value(q_z, k_z, q_meta, k_meta):
+    return sums(*split(q_z, k_z, q_meta, k_meta), with_gradient=False)
+
+  def value_and_gradient(q_z, k_z, q_meta, k_meta):
+    total, count, d_q, d_k = sums(*split(q_z, k_z, q_meta, k_meta), with_gradient=True)
+    return (total, count), (d_q, d_k)
+
+  def backward(gradients, cotangents):
+    d_q, d_k = gradients
+    d_total = cotangents[0]  # the pair count is piecewise constant
+    return d_total * d_q, d_total * d_k, None, None
+
+  value.defvjp(value_and_gradient, backward)
+  no_z = lambda rows: dataclasses.replace(rows, z=None)
+  return value(q.z, k.z, no_z(q), no_z(k))
+
+
+def global_loss(
+  features,
+  labels,
+  *,
+  candidates,
+  positives,
+  hardening,
+  pair_loss,
+  temperature,
+  stop_gradient_weights,
+  axis_name,
+  block_size,
+  precision=DEFAULT_PRECISION,
+):
+  """Flat mean of ℓ_ip over the ordered positive pairs of the global batch."""
+  q, k = anchor_and_key_rows(features, labels, axis_name)
+  block = resolve_block_size(block_size, q.index.shape[0], k.index.shape[0])
+  kernel = Kernel(
+    candidates=candidates,
+    positives=positives,
+    hardening=hardening,
+    pair_loss=pair_loss,
+    stop_gradient_weights=stop_gradient_weights,
+    precision=precision,
+  )
+  # γ folded into the anchors: g = (z_i / γ) · z_j, one scaling of n·d entries, not n².
+  total, count = loss_sums(kernel, dataclasses.replace(q, z=q.z / temperature), k, block)
+  # A diverged model must not look like a batch without negatives: NaN in, NaN out
+  # (checked on the local rows, before the sum that spreads it to every device).
+  total = jnp.where(jnp.all(jnp.isfinite(q.z)), total, jnp.nan)
+  if axis_name is not None:
+    total, count = jax.lax.psum((total, count), axis_name)
+  return total / jnp.maximum(count, 1.0)
+
+
+def log_given_m(M):
+  """log M of a given M (a number or an array; a concrete one must be positive, finite)."""
+  check_value('M', M, finite_positive, 'positive and finite')
+  return jnp.log(jnp.asarray(M, jnp.float32))
+
+
+def softplus_and_sigmoid(x):
+  """(log(1 + e^x), σ(x)) from one exponential (the pair losses' only transcendentals
+  besides a log: over every entry of a tile they cost about as much as the matmuls).
+
+  log1p(t) is a series for small t (XLA folds the usual (1 + t) - 1 correction away):
+  relative error below 2e-6; NaN and ±inf as jax.nn.softplus.
+  """
+  t = jnp.exp(-jnp.abs(x))  # in [0, 1]
+  u = 1.0 + t
+  series = t * (1.0 - t * (1 / 2 - t * (1 / 3 - t * (1 / 4 - t * (1 / 5 - t / 6)))))
+  log1p_t = jnp.where(t < 0.05, series, jnp.log(u))
+  return jnp.maximum(x, 0.0) + log1p_t, jnp.where(x >= 0, 1.0, t) / u
+
+
+@jax.custom_jvp
+def softplus(x):
+  return softplus_and_sigmoid(x)[0]
+
+
+@softplus.defjvp
+def softplus_jvp(primals, tangents):
+  value, slope = softplus_and_sigmoid(primals[0])
+  return value, slope * tangents[0]
+
+
+def infonce_pair_loss(log_m):
+  """eq. (3): softplus(log M - g_ip + log E_i); 0 for an anchor without negatives."""
+
+  def pair_loss(g, log_e, has_negative):
+    return jnp.where(has_negative, softplus(log_m - g + log_e), 0.0)
+
+  return pair_loss
+
+
+def l2_normalize(x: Array, eps: float = 1e-12) -> Array:
+  """Rows scaled to unit L2 norm (float32); zero rows stay zero. The losses' inputs."""
+  x = jnp.asarray(x, jnp.float32)
+  norm = jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True))
+  return x / jnp.maximum(norm, eps)
+
+
+def check_temperature(temperature):
+  check_value('temperature', temperature, finite_positive, 'positive and finite')
