@@ -8,7 +8,12 @@ five methods × 3 seeds fit in about 2.5 hours on a 2-core CPU (two workers, one
   * model small_cnn: a ResNet-18 step costs ~20× as much on a CPU;
   * train_examples: a class-balanced subset of the training split (the kNN bank and the
     linear evaluation use the same subset; the test split stays whole);
-  * batch 256 (M = 510 negatives), Adam with a cosine schedule;
+  * batch 128 (M = 254 negatives): at this budget more, smaller steps learn faster (UCL's
+    kNN after 2 epochs: 0.400 at batch 128, 0.387 at 256, 0.398 at 64);
+  * Adam at 3e-3 with half an epoch of warm-up and a cosine schedule (UCL after 4 epochs:
+    0.410, against 0.375 at the paper's constant 1e-3);
+  * random resized crops of at least 20 % of the image (SupContrast's CIFAR setting)
+    instead of SimCLR's 8 %: a small network learns little from tiny crops in few steps;
   * the kNN monitor every epoch, the features protocol of the linear evaluation.
 On an accelerator drop the budget overrides, e.g. --config.model.name=resnet18
 --config.train_examples=None --config.batch_size=512 --config.num_epochs=200.
@@ -26,10 +31,13 @@ def get_config():
   config.augment.mean, config.augment.std = default.NORMALIZATION['cifar10']
 
   config.model.name = 'small_cnn'
+  config.augment.crop_scale = (0.2, 1.0)
   config.train_examples = 10_000
-  config.batch_size = 256
-  config.num_epochs = 8
+  config.batch_size = 128
+  config.num_epochs = 6
+  config.optimizer.learning_rate = 3e-3
   config.optimizer.schedule = 'cosine'
+  config.optimizer.warmup_epochs = 0.5
   config.knn.every_epochs = 1
   config.checkpoint_every_epochs = 1
   config.keep_checkpoints = 1
