@@ -1,4 +1,4 @@
-"""The benchmark scripts start as the README runs them: `python benchmarks/NAME.py`.
+"""The benchmark scripts start as benchmarks/README.md runs them: `python benchmarks/NAME.py`.
 
 They are scripts, not modules: `sys.path[0]` is `benchmarks/`, so whatever they import from
 the repository (e.g. `configs`) must be found without PYTHONPATH. Their `--help` in fresh
