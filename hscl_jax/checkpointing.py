@@ -9,9 +9,10 @@ directory DIR/checkpoints/<step>/ with two items:
                    (process_<i>-of-<n>.json), so every host resumes its own shard exactly
                    (a run with another process count reads process 0's state).
 Saving is asynchronous (training continues while arrays are written); the manager keeps
-the newest `keep` checkpoints. A checkpoint written on preemption carries `ResumeInfo`
-(Orbax custom metadata). A checkpoint that no longer restores (a truncated file) is moved
-to DIR/checkpoints_unusable/<step> and the run falls back to the newest one that does.
+the newest `keep` checkpoints. Each checkpoint carries the caller's metadata (Orbax
+custom metadata, opaque here: training stores where the epoch stood and its records).
+A checkpoint that no longer restores (a truncated file) is moved to
+DIR/checkpoints_unusable/<step> and the run falls back to the newest one that does.
 `restore_subtree` reads part of the state (e.g. only the encoder, for evaluation) without
 building the training state.
 """
@@ -53,6 +54,19 @@ def finished_steps(workdir: str) -> list[int]:
   if not path.exists():
     return []
   return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit())
+
+
+def disk_full_message(workdir: str) -> str:
+  """The one line for a full disk under a training run's workdir: which checkpoint is
+  intact, and that rerunning resumes from it."""
+  steps = finished_steps(workdir)
+  kept = (
+    f'last good checkpoint {steps[-1]} is intact' if steps else 'no checkpoint had been written'
+  )
+  return (
+    f'no space at {workdir}, {kept}. Fix: free space (or move the workdir) and rerun '
+    'the same command to resume.'
+  )
 
 
 def _first_line(error: BaseException) -> str:
@@ -148,21 +162,6 @@ class IteratorStateRestore(ocp.args.CheckpointArgs):
   pass
 
 
-@dataclasses.dataclass(frozen=True)
-class ResumeInfo:
-  """What a checkpoint written on preemption knows beyond the state.
-
-  epoch_end_pending: saved at an epoch's last step before its record was written (the
-    resumed run computes the record first);
-  epoch_seconds, epoch_steps_timed: the interrupted epoch's training time so far, so its
-    record reports the whole epoch's throughput.
-  """
-
-  epoch_end_pending: bool = False
-  epoch_seconds: float = 0.0
-  epoch_steps_timed: int = 0
-
-
 def _all_processes(ok: bool) -> bool:
   if jax.process_count() == 1:
     return ok
@@ -189,9 +188,10 @@ class Checkpointer:
     return list(self._manager.all_steps())
 
   def save(
-    self, step: int, state: Any, iterator_state: Any, resume_info: ResumeInfo | None = None
+    self, step: int, state: Any, iterator_state: Any, metadata: dict[str, Any] | None = None
   ) -> bool:
-    """Starts saving (asynchronously); a step that is already saved is skipped."""
+    """Starts saving (asynchronously); a step that is already saved is skipped. `metadata`
+    (JSON-serialisable, the caller's: this module does not read it) is stored beside."""
     if step in self._manager.all_steps():
       return False
     self._check_space(state)
@@ -201,7 +201,7 @@ class Checkpointer:
         **{STATE: ocp.args.StandardSave(state), DATA_ITERATOR: IteratorStateSave(iterator_state)}
       ),
       force=True,  # the training loop decides when to save
-      custom_metadata=dataclasses.asdict(resume_info or ResumeInfo()),
+      custom_metadata=metadata or {},
     )
 
   def _check_space(self, state: Any) -> None:
@@ -219,10 +219,9 @@ class Checkpointer:
         str(path),
       )
 
-  def resume_info(self, step: int) -> ResumeInfo:
-    metadata = self._manager.metadata(step).custom_metadata or {}
-    fields = {f.name for f in dataclasses.fields(ResumeInfo)}
-    return ResumeInfo(**{k: v for k, v in metadata.items() if k in fields})
+  def metadata(self, step: int) -> dict[str, Any]:
+    """The `metadata` saved with checkpoint `step` ({} if none)."""
+    return dict(self._manager.metadata(step).custom_metadata or {})
 
   def restore_latest(self, target: Any) -> tuple[int, Any, Any] | None:
     """(step, state, iterator state) of the newest checkpoint that restores; None if none.

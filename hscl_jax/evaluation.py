@@ -21,10 +21,6 @@ from hscl_jax import models
 from hscl_jax import parallel
 
 
-class Interrupted(Exception):
-  """`should_stop` asked to abandon a feature extraction (e.g. a SIGTERM during the kNN)."""
-
-
 def make_feature_fn(
   model: models.ContrastiveModel, augment_params: augment.AugmentParams, mesh: jax.sharding.Mesh
 ):
@@ -48,12 +44,13 @@ def extract_features(
   source,
   batch_size: int,
   mesh: jax.sharding.Mesh,
-  should_stop: Callable[[], bool] | None = None,
+  check: Callable[[], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(features, labels, mask) of a whole split on the host (padded rows have mask False).
 
   `feature_fn` is `make_feature_fn`'s; `variables` need only the encoder's entries.
-  `should_stop` is polled before each batch; True raises Interrupted.
+  `check` is called before each batch: it may raise to abandon the extraction (the
+  training loop's preemption check does).
   """
   loader = data.EvalLoader(
     source,
@@ -63,8 +60,8 @@ def extract_features(
   )
   parts = []
   for batch in loader:
-    if should_stop is not None and should_stop():
-      raise Interrupted()
+    if check is not None:
+      check()
     parts.append(
       feature_fn(variables, parallel.global_batch(batch, mesh, ('image', 'label', 'mask')))
     )
@@ -80,17 +77,17 @@ def knn_accuracy(
   *,
   num_classes: int,
   mesh: jax.sharding.Mesh,
-  should_stop: Callable[[], bool] | None = None,
+  check: Callable[[], None] | None = None,
 ) -> float:
   """Weighted-kNN top-1 of `query_source` against `bank_source` (config.knn's settings).
 
-  Raises Interrupted when `should_stop()` turns True during the feature extraction.
+  `check` is called before each batch of the feature extraction (it may raise).
   """
   bank, bank_labels, bank_mask = extract_features(
-    feature_fn, variables, bank_source, knn_config.batch_size, mesh, should_stop
+    feature_fn, variables, bank_source, knn_config.batch_size, mesh, check
   )
   queries, query_labels, query_mask = extract_features(
-    feature_fn, variables, query_source, knn_config.batch_size, mesh, should_stop
+    feature_fn, variables, query_source, knn_config.batch_size, mesh, check
   )
   return knn.weighted_knn_accuracy(
     bank,

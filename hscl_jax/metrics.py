@@ -5,6 +5,7 @@ Only process 0 writes (`enabled=False` elsewhere), so a multi-host run produces 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging as std_logging
 import math
@@ -84,6 +85,12 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
   return records
 
 
+def _first_difference(rows: list[dict], expected: list[dict]) -> int:
+  """Index of the first row that differs from (or is missing from) `expected`."""
+  pairs = itertools.zip_longest(rows, expected)
+  return next((i for i, (row, want) in enumerate(pairs) if row != want), len(expected))
+
+
 class MetricWriter:
   """Writes one JSON object per epoch to DIR/metrics.jsonl and scalars to TensorBoard.
 
@@ -92,43 +99,77 @@ class MetricWriter:
   temporary file and a rename, so a crash never leaves it torn. On resume, records and
   TensorBoard events after `keep_through_step` (written by a run that died before its
   next checkpoint, or an epoch end the resumed run redoes) are dropped, so both keep one
-  record per epoch.
+  record per epoch. `records` are the rows the resumed run must have (the checkpoint keeps
+  them): rows of the file that are missing, torn or different (a file damaged from outside)
+  are rebuilt from them, TensorBoard scalars too, and a line says so. `records` (the rows
+  written so far, as written) is what a checkpoint stores.
   """
 
-  def __init__(self, workdir: str, *, enabled: bool = True, keep_through_step: int = 0):
+  def __init__(
+    self,
+    workdir: str,
+    *,
+    enabled: bool = True,
+    keep_through_step: int = 0,
+    records: list[dict[str, Any]] | None = None,
+  ):
     self._enabled = enabled
     self._path = epath.Path(workdir) / METRICS_FILE
     self._tensorboard = None
-    self._lines = []
+    self.records = []
     if not enabled:
       return
     epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-    kept = [r for r in read_metrics(workdir) if r.get('step', 0) <= keep_through_step]
-    self._lines = [json.dumps(r) for r in kept]
+    on_file = [r for r in read_metrics(workdir) if r.get('step', 0) <= keep_through_step]
+    self.records = on_file if records is None else [dict(r) for r in records]
+    rebuilt = _first_difference(on_file, self.records)
     self._rewrite()
     # TensorBoard hides the events logged earlier at steps >= purge_step.
+    differing = on_file[rebuilt : rebuilt + 1] + self.records[rebuilt : rebuilt + 1]
     self._tensorboard = tensorboardX.SummaryWriter(
-      logdir=os.path.join(workdir, EVENTS_DIR), purge_step=keep_through_step + 1, flush_secs=30
+      logdir=os.path.join(workdir, EVENTS_DIR),
+      purge_step=min((r['step'] for r in differing), default=keep_through_step + 1),
+      flush_secs=30,
     )
+    for record in self.records[rebuilt:]:
+      self._add_scalars(record)
+    if rebuilt < len(self.records):
+      epochs = ', '.join(str(r.get('epoch', '?')) for r in self.records[rebuilt:])
+      logging.warning(
+        'Rebuilt %d row(s) of %s (epochs %s) from the checkpoint: the file lacked them or '
+        'held other values.',
+        len(self.records) - rebuilt,
+        self._path,
+        epochs,
+      )
 
   def write(self, step: int, scalars: dict[str, Any]) -> None:
     if not self._enabled:
       return
     record = {'step': int(step), **{k: _to_python(v) for k, v in scalars.items()}}
-    self._lines.append(json.dumps(record))
+    self.records.append(record)
     self._rewrite()
+    self._add_scalars(record)
+
+  def _add_scalars(self, record: dict[str, Any]) -> None:
     for name, value in record.items():
       if name != 'step' and isinstance(value, (int, float)):
-        self._tensorboard.add_scalar(name, value, global_step=int(step))
+        self._tensorboard.add_scalar(name, value, global_step=int(record['step']))
     self._tensorboard.flush()
 
   def _rewrite(self) -> None:
-    write_text_atomically(self._path, ''.join(line + '\n' for line in self._lines))
+    write_text_atomically(self._path, ''.join(json.dumps(r) + '\n' for r in self.records))
 
   def close(self) -> None:
     if self._tensorboard is not None:
       self._tensorboard.close()
       self._tensorboard = None
+
+
+def is_due(count: int, every: int, last: int) -> bool:
+  """Whether a periodic job runs at `count` (1-based): every `every`-th and at the `last`;
+  never when `every` is 0."""
+  return every > 0 and (count % every == 0 or count == last)
 
 
 def format_duration(seconds: float) -> str:

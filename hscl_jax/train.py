@@ -59,9 +59,7 @@ from hscl_jax import schema
 from hscl_jax import stored_config
 from hscl_jax import workdir_lock
 
-
-class NonFiniteLossError(errors.UserError, RuntimeError):
-  """The training loss became NaN/inf; the bad state was not saved."""
+NonFiniteLossError = errors.NonFiniteLossError
 
 
 # ----------------------------------------------------------------------------------------
@@ -251,6 +249,30 @@ def augment_batch(
   return jax.vmap(one_example)(keys, images)
 
 
+def _value_and_grad(config, encode, loss_of, state: TrainState, inputs):
+  """(loss, projections, new batch_stats, gradient): directly, or with gradient caching
+  (one chunk's activations at a time, the same loss and gradient) when chunk_size > 0."""
+  if config.chunk_size:
+    chunks = gradcache.split(inputs, inputs[0].shape[0] // config.chunk_size)
+    (loss, _, z, batch_stats), grads = gradcache.value_and_grad(
+      encode,
+      lambda z: (loss_of(z), None),
+      state.params,
+      state.batch_stats,
+      chunks,
+      axis_name=parallel.AXIS,
+      unroll=config.chunk_unroll,
+    )
+    return loss, z, batch_stats, grads
+
+  def compute_loss(params):
+    z, batch_stats = encode(params, state.batch_stats, inputs)
+    return loss_of(z), (z, batch_stats)
+
+  (loss, (z, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(state.params)
+  return loss, z, batch_stats, grads
+
+
 def make_train_step(
   config: ml_collections.ConfigDict,
   model: models.ContrastiveModel,
@@ -278,25 +300,9 @@ def make_train_step(
       z = losses.l2_normalize(projections).reshape(images.shape[0], views.shape[1], -1)
       return z, updates.get('batch_stats', batch_stats)  # none without BatchNorm
 
-    if config.chunk_size:
-      # Gradient caching: one chunk's activations at a time, the same loss and gradient.
-      chunks = gradcache.split((images, global_index), local_batch // config.chunk_size)
-      (loss, _, z, batch_stats), grads = gradcache.value_and_grad(
-        encode,
-        lambda z: (loss_fn(z, labels, hyper), None),
-        state.params,
-        state.batch_stats,
-        chunks,
-        axis_name=parallel.AXIS,
-        unroll=config.chunk_unroll,
-      )
-    else:
-
-      def compute_loss(params):
-        z, batch_stats = encode(params, state.batch_stats, (images, global_index))
-        return loss_fn(z, labels, hyper), (z, batch_stats)
-
-      (loss, (z, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(state.params)
+    loss_of = lambda z: loss_fn(z, labels, hyper)
+    inputs = (images, global_index)
+    loss, z, batch_stats, grads = _value_and_grad(config, encode, loss_of, state, inputs)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     step_metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads)}
     if config.diagnostics:
@@ -322,11 +328,15 @@ def make_train_step(
 # The training program.
 
 
-class PreemptionWatcher:
-  """Turns SIGTERM into a flag the training loop polls between steps.
+class Preempted(Exception):
+  """A SIGTERM reached a safe point of the run: raised there, handled in `_Run.train`,
+  which saves the state and stops."""
 
-  The loop then saves a checkpoint and returns, so a preempted job resumes from where it
-  stopped. Only installable from the main thread (signal handlers are); elsewhere inert.
+
+class PreemptionWatcher:
+  """Turns SIGTERM into a flag that the run checks at its safe points.
+
+  Only installable from the main thread (signal handlers are); elsewhere inert.
   """
 
   def __init__(self):
@@ -346,15 +356,17 @@ class PreemptionWatcher:
     del signum, frame
     self._requested = True
 
-  def requested(self, *, sync_point: bool) -> bool:
-    """Whether to stop now. With several processes, all must stop at the same step, so
-    they agree on the flag (a collective) only at `sync_point` steps."""
+  def check(self, *, sync_point: bool = True) -> None:
+    """Raises Preempted if a SIGTERM came. With several processes, all must stop at the
+    same step, so they agree on the flag (a collective) only at `sync_point` steps."""
     if jax.process_count() == 1:
-      return self._requested
-    if not sync_point:
-      return False
-    flags = multihost_utils.process_allgather(np.asarray(self._requested))
-    return bool(np.any(flags))
+      stop = self._requested
+    elif not sync_point:
+      stop = False
+    else:
+      stop = bool(np.any(multihost_utils.process_allgather(np.asarray(self._requested))))
+    if stop:
+      raise Preempted()
 
 
 @dataclasses.dataclass
@@ -396,21 +408,65 @@ def train_and_evaluate(
   try:
     if checkpointing.finished_steps(workdir):
       stored_config.check_unchanged(workdir, config, allowed=allowed_config_changes)
-    return _train_and_evaluate(config, workdir, mesh)
+    run = _build_run(config, workdir, mesh)
+    try:
+      with PreemptionWatcher() as run.preemption:
+        return run.train()
+    finally:
+      run.close()
   finally:
     if lock is not None:
       lock.release()
 
 
-def _train_and_evaluate(
-  config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mesh
-) -> TrainResult:
+# ----------------------------------------------------------------------------------------
+# Where an epoch stood: owned here, stored with each checkpoint as opaque metadata.
+
+
+@dataclasses.dataclass
+class EpochPosition:
+  """What a checkpoint knows beyond the state, so that a resumed run writes exactly the
+  records an uninterrupted one would.
+
+  steps_done: the epoch's steps are all taken but its record is not written (a SIGTERM
+    at its last step or during its kNN): the resumed run computes the record first;
+  seconds, steps_timed: the epoch's training time so far, so that its record reports the
+    whole epoch's throughput.
+  The checkpoint also keeps every metrics record written so far, to rebuild a damaged
+  metrics.jsonl.
+  """
+
+  steps_done: bool = False
+  seconds: float = 0.0
+  steps_timed: int = 0
+
+  def to_metadata(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    # Key names of the checkpoints written before this class existed, so they resume.
+    return {
+      'epoch_end_pending': self.steps_done,
+      'epoch_seconds': self.seconds,
+      'epoch_steps_timed': self.steps_timed,
+      'records': records,
+    }
+
+  @classmethod
+  def from_metadata(cls, metadata: dict[str, Any]) -> tuple[EpochPosition, list | None]:
+    """(position, records); records are None in older checkpoints (the file is trusted)."""
+    position = cls(
+      steps_done=bool(metadata.get('epoch_end_pending', False)),
+      seconds=float(metadata.get('epoch_seconds', 0.0)),
+      steps_timed=int(metadata.get('epoch_steps_timed', 0)),
+    )
+    return position, metadata.get('records')
+
+
+def _build_run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mesh):
+  """The run's data, model, step, state (restored if a checkpoint exists) and writers."""
   is_writer = jax.process_index() == 0
   train_source, test_source = data.run_sources(config)
   schema.validate_dataset(config, num_classes=train_source.num_classes)
   plan = make_plan(config, len(train_source))
   augment_params = augment.AugmentParams.from_config(config.augment)
-
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
   optimizer = optim.create_optimizer(config.optimizer, plan.learning_rate)
   state = create_train_state(config, model, optimizer, augment_params.image_size, mesh)
@@ -423,17 +479,8 @@ def _train_and_evaluate(
     shard_count=jax.process_count(),
     num_classes=train_source.num_classes,
   )
-
   checkpointer = checkpointing.Checkpointer(workdir, keep=config.keep_checkpoints)
-  start_step, resume_info = 0, checkpointing.ResumeInfo()
-  restored = checkpointer.restore_latest(state_to_checkpoint(state))
-  if restored is not None:
-    start_step, tree, iterator_state = restored
-    state = state_from_checkpoint(tree)
-    train_iter.set_state(iterator_state)
-    resume_info = checkpointer.resume_info(start_step)
-    logging.info('Resumed from the checkpoint at step %d.', start_step)
-
+  state, start_step, position, records = _restore(checkpointer, state, train_iter)
   metrics.write_config(workdir, config, enabled=is_writer)
   logging.info(
     '%s on %s: %d devices, global batch %d, %d steps/epoch, %d epochs.',
@@ -444,7 +491,7 @@ def _train_and_evaluate(
     plan.steps_per_epoch,
     plan.num_epochs,
   )
-  run = _Run(
+  return _Run(
     config=config,
     plan=plan,
     mesh=mesh,
@@ -458,7 +505,8 @@ def _train_and_evaluate(
     writer=metrics.MetricWriter(
       workdir,
       enabled=is_writer,
-      keep_through_step=start_step - 1 if resume_info.epoch_end_pending else start_step,
+      keep_through_step=start_step - 1 if position.steps_done else start_step,
+      records=records,
     ),
     progress=metrics.Progress(
       total_steps=plan.total_steps,
@@ -467,18 +515,26 @@ def _train_and_evaluate(
       images_per_step=2 * config.batch_size,
       enabled=is_writer,
     ),
+    state=state,
+    position=position,
   )
-  try:
-    with PreemptionWatcher() as preemption:
-      return run.train(state, preemption, resume_info)
-  finally:
-    checkpointer.close()
-    run.writer.close()
+
+
+def _restore(checkpointer, state: TrainState, train_iter):
+  """(state, step, position, records) of the newest usable checkpoint, or initial ones."""
+  restored = checkpointer.restore_latest(state_to_checkpoint(state))
+  if restored is None:
+    return state, 0, EpochPosition(), None
+  step, tree, iterator_state = restored
+  train_iter.set_state(iterator_state)
+  logging.info('Resumed from the checkpoint at step %d.', step)
+  position, records = EpochPosition.from_metadata(checkpointer.metadata(step))
+  return state_from_checkpoint(tree), step, position, records
 
 
 @dataclasses.dataclass
 class _Run:
-  """The pieces of one training run and the epoch loop over them."""
+  """The pieces of one training run, its state and the epoch loop over them."""
 
   config: ml_collections.ConfigDict
   plan: Plan
@@ -491,127 +547,127 @@ class _Run:
   checkpointer: checkpointing.Checkpointer
   writer: metrics.MetricWriter
   progress: metrics.Progress
+  state: TrainState
+  position: EpochPosition  # of the epoch in progress
+  preemption: PreemptionWatcher | None = None
+  last_record: dict[str, Any] | None = None
   compiled: bool = False  # whether the train step has run (and compiled) in this process
 
-  def train(
-    self, state: TrainState, preemption: PreemptionWatcher, resumed: checkpointing.ResumeInfo
-  ) -> TrainResult:
-    """Epochs until the end or a SIGTERM, which may land in any phase: the checkpoint
-    written on stopping says where the epoch was (`ResumeInfo`), so a resumed run writes
-    exactly the records an uninterrupted one would."""
-    step = int(parallel.replicated_value(state.step))
-    record = None
-    pending = resumed.epoch_end_pending  # this epoch's steps are done, its record is not
-    timed = (resumed.epoch_seconds, resumed.epoch_steps_timed)  # of the epoch so far
-    while step < self.plan.total_steps or pending:
-      epoch = self.plan.epoch_of_step(step - 1 if pending else step)
-      hyper = loss_hyperparameters(self.config, epoch)
-      start_step, start_time = step, time.perf_counter()
-      preempted = False
-      if not pending:
-        state, step, preempted = self.train_epoch(state, step, epoch, hyper, preemption)
-      timed = (timed[0] + time.perf_counter() - start_time, timed[1] + step - start_step)
-      at_epoch_end = step == epoch * self.plan.steps_per_epoch
-      if preempted:
-        return self.stop_for_preemption(
-          state, record, epoch, checkpointing.ResumeInfo(at_epoch_end, *timed)
-        )
-      state, epoch_record = self.end_epoch(state, epoch, hyper, timed, preemption)
-      if epoch_record is None:  # SIGTERM during the kNN: nothing written, redo on resume
-        return self.stop_for_preemption(
-          state, record, epoch, checkpointing.ResumeInfo(True, *timed)
-        )
-      record, pending, timed = epoch_record, False, (0.0, 0)
-      if step < self.plan.total_steps and preemption.requested(sync_point=True):
-        return self.stop_for_preemption(state, record, epoch)
-    return TrainResult(state=state, preempted=False, last_record=record)
+  @property
+  def step(self) -> int:
+    return int(parallel.replicated_value(self.state.step))
 
-  def train_epoch(self, state, step, epoch, hyper, preemption):
-    """Steps to the end of `epoch` (or to a SIGTERM); returns (state, step, preempted)."""
-    config = self.config
+  def train(self) -> TrainResult:
+    """For each epoch: train it, finish it. A SIGTERM, in whatever phase it lands, saves
+    the state and where the epoch stood, then stops."""
+    try:
+      while self.step < self.plan.total_steps or self.position.steps_done:
+        epoch = self.plan.epoch_of_step(self.step - 1 if self.position.steps_done else self.step)
+        hyper = loss_hyperparameters(self.config, epoch)
+        if not self.position.steps_done:
+          self.train_epoch(epoch, hyper)
+        self.finish_epoch(epoch, hyper)
+        if self.step < self.plan.total_steps:
+          self.preemption.check()
+    except Preempted:
+      self.stop_for_preemption()
+      return TrainResult(state=self.state, preempted=True, last_record=self.last_record)
+    return TrainResult(state=self.state, preempted=False, last_record=self.last_record)
+
+  def train_epoch(self, epoch: int, hyper) -> None:
+    """Steps to the end of `epoch`; a SIGTERM raises Preempted between two steps."""
     end_step = epoch * self.plan.steps_per_epoch
+    step = self.step
+    start, start_time = step, time.perf_counter()
     self.progress.resume_timer()
     try:
       while step < end_step:
         batch = parallel.global_batch(next(self.train_iter), self.mesh, ('image', 'label'))
-        state, loss = self.train_step(state, batch, hyper)
+        self.state, loss = self.train_step(self.state, batch, hyper)
         step += 1
-        if not self.compiled:
-          jax.block_until_ready(loss)
-          self.compiled = True
-          self.progress.restart(step)  # rates without the first step's compilation
-        log_step = step % config.log_every_steps == 0 or step == end_step
-        if log_step:
-          loss_value = float(parallel.replicated_value(loss))  # waits for the step: real timings
-          self.check_finite(state, step, epoch)
-          self.progress.log(step, loss_value)
-        if preemption.requested(sync_point=log_step):
-          return state, step, True
-      return state, step, False
+        self.position.steps_done = step == end_step
+        log_step = step % self.config.log_every_steps == 0 or step == end_step
+        self.after_step(step, epoch, loss, log_step)
+        self.preemption.check(sync_point=log_step)
     finally:
       self.progress.pause_timer()
+      self.position.seconds += time.perf_counter() - start_time
+      self.position.steps_timed += step - start
 
-  def end_epoch(self, state, epoch, hyper, timed, preemption):
-    """Epoch means, kNN, metrics record and checkpoint; resets the metric sums.
+  def after_step(self, step: int, epoch: int, loss, log_step: bool) -> None:
+    if not self.compiled:
+      jax.block_until_ready(loss)
+      self.compiled = True
+      self.progress.restart(step)  # rates without the first step's compilation
+    if log_step:
+      loss_value = float(parallel.replicated_value(loss))  # waits for the step: real timings
+      self.check_finite(epoch)
+      self.progress.log(step, loss_value)
 
-    Returns (state, record), or (state, None) if a SIGTERM came during the kNN: then
-    nothing was written and the state still holds the epoch's sums.
-    """
-    config, step = self.config, epoch * self.plan.steps_per_epoch
-    seconds, steps_done = timed
+  def finish_epoch(self, epoch: int, hyper) -> None:
+    """The epoch's record (means, timings, kNN), written; the metric sums reset; a
+    checkpoint when one is due. A SIGTERM during the kNN raises before anything is written."""
+    record = self.epoch_record(epoch, hyper)
+    if metrics.is_due(epoch, self.config.knn.every_epochs, self.plan.num_epochs):
+      record.update(self.knn())
+    # Fresh zeros each epoch: the step donates (deletes) the state's buffers.
+    zeros = jax.tree.map(jnp.zeros_like, self.state.metric_sums)
+    self.state = self.state.replace(metric_sums=zeros)
+    self.writer.write(epoch * self.plan.steps_per_epoch, record)
+    logging.info('%s', epoch_summary(record))
+    self.last_record, self.position = record, EpochPosition()
+    if metrics.is_due(epoch, self.config.checkpoint_every_epochs, self.plan.num_epochs):
+      self.save()
+
+  def epoch_record(self, epoch: int, hyper) -> dict[str, Any]:
+    """Means of the per-step metrics over the epoch, learning rate, throughput, hyper."""
+    step, seconds = epoch * self.plan.steps_per_epoch, max(self.position.seconds, 1e-9)
     record = {
       name: float(parallel.replicated_value(value)) / self.plan.steps_per_epoch
-      for name, value in state.metric_sums.items()
+      for name, value in self.state.metric_sums.items()
     }
+    samples = self.config.batch_size * self.position.steps_timed
     record.update(
       epoch=epoch,
       step=step,
       learning_rate=float(self.plan.learning_rate(step - 1)),
-      epoch_time=seconds,
-      images_per_second=2 * config.batch_size * steps_done / max(seconds, 1e-9),
-      samples_per_second=config.batch_size * steps_done / max(seconds, 1e-9),
-      **{name: float(hyper[name]) for name in used_hyperparameters(config)},
+      epoch_time=self.position.seconds,
+      images_per_second=2 * samples / seconds,
+      samples_per_second=samples / seconds,
+      **{name: float(hyper[name]) for name in used_hyperparameters(self.config)},
     )
-    if config.knn.every_epochs and (
-      epoch % config.knn.every_epochs == 0 or epoch == self.plan.num_epochs
-    ):
-      eval_start = time.perf_counter()
-      variables = {'params': state.params, 'batch_stats': state.batch_stats}
-      try:
-        record['knn_top1'] = evaluation.knn_accuracy(
-          config.knn,
-          self.feature_fn,
-          variables,
-          self.train_source,
-          self.test_source,
-          num_classes=self.train_source.num_classes,
-          mesh=self.mesh,
-          should_stop=lambda: preemption.requested(sync_point=True),
-        )
-      except evaluation.Interrupted:
-        return state, None
-      record['knn_time'] = time.perf_counter() - eval_start
-      self.progress.eval_seconds_per_epoch = record['knn_time'] / config.knn.every_epochs
-    # Fresh zeros each epoch: the step donates (deletes) the state's buffers.
-    state = state.replace(metric_sums=jax.tree.map(jnp.zeros_like, state.metric_sums))
-    self.writer.write(step, record)
-    logging.info('%s', epoch_summary(record))
-    if epoch % config.checkpoint_every_epochs == 0 or epoch == self.plan.num_epochs:
-      self.save(state)
-    return state, record
+    return record
 
-  def save(self, state: TrainState, resume_info: checkpointing.ResumeInfo | None = None) -> None:
+  def knn(self) -> dict[str, float]:
+    start = time.perf_counter()
+    variables = {'params': self.state.params, 'batch_stats': self.state.batch_stats}
+    top1 = evaluation.knn_accuracy(
+      self.config.knn,
+      self.feature_fn,
+      variables,
+      self.train_source,
+      self.test_source,
+      num_classes=self.train_source.num_classes,
+      mesh=self.mesh,
+      check=self.preemption.check,
+    )
+    seconds = time.perf_counter() - start
+    self.progress.eval_seconds_per_epoch = seconds / self.config.knn.every_epochs
+    return {'knn_top1': top1, 'knn_time': seconds}
+
+  def save(self) -> None:
+    """A checkpoint of the state, the input position and where the epoch stands."""
     self.checkpointer.save(
-      int(parallel.replicated_value(state.step)),
-      state_to_checkpoint(state),
+      self.step,
+      state_to_checkpoint(self.state),
       self.train_iter.get_state(),
-      resume_info,
+      self.position.to_metadata(self.writer.records),
     )
 
-  def check_finite(self, state: TrainState, step: int, epoch: int) -> None:
+  def check_finite(self, epoch: int) -> None:
     """Raises if a step of the epoch so far had a non-finite loss or gradient."""
     sums = {
-      name: float(parallel.replicated_value(state.metric_sums[name]))
+      name: float(parallel.replicated_value(self.state.metric_sums[name]))
       for name in ('train_loss', 'grad_norm')
     }
     if all(np.isfinite(v) for v in sums.values()):
@@ -625,18 +681,19 @@ class _Run:
     )
     raise NonFiniteLossError(
       f'Non-finite training loss or gradient (epoch sums: {sums}) in epoch {epoch}, by step '
-      f'{step}. The state was not saved; {where}. Try a lower optimizer.learning_rate, a '
+      f'{self.step}. The state was not saved; {where}. Try a lower optimizer.learning_rate, a '
       'larger temperature, or model.dtype=float32.'
     )
 
-  def stop_for_preemption(
-    self, state, record, epoch, resume_info: checkpointing.ResumeInfo | None = None
-  ) -> TrainResult:
-    step = int(parallel.replicated_value(state.step))
-    self.check_finite(state, step, epoch)
-    self.save(state, resume_info)  # a no-op if this step is already saved
+  def stop_for_preemption(self) -> None:
+    step = self.step
+    self.check_finite(self.plan.epoch_of_step(max(step - 1, 0)))
+    self.save()  # a no-op if this step is already saved
     self.checkpointer.wait_until_finished()
     logging.warning(
       'SIGTERM: saved the checkpoint at step %d; rerun the same command to resume.', step
     )
-    return TrainResult(state=state, preempted=True, last_record=record)
+
+  def close(self) -> None:
+    self.checkpointer.close()
+    self.writer.close()

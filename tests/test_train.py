@@ -280,6 +280,35 @@ def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
   assert _deterministic_events(workdir) == _deterministic_events(reference_dir)
 
 
+def _tear_last_row(path):
+  text = path.read_text()
+  path.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])
+
+
+def _delete_first_row(path):
+  path.write_text(''.join(path.read_text().splitlines(keepends=True)[1:]))
+
+
+@pytest.mark.parametrize(
+  'damage',
+  [_tear_last_row, _delete_first_row, lambda path: path.unlink()],
+  ids=['torn-last-row', 'row-missing-before-another', 'file-deleted'],
+)
+def test_damaged_metrics_are_rebuilt_from_the_checkpoint(uninterrupted, tmp_path, damage, caplog):
+  """A finished run whose metrics.jsonl was damaged from outside: rerunning the command
+  rebuilds every row whose epoch has a checkpoint, and the TensorBoard scalars, saying so."""
+  reference_dir, _ = uninterrupted
+  workdir = tmp_path / 'run'
+  shutil.copytree(reference_dir, workdir)
+  damage(workdir / metrics.METRICS_FILE)
+  with caplog.at_level('WARNING'):
+    again = train.train_and_evaluate(tiny_config(), str(workdir))
+  assert not again.preempted
+  assert metrics.read_metrics(str(workdir)) == metrics.read_metrics(str(reference_dir))
+  assert _deterministic_events(workdir) == _deterministic_events(reference_dir)
+  assert sum('Rebuilt' in r.getMessage() for r in caplog.records) == 1
+
+
 def test_finished_run_is_not_retrained(uninterrupted):
   workdir, reference = uninterrupted
   again = train.train_and_evaluate(tiny_config(), str(workdir))
