@@ -31,6 +31,8 @@ ModuleDef = Any
 # He initialisation on fan-out, as torchvision's ResNet.
 conv_kernel_init = nn.initializers.variance_scaling(2.0, 'fan_out', 'normal')
 
+# The fields of config.model, which `create_model` reads (and validates).
+CONFIG_FIELDS = ('name', 'stem', 'norm', 'head_hidden', 'head_out', 'dtype', 'bn_momentum')
 STEMS = ('cifar', 'imagenet')
 NORMS = ('batch', 'group', 'layer')
 MAX_GROUPS = 32

@@ -7,11 +7,13 @@ optimizers); this module only names the fields and checks the values.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import math
 import numbers
 import os
 import sys
+from typing import Any
 
 import ml_collections
 
@@ -24,79 +26,149 @@ from hscl_jax import optim
 METHODS = ('ucl', 'hucl', 'scl', 'hscl')
 HARDENINGS = ('exp', 'threshold')
 DIAGNOSTICS_POSITIVES = ('sample', 'label')
-
-# Every config field the program reads, by section ('' = top level). tests/test_configs.py
-# checks that configs/default.py defines exactly these.
-CONFIG_FIELDS = {
-  '': (
-    'dataset',
-    'data_dir',
-    'folder',
-    'split_seed',
-    'train_split',
-    'test_split',
-    'train_examples',
-    'decode_cache_gib',
-    'positive_mode',
-    'method',
-    'hardening',
-    'beta',
-    'beta_anneal_steps',
-    'tau_start',
-    'tau_end',
-    'tau_plus',
-    'temperature',
-    'M',
-    'stop_gradient_weights',
-    'diagnostics',
-    'diagnostics_positives',
-    'model',
-    'augment',
-    'optimizer',
-    'batch_size',
-    'num_epochs',
-    'seed',
-    'steps_per_epoch_limit',
-    'knn',
-    'linear_eval',
-    'checkpoint_every_epochs',
-    'keep_checkpoints',
-    'log_every_steps',
-    'chunk_size',
-    'chunk_unroll',
-  ),
-  'model': ('name', 'stem', 'norm', 'head_hidden', 'head_out', 'dtype', 'bn_momentum'),
-  'augment': tuple(f.name for f in dataclasses.fields(augment.AugmentParams)),
-  'optimizer': (
-    'name',
-    'learning_rate',
-    'weight_decay',
-    'schedule',
-    'warmup_epochs',
-    'b1',
-    'b2',
-    'eps',
-    'momentum',
-    'nesterov',
-    'trust_coefficient',
-    'exclude_rank1_from_decay',
-  ),
-  'knn': ('every_epochs', 'k', 'temperature', 'batch_size', 'chunk_size'),
-  # Read by hscl_jax.linear_probe (from DIR/config.json), not by training.
-  'linear_eval': ('protocol', 'num_epochs', 'learning_rate', 'weight_decay', 'batch_size'),
-}
-
+SUPERVISED_METHODS = ('scl', 'hscl')
 
 ConfigError = errors.ConfigError
 fail = errors.fail
 
 
-def _check_choice(config, field: str, choices) -> None:
-  value = config
+# ----------------------------------------------------------------------------------------
+# Checks of one value, by kind. Each takes (dotted field, value) and raises ConfigError.
+
+
+def choice(choices) -> Callable[[str, Any], None]:
+  def check(field, value):
+    if value not in choices:
+      fail(field, f'unknown value {value!r}', f'use one of {", ".join(map(repr, choices))}')
+
+  return check
+
+
+def at_least(bound, fix: str) -> Callable[[str, Any], None]:
+  def check(field, value):
+    if not value >= bound:
+      fail(field, f'must be >= {bound}, got {value}', fix)
+
+  return check
+
+
+def positive(fix: str) -> Callable[[str, Any], None]:
+  def check(field, value):
+    if not value > 0:
+      fail(field, f'must be positive, got {value}', fix)
+
+  return check
+
+
+def in_unit_interval(fix: str) -> Callable[[str, Any], None]:
+  """[0, 1)."""
+
+  def check(field, value):
+    if not 0 <= value < 1:
+      fail(field, f'must be in [0, 1), got {value}', fix)
+
+  return check
+
+
+def unset_or(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+  return lambda field, value: None if value is None else check(field, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+  """One config field: the check of its value alone (None: free-form, or checked with
+  other fields below) and whether a resumed run may change it (`free`: it cannot change
+  the trained model, e.g. a logging period)."""
+
+  check: Callable[[str, Any], None] | None = None
+  free: bool = False
+
+
+_KEEP = "drop the override to keep the config file's value"
+_AT_LEAST_1 = at_least(1, 'use e.g. 1')
+
+# Every config field the programs read, each declared once (its default lives in
+# configs/default.py; tests/test_configs.py checks that the two list the same fields).
+FIELDS: dict[str, Field] = {
+  'dataset': Field(choice(data.DATASETS)),
+  'data_dir': Field(free=True),  # a location
+  'folder': Field(),
+  'split_seed': Field(),
+  'train_split': Field(),
+  'test_split': Field(),
+  'train_examples': Field(unset_or(at_least(1, 'leave it unset for the whole training split'))),
+  'decode_cache_gib': Field(at_least(0, 'use e.g. 2'), free=True),
+  'positive_mode': Field(choice(data.POSITIVE_MODES)),
+  'method': Field(choice(METHODS)),
+  'hardening': Field(choice(HARDENINGS)),
+  'beta': Field(at_least(0, 'use e.g. --config.beta=1.0; beta=0 is SCL/UCL')),
+  'beta_anneal_steps': Field(),  # against num_epochs, below
+  'tau_start': Field(),
+  'tau_end': Field(),
+  'tau_plus': Field(in_unit_interval('use 0 (no debiasing) or e.g. 0.1')),
+  'temperature': Field(positive('use e.g. --config.temperature=0.5 (the paper)')),
+  'M': Field(unset_or(positive('leave it unset (None = n - 2)'))),
+  'stop_gradient_weights': Field(),
+  'diagnostics': Field(),
+  'diagnostics_positives': Field(choice(DIAGNOSTICS_POSITIVES)),
+  # model.* and augment.* are checked by the modules that build them (below).
+  **{f'model.{name}': Field() for name in models.CONFIG_FIELDS},
+  **{f'augment.{f.name}': Field() for f in dataclasses.fields(augment.AugmentParams)},
+  'optimizer.name': Field(choice(optim.OPTIMIZERS)),
+  'optimizer.learning_rate': Field(positive('use e.g. 1e-3')),
+  'optimizer.weight_decay': Field(at_least(0, 'use e.g. 1e-6')),
+  'optimizer.schedule': Field(choice(optim.LR_SCHEDULES)),
+  'optimizer.warmup_epochs': Field(),  # against num_epochs, below
+  'optimizer.b1': Field(in_unit_interval('use e.g. 0.9')),
+  'optimizer.b2': Field(in_unit_interval('use e.g. 0.9')),
+  'optimizer.eps': Field(positive(_KEEP)),
+  'optimizer.momentum': Field(in_unit_interval('use e.g. 0.9')),
+  'optimizer.nesterov': Field(),
+  'optimizer.trust_coefficient': Field(positive(_KEEP)),
+  'optimizer.exclude_rank1_from_decay': Field(),
+  'batch_size': Field(),  # against the devices, below
+  'num_epochs': Field(at_least(1, 'use e.g. 200')),
+  'seed': Field(),
+  'steps_per_epoch_limit': Field(unset_or(at_least(1, 'leave it unset (a full pass per epoch)'))),
+  'knn.every_epochs': Field(at_least(0, 'use 1, or 0 to disable')),
+  'knn.k': Field(at_least(1, 'use e.g. 200')),
+  'knn.temperature': Field(positive('use e.g. 0.5')),
+  'knn.batch_size': Field(free=True),  # against the devices, below
+  'knn.chunk_size': Field(at_least(1, 'use e.g. 256'), free=True),
+  # Read by hscl_jax.linear_probe (from DIR/config.json), not by training.
+  'linear_eval.protocol': Field(free=True),
+  'linear_eval.num_epochs': Field(at_least(1, 'use e.g. 100'), free=True),
+  'linear_eval.learning_rate': Field(positive('use e.g. 1e-3'), free=True),
+  'linear_eval.weight_decay': Field(at_least(0, 'use e.g. 1e-6'), free=True),
+  'linear_eval.batch_size': Field(at_least(1, 'use e.g. 100'), free=True),
+  'checkpoint_every_epochs': Field(_AT_LEAST_1, free=True),
+  'keep_checkpoints': Field(_AT_LEAST_1, free=True),
+  'log_every_steps': Field(_AT_LEAST_1, free=True),
+  'chunk_size': Field(),  # against the per-device batch, below
+  # How the compiler loops over the same chunks: not the result.
+  'chunk_unroll': Field(free=True),
+}
+
+
+def _sections() -> dict[str, tuple[str, ...]]:
+  """{section ('' = top level): its field names}, as configs/default.py nests them."""
+  sections: dict[str, list[str]] = {'': []}
+  for name in FIELDS:
+    section, _, leaf = name.rpartition('.')
+    if section and section not in sections['']:
+      sections[''].append(section)
+    sections.setdefault(section, []).append(leaf)
+  return {section: tuple(names) for section, names in sections.items()}
+
+
+CONFIG_FIELDS = _sections()
+FREE_FIELDS = tuple(name for name, field in FIELDS.items() if field.free)
+
+
+def _value(config, field: str):
   for part in field.split('.'):
-    value = value[part]
-  if value not in choices:
-    fail(field, f'unknown value {value!r}', f'use one of {", ".join(map(repr, choices))}')
+    config = config[part]
+  return config
 
 
 def _check_known_fields(config: ml_collections.ConfigDict) -> None:
@@ -154,71 +226,10 @@ def _check_chunk_size(chunk_size: int, per_device_batch: int) -> None:
     )
 
 
-def validate_config(
-  config: ml_collections.ConfigDict, *, num_devices: int, num_processes: int = 1
-) -> None:
-  """Raises ConfigError naming the field and the fix for an impossible configuration."""
-  _check_known_fields(config)
-  _check_choice(config, 'dataset', data.DATASETS)
-  _check_choice(config, 'method', METHODS)
-  _check_choice(config, 'hardening', HARDENINGS)
-  _check_choice(config, 'positive_mode', data.POSITIVE_MODES)
-  _check_choice(config, 'diagnostics_positives', DIAGNOSTICS_POSITIVES)
-  _check_choice(config, 'optimizer.name', optim.OPTIMIZERS)
-  _check_choice(config, 'optimizer.schedule', optim.LR_SCHEDULES)
-  try:
-    models.create_model(config.model)
-  except ValueError as e:
-    raise ConfigError(f'config.{e}') from None
-  if config.dataset == 'image_folder' and not config.folder:
-    fail('folder', 'image_folder needs a root directory', 'pass --config.folder=/path/to/root')
-  _check_finite(config)
-
-  # Epochs first: other fields are checked against num_epochs.
-  if config.num_epochs < 1:
-    fail('num_epochs', f'must be >= 1, got {config.num_epochs}', 'use e.g. 200')
-  if not config.temperature > 0:
-    fail(
-      'temperature',
-      f'must be positive, got {config.temperature}',
-      'use e.g. --config.temperature=0.5 (the paper)',
-    )
-  if config.beta < 0:
-    fail(
-      'beta',
-      f'must be >= 0 (a non-decreasing hardening), got {config.beta}',
-      'use e.g. --config.beta=1.0; beta=0 is SCL/UCL',
-    )
-  if not 0 <= config.tau_plus < 1:
-    fail(
-      'tau_plus', f'must be in [0, 1), got {config.tau_plus}', 'use 0 (no debiasing) or e.g. 0.1'
-    )
-  if config.M is not None and config.M <= 0:
-    fail('M', f'must be positive, got {config.M}', 'leave it unset (None = n - 2)')
-  if config.beta_anneal_steps < 0 or config.beta_anneal_steps > config.num_epochs:
-    fail(
-      'beta_anneal_steps',
-      f'must be in [0, num_epochs], got {config.beta_anneal_steps}',
-      'use 0 (constant beta) or the number of beta decrements',
-    )
-
-  if config.train_examples is not None and config.train_examples < 1:
-    fail(
-      'train_examples',
-      f'must be >= 1, got {config.train_examples}',
-      'leave it unset for the whole training split',
-    )
-  if config.decode_cache_gib < 0:
-    fail('decode_cache_gib', f'must be >= 0, got {config.decode_cache_gib}', 'use e.g. 2')
-  if config.steps_per_epoch_limit is not None and config.steps_per_epoch_limit < 1:
-    fail(
-      'steps_per_epoch_limit',
-      f'must be >= 1, got {config.steps_per_epoch_limit}',
-      'leave it unset (a full pass per epoch)',
-    )
+def _check_batches(config, num_devices: int, num_processes: int) -> None:
   divisor = math.lcm(num_devices, num_processes)
   for field in ('batch_size', 'knn.batch_size'):
-    value = config.batch_size if field == 'batch_size' else config.knn.batch_size
+    value = _value(config, field)
     if value < 1 or value % divisor:
       fail(
         field,
@@ -227,66 +238,67 @@ def validate_config(
       )
   _check_chunk_size(config.chunk_size, config.batch_size // num_devices)
 
-  opt = config.optimizer
-  if not opt.learning_rate > 0:
-    fail('optimizer.learning_rate', f'must be positive, got {opt.learning_rate}', 'use e.g. 1e-3')
-  if opt.weight_decay < 0:
-    fail('optimizer.weight_decay', f'must be >= 0, got {opt.weight_decay}', 'use e.g. 1e-6')
-  if not 0 <= opt.warmup_epochs <= config.num_epochs:
+
+def _check_epoch_counts(config) -> None:
+  """Fields bounded by num_epochs."""
+  if config.beta_anneal_steps < 0 or config.beta_anneal_steps > config.num_epochs:
+    fail(
+      'beta_anneal_steps',
+      f'must be in [0, num_epochs], got {config.beta_anneal_steps}',
+      'use 0 (constant beta) or the number of beta decrements',
+    )
+  if not 0 <= config.optimizer.warmup_epochs <= config.num_epochs:
     fail(
       'optimizer.warmup_epochs',
-      f'must be in [0, num_epochs={config.num_epochs}], got {opt.warmup_epochs}',
+      f'must be in [0, num_epochs={config.num_epochs}], got {config.optimizer.warmup_epochs}',
       f'use at most {config.num_epochs} (e.g. --config.optimizer.warmup_epochs=0)',
     )
-  for field in ('b1', 'b2', 'momentum'):
-    if not 0 <= opt[field] < 1:
-      fail(f'optimizer.{field}', f'must be in [0, 1), got {opt[field]}', 'use e.g. 0.9')
-  for field in ('eps', 'trust_coefficient'):
-    if not opt[field] > 0:
-      fail(
-        f'optimizer.{field}',
-        f'must be positive, got {opt[field]}',
-        "drop the override to keep the config file's value",
-      )
 
-  if config.knn.every_epochs < 0:
-    fail(
-      'knn.every_epochs', f'must be >= 0, got {config.knn.every_epochs}', 'use 1, or 0 to disable'
-    )
-  if config.knn.k < 1:
-    fail('knn.k', f'must be >= 1, got {config.knn.k}', 'use e.g. 200')
-  if not config.knn.temperature > 0:
-    fail('knn.temperature', f'must be positive, got {config.knn.temperature}', 'use e.g. 0.5')
-  if config.knn.chunk_size < 1:
-    fail('knn.chunk_size', f'must be >= 1, got {config.knn.chunk_size}', 'use e.g. 256')
-  for field in ('checkpoint_every_epochs', 'keep_checkpoints', 'log_every_steps'):
-    if config[field] < 1:
-      fail(field, f'must be >= 1, got {config[field]}', 'use e.g. 1')
-  validate_linear_eval(config.linear_eval)
+
+def _check_model(config) -> None:
+  """model.*: the module that builds it says what is wrong."""
+  try:
+    models.create_model(config.model)
+  except ValueError as e:
+    raise ConfigError(f'config.{e}') from None
+
+
+def _check_augment(config) -> None:
   try:
     augment.AugmentParams.from_config(config.augment)
   except (TypeError, ValueError) as e:
     fail('augment', str(e), 'see the fields of hscl_jax.augment.AugmentParams')
 
 
+def validate_config(
+  config: ml_collections.ConfigDict, *, num_devices: int, num_processes: int = 1
+) -> None:
+  """Raises ConfigError naming the field and the fix for an impossible configuration."""
+  _check_known_fields(config)
+  for name in ('dataset', 'method', 'hardening', 'positive_mode', 'diagnostics_positives'):
+    FIELDS[name].check(name, config[name])
+  _check_model(config)
+  if config.dataset == 'image_folder' and not config.folder:
+    fail('folder', 'image_folder needs a root directory', 'pass --config.folder=/path/to/root')
+  _check_finite(config)
+  # num_epochs first: other fields are checked against it.
+  FIELDS['num_epochs'].check('num_epochs', config.num_epochs)
+  for name, field in FIELDS.items():
+    if field.check is not None:
+      field.check(name, _value(config, name))
+  _check_epoch_counts(config)
+  _check_batches(config, num_devices, num_processes)
+  _check_augment(config)
+
+
 def validate_linear_eval(linear_eval: ml_collections.ConfigDict) -> None:
   """config.linear_eval (checked at training too, so a run's config.json is usable)."""
-  for field in ('num_epochs', 'batch_size'):
-    if linear_eval[field] < 1:
-      fail(f'linear_eval.{field}', f'must be >= 1, got {linear_eval[field]}', 'use e.g. 100')
-  if not (math.isfinite(linear_eval.learning_rate) and linear_eval.learning_rate > 0):
-    fail(
-      'linear_eval.learning_rate',
-      f'must be positive, got {linear_eval.learning_rate}',
-      'use e.g. 1e-3',
-    )
-  if not (math.isfinite(linear_eval.weight_decay) and linear_eval.weight_decay >= 0):
-    fail(
-      'linear_eval.weight_decay', f'must be >= 0, got {linear_eval.weight_decay}', 'use e.g. 1e-6'
-    )
-
-
-SUPERVISED_METHODS = ('scl', 'hscl')
+  for leaf in CONFIG_FIELDS['linear_eval']:
+    field = FIELDS[f'linear_eval.{leaf}']
+    if field.check is not None:
+      if isinstance(linear_eval[leaf], numbers.Number) and not math.isfinite(linear_eval[leaf]):
+        fail(f'linear_eval.{leaf}', f'must be a finite number, got {linear_eval[leaf]}', _KEEP)
+      field.check(f'linear_eval.{leaf}', linear_eval[leaf])
 
 
 def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> None:

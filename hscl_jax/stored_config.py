@@ -3,8 +3,8 @@
 Rerunning on a workdir with checkpoints continues that run, so a config that differs
 from the stored one in anything that shapes the result (method, batch size, schedule,
 model, data, ...) is refused, listing the differences and the fix. Fields that cannot
-change the trained model may change freely (`FREE_FIELDS`); a deliberate change (e.g.
-extending num_epochs) is allowed by naming the fields.
+change the trained model may change freely (those `schema.FIELDS` marks `free`); a
+deliberate change (e.g. extending num_epochs) is allowed by naming the fields.
 """
 
 from __future__ import annotations
@@ -17,21 +17,7 @@ import ml_collections
 
 from hscl_jax import errors
 from hscl_jax import metrics
-
-# Logging, checkpointing and evaluation-only fields: the trained model does not depend
-# on them ('linear_eval' is read by hscl_jax.linear_probe only; data_dir is a location;
-# chunk_unroll only changes how the compiler loops over the same chunks).
-FREE_FIELDS = (
-  'log_every_steps',
-  'checkpoint_every_epochs',
-  'keep_checkpoints',
-  'data_dir',
-  'decode_cache_gib',
-  'knn.batch_size',
-  'knn.chunk_size',
-  'chunk_unroll',
-  'linear_eval',
-)
+from hscl_jax import schema
 
 
 class ConfigChangedError(errors.UserError, ValueError):
@@ -49,7 +35,7 @@ def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
 
 
 def _is_free(field: str, allowed) -> bool:
-  return any(field == f or field.startswith(f + '.') for f in (*FREE_FIELDS, *allowed))
+  return any(field == f or field.startswith(f + '.') for f in (*schema.FREE_FIELDS, *allowed))
 
 
 def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
