@@ -31,7 +31,7 @@ from hscl_jax.graphs import train  # noqa: E402
 def epoch_throughput(config, dataset, num_encoders: int, repeats: int = 3) -> float:
   """Graphs/s of one jitted epoch over the whole dataset for ``num_encoders`` encoders."""
   model = train.make_model(config, dataset)
-  init, epoch, _ = train._compiled(model, float(config.learning_rate), True, config.estimator)
+  init, epoch, _ = train.compiled(model, float(config.learning_rate), True, config.estimator)
   rng = np.random.default_rng(0)
   num_batches = -(-dataset.num_graphs // config.batch_size)
   groups = [
@@ -39,7 +39,7 @@ def epoch_throughput(config, dataset, num_encoders: int, repeats: int = 3) -> fl
     for _ in range(num_encoders)
   ]
   budget = data.budget_for(dataset, [b for g in groups for b in g], config.batch_size)
-  batches = train._device_batches(dataset, groups, budget)
+  batches = train.device_batches(dataset, groups, budget)
   state = init(
     jax.random.split(jax.random.key(0), num_encoders), jax.tree.map(lambda x: x[0, 0], batches)
   )

@@ -25,6 +25,10 @@ class ConfigError(UserError, ValueError):
   """An invalid configuration; raised before anything is compiled."""
 
 
+class NonFiniteLossError(UserError, FloatingPointError):
+  """The training loss became NaN/inf; the bad state was not saved."""
+
+
 def fail(field: str, problem: str, fix: str):
   """Raises ConfigError as one line: `config.<field>: <problem>. Fix: <fix>.`"""
   raise ConfigError(f'config.{field}: {problem}. Fix: {fix}.')
@@ -48,34 +52,37 @@ def is_disk_full(error: BaseException) -> bool:
 
 
 def disk_full_message(workdir: str) -> str:
-  from hscl_jax import checkpointing  # Local import: the data pipeline imports this module.
-
-  steps = checkpointing.finished_steps(workdir)
-  kept = (
-    f'last good checkpoint {steps[-1]} is intact' if steps else 'no checkpoint had been written'
-  )
-  return (
-    f'no space at {workdir}, {kept}. Fix: free space (or move the workdir) and rerun '
-    'the same command to resume.'
-  )
+  """The one line for a full disk under `workdir` (training says which checkpoint is
+  intact: `checkpointing.disk_full_message`)."""
+  return f'no space at {workdir}. Fix: free space (or move the workdir) and rerun the same command.'
 
 
-def user_message(error: BaseException, workdir: str | None) -> str | None:
+def user_message(
+  error: BaseException,
+  workdir: str | None,
+  describe_disk_full: Callable[[str], str] = disk_full_message,
+) -> str | None:
   """The one-line report of a user error, None for anything else."""
   if workdir is not None and is_disk_full(error):
-    return disk_full_message(workdir)
+    return describe_disk_full(workdir)
   for e in _chain(error):
     if isinstance(e, UserError):
       return str(e)
   return None
 
 
-def exit_on_user_error(work: Callable[[], T], *, workdir: str | None = None) -> T:
-  """Runs `work`; a user error is logged as one line and exits with status 1."""
+def exit_on_user_error(
+  work: Callable[[], T],
+  *,
+  workdir: str | None = None,
+  describe_disk_full: Callable[[str], str] = disk_full_message,
+) -> T:
+  """Runs `work`; a user error is logged as one line and exits with status 1. A full disk
+  under `workdir` is one too, described by `describe_disk_full(workdir)`."""
   try:
     return work()
   except Exception as error:
-    message = user_message(error, workdir)
+    message = user_message(error, workdir, describe_disk_full)
     if message is None:
       raise
     logging.error('%s', message)

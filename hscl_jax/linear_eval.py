@@ -1,16 +1,10 @@
-"""Linear evaluation of a trained encoder, read from the run's Orbax checkpoint.
+r"""Linear evaluation of a training run's encoder (the program; hscl_jax.linear_probe says
+what it computes and does the work).
 
-    python -m hscl_jax.linear_eval --workdir=DIR [--checkpoint_step=N] [--protocol=augmented]
+    python -m hscl_jax.linear_eval --workdir=DIR [--checkpoint_step=N] \
+        [--protocol=features|augmented] [--config=FILE]
 
-Reads the run's resolved config (DIR/config.json, or --config=FILE), restores only the
-encoder's parameters and BatchNorm statistics from DIR/checkpoints/<step> (latest by
-default), freezes them (BatchNorm in eval mode) and trains a linear classifier on the
-L2-normalised backbone features, then reports top-1/top-5 on the test split and writes
-DIR/linear_eval.json. Nothing else in DIR is touched. Protocols (config.linear_eval):
-  * features  (default, fast): features extracted once, the classifier trained on them.
-  * augmented (the paper's): random resized crop + flip on the fly through the frozen
-    encoder, Adam lr 1e-3, weight decay 1e-6, 100 epochs.
-The work is done by hscl_jax.linear_probe.
+Prints top-1/top-5 on the test split and writes DIR/linear_eval.json.
 """
 
 from __future__ import annotations
@@ -23,6 +17,7 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
+from hscl_jax import checkpointing
 from hscl_jax import errors
 from hscl_jax import linear_probe
 from hscl_jax import metrics
@@ -62,7 +57,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   metrics.show_only_own_info_logs()
-  result = errors.exit_on_user_error(_evaluate_from_flags, workdir=_WORKDIR.value)
+  result = errors.exit_on_user_error(
+    _evaluate_from_flags, workdir=_WORKDIR.value, describe_disk_full=checkpointing.disk_full_message
+  )
   print(
     f'linear eval ({result["protocol"]} protocol, checkpoint step {result["checkpoint_step"]}): '
     f'top-1 {result["top1"]:.4f}  top-5 {result["top5"]:.4f}  '

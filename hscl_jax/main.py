@@ -20,6 +20,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from hscl_jax import checkpointing
 from hscl_jax import distributed
 from hscl_jax import errors
 from hscl_jax import metrics
@@ -65,6 +66,7 @@ def main(argv):
       _CONFIG.value, _WORKDIR.value, allowed_config_changes=tuple(_ALLOW_CONFIG_CHANGE.value)
     ),
     workdir=_WORKDIR.value,
+    describe_disk_full=checkpointing.disk_full_message,
   )
   if result.preempted:
     # 128 + SIGTERM, as a process killed by the signal: the run is not finished.

@@ -6,6 +6,7 @@ import errno
 
 import pytest
 
+from hscl_jax import checkpointing
 from hscl_jax import errors
 from hscl_jax import workdir_lock
 
@@ -27,10 +28,10 @@ def test_disk_full_message_names_the_last_good_checkpoint(tmp_path):
   for step in (3, 6):
     (tmp_path / 'checkpoints' / str(step)).mkdir(parents=True)
   (tmp_path / 'checkpoints' / '9.orbax-checkpoint-tmp-123').mkdir()  # the failed write
-  assert errors.disk_full_message(str(tmp_path)).startswith(
+  assert checkpointing.disk_full_message(str(tmp_path)).startswith(
     f'no space at {tmp_path}, last good checkpoint 6 is intact. Fix: '
   )
-  assert 'no checkpoint had been written' in errors.disk_full_message(str(tmp_path / 'new'))
+  assert 'no checkpoint had been written' in checkpointing.disk_full_message(str(tmp_path / 'new'))
 
 
 def test_user_errors_exit_with_one_line_others_keep_their_traceback(tmp_path, caplog):
@@ -75,6 +76,6 @@ def test_checkpoint_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypa
   checkpointer.save(1, state, {'position': 0})
   checkpointer.close()
   assert checkpointing.finished_steps(str(tmp_path)) == [1]
-  assert errors.disk_full_message(str(tmp_path)).startswith(
+  assert checkpointing.disk_full_message(str(tmp_path)).startswith(
     f'no space at {tmp_path}, last good checkpoint 1 is intact'
   )

@@ -36,28 +36,18 @@ ESTIMATORS = {'jsd': losses.local_global_jsd, 'infonce': losses.local_global_inf
 EVAL_FILE = 'graph_eval.json'
 
 
-class GraphConfigError(errors.UserError, ValueError):
-  """An invalid configuration; raised before anything is compiled."""
-
-
-class NonFiniteLossError(errors.UserError, FloatingPointError):
-  """The training loss became NaN/inf; nothing was evaluated or written."""
-
-
-def _fail(field: str, problem: str, fix: str):
-  raise GraphConfigError(f'config.{field}: {problem}. Fix: {fix}.')
+# The image side's errors: one line naming the field (or the epoch) and the fix.
+GraphConfigError = errors.ConfigError
+NonFiniteLossError = errors.NonFiniteLossError
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
-  """Raises GraphConfigError naming the field and the fix."""
-  if config.method not in METHODS:
-    _fail('method', f'unknown value {config.method!r}', f'use one of {", ".join(METHODS)}')
-  if config.protocol not in PROTOCOLS:
-    _fail('protocol', f'unknown value {config.protocol!r}', f'use one of {", ".join(PROTOCOLS)}')
-  if config.estimator not in ESTIMATORS:
-    _fail('estimator', f'unknown value {config.estimator!r}', f'use one of {", ".join(ESTIMATORS)}')
+  """Raises errors.ConfigError naming the field and the fix."""
+  for field, choices in (('method', METHODS), ('protocol', PROTOCOLS), ('estimator', ESTIMATORS)):
+    if config[field] not in choices:
+      errors.fail(field, f'unknown value {config[field]!r}', f'use one of {", ".join(choices)}')
   if not config.data_dir:
-    _fail(
+    errors.fail(
       'data_dir',
       'not set',
       f'pass --config.data_dir=DIR, the folder holding '
@@ -65,7 +55,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
       '--data_dir=DIR downloads it)',
     )
   if config.method in ('hucl', 'hscl') and not config.beta >= 0:
-    _fail('beta', f'{config.beta} is negative', 'use beta >= 0 (0 = no hardening)')
+    errors.fail('beta', f'{config.beta} is negative', 'use beta >= 0 (0 = no hardening)')
   for field in (
     'batch_size',
     'num_epochs',
@@ -76,11 +66,11 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
   ):
     value = functools.reduce(lambda node, key: node[key], field.split('.'), config)
     if not (isinstance(value, int) and value >= 1):
-      _fail(field, f'{value!r} is not a positive integer', 'use an integer >= 1')
+      errors.fail(field, f'{value!r} is not a positive integer', 'use an integer >= 1')
   if not config.learning_rate > 0:
-    _fail('learning_rate', f'{config.learning_rate} is not positive', 'use e.g. 0.01')
+    errors.fail('learning_rate', f'{config.learning_rate} is not positive', 'use e.g. 0.01')
   if config.eval.num_folds < 2 or config.eval.inner_folds < 2:
-    _fail(
+    errors.fail(
       'eval.num_folds',
       'cross-validation needs at least 2 folds (outer and inner)',
       'use eval.num_folds=10, eval.inner_folds=5 (the protocol)',
@@ -102,7 +92,7 @@ def check_dataset(config: ml_collections.ConfigDict, dataset: data.GraphDataset)
   smallest = int(np.bincount(dataset.labels).min())
   needed = config.eval.num_folds
   if smallest < needed:
-    _fail(
+    errors.fail(
       'eval.num_folds',
       f'{dataset.name} has a class with {smallest} graphs, fewer than {needed} folds',
       f'use eval.num_folds <= {smallest}',
@@ -122,8 +112,8 @@ def make_model(config, dataset: data.GraphDataset) -> model_lib.InfoGraph:
   )
 
 
-def _compiled_for(config, dataset: data.GraphDataset):
-  return _compiled(
+def compiled_for(config, dataset: data.GraphDataset):
+  return compiled(
     make_model(config, dataset),
     float(config.learning_rate),
     config.method in ('scl', 'hscl'),
@@ -132,7 +122,7 @@ def _compiled_for(config, dataset: data.GraphDataset):
 
 
 @functools.cache
-def _compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool, estimator: str):
+def compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool, estimator: str):
   """(init, epoch, embed) functions, vmapped over encoders and jitted."""
   optimizer = optax.adam(learning_rate)
   local_global_loss = ESTIMATORS[estimator]
@@ -193,7 +183,7 @@ def _compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool
   )
 
 
-def _device_batches(dataset, groups: list[list[np.ndarray]], budget: data.Budget):
+def device_batches(dataset, groups: list[list[np.ndarray]], budget: data.Budget):
   """[encoders][batches] graph-index arrays -> arrays of shape [encoders, batches, ...]."""
   return {
     key: jnp.asarray(value)
@@ -218,7 +208,7 @@ def train_encoders(
 
   Writes the mean training loss of each epoch to DIR/metrics.jsonl and logs a progress line.
   """
-  init, epoch, _ = _compiled_for(config, dataset)
+  init, epoch, _ = compiled_for(config, dataset)
   batch_size = config.batch_size
   num_batches = -(-max(len(s) for s in train_sets) // batch_size)
   rng = np.random.default_rng(config.seed)
@@ -228,14 +218,14 @@ def train_encoders(
   ]
   budget = data.budget_for(dataset, [b for groups in plan for g in groups for b in g], batch_size)
   keys = jax.random.split(jax.random.key(config.seed), len(train_sets))
-  first = _device_batches(dataset, [[train_sets[0][:batch_size]]], budget)
+  first = device_batches(dataset, [[train_sets[0][:batch_size]]], budget)
   state = init(keys, jax.tree.map(lambda x: x[0, 0], first))
   beta = jnp.float32(beta_of(config))
   writer = metrics.MetricWriter(workdir or '', enabled=workdir is not None)
   start = time.perf_counter()
   graphs_per_epoch = sum(len(s) for s in train_sets)
   for e, groups in enumerate(plan, 1):
-    state, loss = epoch(state, _device_batches(dataset, groups, budget), beta)
+    state, loss = epoch(state, device_batches(dataset, groups, budget), beta)
     loss = np.asarray(loss)
     if not np.all(np.isfinite(loss)):
       raise NonFiniteLossError(
@@ -243,7 +233,7 @@ def train_encoders(
         'Fix: lower --config.learning_rate'
       )
     writer.write(e, {'epoch': e, 'loss': float(loss.mean()), 'loss_per_encoder': loss})
-    if log and (e % config.log_every_epochs == 0 or e == config.num_epochs):
+    if log and metrics.is_due(e, config.log_every_epochs, config.num_epochs):
       elapsed = time.perf_counter() - start
       eta = elapsed / e * (config.num_epochs - e)
       logging.info(
@@ -260,12 +250,12 @@ def train_encoders(
 
 def embed_all(config, dataset: data.GraphDataset, state) -> np.ndarray:
   """[encoders, graphs, d] graph representations of every graph under each encoder."""
-  _, _, embed = _compiled_for(config, dataset)
+  _, _, embed = compiled_for(config, dataset)
   size = config.eval.batch_size
   indices = np.arange(dataset.num_graphs)
   groups = [indices[i : i + size] for i in range(0, dataset.num_graphs, size)]
   budget = data.budget_for(dataset, groups, size)
-  batches = jax.tree.map(lambda x: x[0], _device_batches(dataset, [groups], budget))
+  batches = jax.tree.map(lambda x: x[0], device_batches(dataset, [groups], budget))
   out = np.asarray(embed(state, batches))  # [encoders, batches * size, d], padded per batch
   real = np.concatenate([np.arange(len(g)) + i * size for i, g in enumerate(groups)])
   return out[:, real]

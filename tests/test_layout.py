@@ -1,0 +1,111 @@
+"""The package's import rules, as docs/layout.md states them, checked on the sources.
+
+Every module of hscl_jax belongs to a unit: a top-level module (`train`), a package
+(`data`, `graphs`, `losses`: their modules may import each other) or a program of
+`experiments` (`experiments/image_grid`). docs/layout.md's table lists, per unit, the
+units it may import; this test reads every `hscl_jax` import (local ones included) and
+fails on one the table does not allow, and on a unit the table does not list.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = REPO / 'hscl_jax'
+LAYOUT = REPO / 'docs' / 'layout.md'
+
+
+def unit_of(parts: list[str]) -> str:
+  """`['data', 'sources']` -> 'data'; `['experiments', 'compare']` -> 'experiments/compare'."""
+  if parts[0] == 'experiments' and len(parts) > 1:
+    return '/'.join(parts[:2])
+  return parts[0]
+
+
+def module_parts(path: pathlib.Path) -> list[str]:
+  parts = list(path.relative_to(PACKAGE).with_suffix('').parts)
+  return parts[:-1] if parts[-1] == '__init__' else parts
+
+
+def imported_units(path: pathlib.Path) -> set[str]:
+  """The units of every `hscl_jax` import in the file (`from hscl_jax import x` is unit x)."""
+  units = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.split('.')[0] == 'hscl_jax':
+      base = node.module.split('.')[1:]
+      names = (
+        [[*base, alias.name] for alias in node.names]
+        if base[:1] in ([], ['experiments'])
+        else [base]
+      )
+      units.update(unit_of(parts) for parts in names)
+    elif isinstance(node, ast.Import):
+      for alias in node.names:
+        if alias.name.startswith('hscl_jax.'):
+          units.add(unit_of(alias.name.split('.')[1:]))
+  return units
+
+
+def layout_rules() -> dict[str, set[str]]:
+  """{unit: the units it may import} from docs/layout.md's `module | owns | may import` table."""
+  rules = {}
+  for line in LAYOUT.read_text().splitlines():
+    cells = [cell.strip() for cell in line.strip().strip('|').split('|')]
+    if len(cells) != 3 or not cells[0].startswith('`'):
+      continue
+    allowed = set(re.findall(r'`([^`]+)`', cells[2]))
+    for unit in re.findall(r'`([^`]+)`', cells[0]):
+      rules[unit] = allowed
+  return rules
+
+
+def units_of_package() -> dict[str, list[pathlib.Path]]:
+  units: dict[str, list[pathlib.Path]] = {}
+  for path in sorted(PACKAGE.rglob('*.py')):
+    parts = module_parts(path)
+    if parts and parts != ['experiments']:
+      units.setdefault(unit_of(parts), []).append(path)
+  return units
+
+
+def test_the_layout_table_lists_every_unit():
+  rules, units = layout_rules(), units_of_package()
+  assert sorted(set(units) - set(rules)) == []
+  assert sorted(set(rules) - set(units)) == []
+
+
+def test_every_import_follows_the_layout_rules():
+  rules = layout_rules()
+  broken = []
+  for unit, paths in units_of_package().items():
+    for path in paths:
+      for imported in sorted(imported_units(path) - {unit} - rules.get(unit, set())):
+        broken.append(f'{path.relative_to(REPO)} imports {imported}')
+  assert broken == []
+
+
+def test_the_check_sees_a_forbidden_import(tmp_path):
+  """The reader finds local imports too (the kind that broke the rules before)."""
+  module = tmp_path / 'mod.py'
+  module.write_text(
+    'def f():\n  from hscl_jax import checkpointing\n  from hscl_jax.data import arrays\n'
+  )
+  assert imported_units(module) == {'checkpointing', 'data'}
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_is_longer_than_60_lines():
+  """Short functions (docstrings included): a longer one is split by job."""
+  long = []
+  for path in sorted(PACKAGE.rglob('*.py')):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        lines = node.end_lineno - node.lineno + 1
+        if lines > MAX_FUNCTION_LINES:
+          long.append(f'{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)')
+  assert long == []
