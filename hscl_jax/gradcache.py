@@ -68,6 +68,12 @@ def value_and_grad(
   (loss, aux), d_outputs = jax.value_and_grad(loss_fn, has_aux=True)(jax.tree.map(merge, outputs))
   d_outputs = jax.tree.map(lambda d, x: d.reshape(x.shape), d_outputs, outputs)
 
+  grads = _pull_back(forward, params, (chunk_states, chunks, d_outputs), axis_name, unroll)
+  return (loss, aux, jax.tree.map(merge, outputs), new_state), grads
+
+
+def _pull_back(forward, params, per_chunk, axis_name, unroll):
+  """Pass (2): per chunk, the forward again and its backward, gradients accumulated."""
   # Per-device gradients: differentiate a device-varying copy of the parameters, so the
   # pull-back does not all-reduce chunk by chunk.
   local_params = params if axis_name is None else jax.lax.pcast(params, axis_name, to='varying')
@@ -83,10 +89,8 @@ def value_and_grad(
     return jax.tree.map(jnp.add, grads, vjp(d_chunk)[0]), None
 
   zeros = jax.tree.map(jnp.zeros_like, local_params)
-  grads, _ = jax.lax.scan(pull_back, zeros, (chunk_states, chunks, d_outputs), unroll=unroll)
-  if axis_name is not None:
-    grads = jax.lax.psum(grads, axis_name)
-  return (loss, aux, jax.tree.map(merge, outputs), new_state), grads
+  grads, _ = jax.lax.scan(pull_back, zeros, per_chunk, unroll=unroll)
+  return grads if axis_name is None else jax.lax.psum(grads, axis_name)
 
 
 def split(tree: PyTree, num_chunks: int) -> PyTree:

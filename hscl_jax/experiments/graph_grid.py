@@ -127,12 +127,11 @@ def best_beta(table, dataset: str, method: str, betas) -> float | None:
   return -max(scored)[1] if scored else None
 
 
-def markdown_report(runs, datasets, betas, repeats, config) -> str:
-  table = summarise(runs)
+def _header(runs, betas, repeats, config) -> list[str]:
   protocols = sorted({r['protocol'] for r in runs})
   estimators = sorted({estimator_of(r) for r in runs}) or [config.estimator]
   epochs = sorted({r['num_epochs'] for r in runs})
-  lines = [
+  return [
     '# Table II: graph classification accuracy (%)',
     '',
     f"Local–global estimator: {', '.join(estimators)} (jsd = InfoGraph's Jensen–Shannon, as "
@@ -144,9 +143,16 @@ def markdown_report(runs, datasets, betas, repeats, config) -> str:
     "trained on that fold's training graphs only). Hardened rows: the β in "
     f'{{{", ".join(f"{b:g}" for b in betas)}}} with the best mean.',
     '',
-    '| method | ' + ' | '.join(datasets) + ' |',
-    '|---' * (len(datasets) + 1) + '|',
   ]
+
+
+def _table_header(datasets) -> list[str]:
+  return ['| method | ' + ' | '.join(datasets) + ' |', '|---' * (len(datasets) + 1) + '|']
+
+
+def _results_table(runs, datasets, betas, repeats) -> list[str]:
+  table = summarise(runs)
+  lines = _table_header(datasets)
   for method, label in METHODS.items():
     cells = []
     for dataset in datasets:
@@ -157,23 +163,21 @@ def markdown_report(runs, datasets, betas, repeats, config) -> str:
         cell += f' (β={beta:g})'
       cells.append(cell)
     lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
-  lines += [
-    '',
-    "The paper's Table II (10 runs; protocol for SCL/H-SCL not stated):",
-    '',
-    '| method | ' + ' | '.join(datasets) + ' |',
-    '|---' * (len(datasets) + 1) + '|',
-  ]
+  return lines
+
+
+def _paper_table(datasets) -> list[str]:
+  lines = ['', "The paper's Table II (10 runs; protocol for SCL/H-SCL not stated):", '']
+  lines += _table_header(datasets)
   for i, label in enumerate(METHODS.values()):
-    lines.append(
-      f'| {label} | '
-      + ' | '.join(f'{PAPER[d][i]:.1f}' if d in PAPER else '—' for d in datasets)
-      + ' |'
-    )
-  lines.append(
-    '| InfoGraph (its paper) | ' + ' | '.join(INFOGRAPH.get(d, '—') for d in datasets) + ' |'
-  )
-  lines += [
+    cells = [f'{PAPER[d][i]:.1f}' if d in PAPER else '—' for d in datasets]
+    lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
+  infograph = ' | '.join(INFOGRAPH.get(d, '—') for d in datasets)
+  return lines + [f'| InfoGraph (its paper) | {infograph} |']
+
+
+def _every_setting(runs, datasets, betas, repeats) -> list[str]:
+  lines = [
     '',
     '## Every setting',
     '',
@@ -196,6 +200,12 @@ def markdown_report(runs, datasets, betas, repeats, config) -> str:
         f'{np.mean([r["train_seconds"] for r in group]):.0f} | '
         f'{np.mean([r["eval_seconds"] for r in group]):.0f} |'
       )
+  return lines
+
+
+def markdown_report(runs, datasets, betas, repeats, config) -> str:
+  lines = _header(runs, betas, repeats, config) + _results_table(runs, datasets, betas, repeats)
+  lines += _paper_table(datasets) + _every_setting(runs, datasets, betas, repeats)
   missing = len(datasets) * len(settings(betas)) * repeats - len(runs)
   lines += ['', f'{len(runs)} runs finished' + (f', {missing} missing.' if missing > 0 else '.')]
   return '\n'.join(lines) + '\n'

@@ -90,6 +90,21 @@ def _read_ints(path: str, columns: int, name: str, data_dir: str) -> np.ndarray:
   return np.asarray(rows, np.int64).reshape(-1, columns)
 
 
+def _node_codes(node_labels_path, edges, num_nodes, name, data_dir):
+  """(input code of each node, its kind): the node label when the dataset has them, else
+  the degree (capped), InfoGraph's choice."""
+  if not os.path.isfile(node_labels_path):
+    degree = np.bincount(edges[:, 0], minlength=num_nodes)
+    return np.minimum(degree, MAX_ONE_HOT_DEGREE - 1), 'degree'
+  node_labels = _read_ints(node_labels_path, 1, name, data_dir)[:, 0]
+  if len(node_labels) != num_nodes:
+    raise GraphDataError(
+      f'{node_labels_path}: {len(node_labels)} labels for {num_nodes} '
+      'nodes. Fix: use the files of one TU Dortmund zip'
+    )
+  return np.unique(node_labels, return_inverse=True)[1], 'node_label'
+
+
 def load_tu(name: str, data_dir: str) -> GraphDataset:
   """Reads DATA_DIR/NAME/NAME_*.txt; raises GraphDataError naming a bad file and the fix."""
   folder = os.path.join(data_dir, name)
@@ -128,18 +143,7 @@ def load_tu(name: str, data_dir: str) -> GraphDataset:
   local = edges - node_offsets[edge_graph][:, None]
 
   classes, labels = np.unique(raw_labels, return_inverse=True)
-  if os.path.isfile(path('node_labels')):
-    node_labels = _read_ints(path('node_labels'), 1, name, data_dir)[:, 0]
-    if len(node_labels) != num_nodes:
-      raise GraphDataError(
-        f'{path("node_labels")}: {len(node_labels)} labels for {num_nodes} '
-        'nodes. Fix: use the files of one TU Dortmund zip'
-      )
-    _, codes = np.unique(node_labels, return_inverse=True)
-    kind = 'node_label'
-  else:
-    codes = np.minimum(np.bincount(edges[:, 0], minlength=num_nodes), MAX_ONE_HOT_DEGREE - 1)
-    kind = 'degree'
+  codes, kind = _node_codes(path('node_labels'), edges, num_nodes, name, data_dir)
   return GraphDataset(
     name=name,
     codes=codes.astype(np.int32),
