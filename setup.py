@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import setuptools
 
-# Compatible ranges: the floor is the version tested (constraints.txt holds the exact
-# tested set), the cap the next release allowed to break APIs. Accelerator users
-# install `jax[cuda13]` or `jax[tpu]` in the same range.
+# Floors, no caps (the JAX libraries' convention): each floor is the oldest version with
+# which the fast tests pass when every direct dependency sits at its floor (CI installs
+# that set with `uv pip install --resolution=lowest-direct`); an upper cap only with the
+# known break written next to it. constraints.txt holds the exact set tested with the full
+# suite. Accelerator users install `jax[cuda13]` or `jax[tpu]` in the same range.
 INSTALL_REQUIRES = [
-  'jax>=0.10.1,<0.11',  # also tested: jax 0.10.1 with flax 0.12.7
-  'flax>=0.12.7,<0.13',
-  'optax>=0.2.8,<0.3',  # optax 0.2.7 fails to import with jax 0.10.x
-  'orbax-checkpoint>=0.12.8,<0.13',
-  'ml-collections>=1.1.0,<2',
-  'absl-py>=2.5.1,<3',
-  'numpy>=2.4.6,<3',
-  'grain>=0.2.18,<0.3',
-  'tensorflow-datasets>=4.9.10,<5',  # reads prepared TFDS datasets (no TensorFlow needed)
-  'array-record>=0.8.6,<0.9',
-  'etils>=1.15.0,<2',
-  'importlib-resources>=7.1.0',  # tfds imports it but does not declare it
-  'pillow>=13.0.0,<14',  # tfds image decoding and image_folder
-  'scikit-learn>=1.9.1,<2',  # the embedded digits dataset
-  'tensorboardX>=2.6.5,<3',  # TensorBoard event files without TensorFlow
+  'jax>=0.10.0',
+  'flax>=0.12.0',
+  'optax>=0.2.8',  # optax 0.2.7 fails to import with jax 0.10.x
+  'orbax-checkpoint>=0.11.17',  # 0.11.16 and older fail to import with jax 0.10 (DeviceLocalLayout)
+  'ml-collections>=1.0.0',
+  'absl-py>=2.0.0',
+  'numpy>=2.0.0',
+  'grain>=0.2.8',
+  'tensorflow-datasets>=4.9.3',  # reads prepared TFDS datasets (no TensorFlow needed)
+  'array-record>=0.5.0',
+  'etils>=1.5.0',
+  'importlib-resources>=5.0.0',  # tfds imports it but does not declare it
+  'pillow>=9.1.0',  # tfds image decoding and image_folder
+  'scikit-learn>=1.4.2',  # the embedded digits dataset
+  'tensorboardX>=2.6.1',  # TensorBoard event files without TensorFlow
 ]
 
 setuptools.setup(
@@ -33,10 +35,13 @@ setuptools.setup(
   python_requires='>=3.11',
   install_requires=INSTALL_REQUIRES,
   extras_require={
-    'test': ['pytest>=9.0.3,<10', 'chex>=0.1.92,<0.2', 'ruff==0.17.6', 'matplotlib>=3.11.2,<4'],
+    # ruff is pinned: its lint rules and formatting change between releases, and CI runs
+    # `ruff check .` and `ruff format --check .`.
+    'test': ['pytest>=8.0.0', 'chex>=0.1.90', 'ruff==0.17.6', 'matplotlib>=3.8.4'],
     # The comparison report's plots (python -m hscl_jax.experiments.compare).
-    'report': ['matplotlib>=3.11.2,<4'],
-    # Only needed to *prepare* TFDS datasets (download + convert to array_record).
-    'prepare': ['tensorflow-cpu>=2.21.0,<2.22'],
+    'report': ['matplotlib>=3.8.4'],
+    # Only needed to *prepare* TFDS datasets (download + convert to array_record). Its floor
+    # is the version tested (constraints.txt); the lowest-direct check does not install it.
+    'prepare': ['tensorflow-cpu>=2.21.0'],
   },
 )
