@@ -4,26 +4,30 @@ from __future__ import annotations
 
 import setuptools
 
-# Floors, no caps (the JAX libraries' convention): each floor is the oldest version with
-# which the fast tests pass when every direct dependency sits at its floor (CI installs
-# that set with `uv pip install --resolution=lowest-direct`); an upper cap only with the
-# known break written next to it. constraints.txt holds the exact set tested with the full
-# suite. Accelerator users install `jax[cuda13]` or `jax[tpu]` in the same range.
+# Floors, no upper caps (the JAX libraries' convention). Each floor is the oldest version
+# that passes with every direct dependency at its floor (what `uv pip install
+# --resolution=lowest-direct` installs; .ci/run runs the fast loss, config and data tests
+# on that set). Where a lower version broke, how is written next to the floor; an upper cap
+# only with its known break. constraints.txt holds the exact set the full suite ran with.
+# Accelerator users install `jax[cuda13]` or `jax[tpu]` in the same range.
 INSTALL_REQUIRES = [
-  'jax>=0.10.0',
-  'flax>=0.11.0',
-  'optax>=0.2.8',  # optax 0.2.7 fails to import with jax 0.10.x
-  'orbax-checkpoint>=0.11.17',  # 0.11.16 and older fail to import with jax 0.10 (DeviceLocalLayout)
+  # The code needs jax.lax.pcast (0.8.2) and the tests jax.extend.core.jaxprs_in_params
+  # (0.10.0); with 0.10.0 and 0.10.1, test_train's 4 devices = 1 device check fails
+  # (losses differ by 8e-5 relative, rtol 1e-5).
+  'jax>=0.10.2',
+  'flax>=0.10.0',  # 0.9.0: Module.init fails with jax 0.10 (no DynamicJaxprTrace.level)
+  'optax>=0.2.8',  # 0.2.7 fails to import with jax 0.10
+  'orbax-checkpoint>=0.11.17',  # 0.11.16 fails to import with jax 0.10 (DeviceLocalLayout)
   'ml-collections>=1.0.0',  # 0.1.1's config flags pass sys_argv, which absl rejects
   'absl-py>=0.12.0',  # 0.11 has no parameterized.product (the tests use it)
-  'numpy>=2.0.0',
-  'grain>=0.2.8',
-  'tensorflow-datasets>=4.9.0',  # reads prepared TFDS datasets (no TensorFlow needed)
+  'numpy>=2.0.0',  # jax 0.10 needs numpy 2
+  'grain>=0.2.8',  # 0.2.7 has no grain.ReadOptions
+  'tensorflow-datasets>=4.9.0',  # 4.8 needs TensorFlow for tfds.data_source
   'array-record>=0.5.0',  # 0.4.x ships Python 3.10 binaries only
-  'etils>=1.4.0',  # grain needs epy.lazy_imports (1.3.0 has none)
-  'importlib-resources>=1.3.0',  # tfds imports it but does not declare it
-  'pillow>=9.1.0',  # tfds image decoding and image_folder
-  'scikit-learn>=1.4.2',  # the embedded digits dataset
+  'etils>=1.14.0',  # 1.13 has no epath.Path.absolute() (checkpointing)
+  'importlib-resources>=1.1.0',  # tfds imports it undeclared; 1.0 has no files()
+  'pillow>=9.1.0',  # 9.0 has no Image.Resampling
+  'scikit-learn>=1.4.2',  # 1.4.1 and older require numpy<2
   'tensorboardX>=2.6',  # TensorBoard event files without TensorFlow
 ]
 
@@ -36,8 +40,9 @@ setuptools.setup(
   install_requires=INSTALL_REQUIRES,
   extras_require={
     # ruff is pinned: its lint rules and formatting change between releases, and CI runs
-    # `ruff check .` and `ruff format --check .`.
-    'test': ['pytest>=7.0.0', 'chex>=0.1.86', 'ruff==0.17.6', 'matplotlib>=3.8.4'],
+    # `ruff check .` and `ruff format --check .`. chex 0.1.83 fails to import with jax 0.10
+    # (jax.core.Shape); matplotlib 3.8.3 requires numpy<2.
+    'test': ['pytest>=6.2.5', 'chex>=0.1.84', 'ruff==0.17.6', 'matplotlib>=3.8.4'],
     # The comparison report's plots (python -m hscl_jax.experiments.compare).
     'report': ['matplotlib>=3.8.4'],
     # Only needed to *prepare* TFDS datasets (download + convert to array_record). Its floor
