@@ -28,7 +28,9 @@ INSTALL_REQUIRES = [
   'importlib-resources>=1.1.0',  # tfds imports it undeclared; 1.0 has no files()
   'pillow>=9.1.0',  # 9.0 has no Image.Resampling
   'scikit-learn>=1.4.2',  # 1.4.1 and older require numpy<2
-  'tensorboardX>=2.6',  # TensorBoard event files without TensorFlow
+  # TensorBoard event files without TensorFlow; 2.6.1 and older fail with numpy 2.4.6
+  # (TypeError: only 0-dimensional arrays can be converted to Python scalars).
+  'tensorboardX>=2.6.2.2',
 ]
 
 setuptools.setup(
