@@ -16,7 +16,7 @@ INSTALL_REQUIRES = [
   # (losses differ by 8e-5 relative, rtol 1e-5).
   'jax>=0.10.2',
   'flax>=0.10.0',  # 0.9.0: Module.init fails with jax 0.10 (no DynamicJaxprTrace.level)
-  'optax>=0.2.8',  # 0.2.7 fails to import with jax 0.10
+  'optax>=0.2.8',  # 0.2.7 fails to import with jax 0.10 (no jax_pmap_shmap_merge option)
   'orbax-checkpoint>=0.11.17',  # 0.11.16 fails to import with jax 0.10 (DeviceLocalLayout)
   'ml-collections>=1.0.0',  # 0.1.1's config flags pass sys_argv, which absl rejects
   'absl-py>=0.12.0',  # 0.11 has no parameterized.product (the tests use it)
