@@ -4,13 +4,14 @@ Rows, candidate masks, log-sum-exp partials, dense and blockwise sums of eq. (3)
 losses, and the custom VJP that computes their gradient in the same passes. The image
 losses (`hscl_jax.losses.image`), the diagnostics and the graph losses are written on it.
 
-Memory: ``block_size=None`` picks the dense form when ``n_local * n_global <=
-DENSE_MAX_ENTRIES`` and otherwise streams over key blocks of ``DEFAULT_BLOCK_SIZE``
-rows (log-sum-exp accumulated online, tiles rematerialised in the backward pass);
-an int forces blocks of that size, 0 the dense form. Both forms give the same value and
-gradient. The gradient is computed in the forward passes: the dense form uses one
-similarity matrix for value and gradient; the blockwise form makes three passes over
-each tile (log-sum-exps, pair losses, gradient).
+Memory: ``block_size=None`` picks the dense form when ``n_local * num_keys <=
+DENSE_MAX_ENTRIES`` (num_keys = n_global plus a queue's K) and otherwise streams over
+key blocks of ``DEFAULT_BLOCK_SIZE`` rows (log-sum-exp accumulated online, tiles
+rematerialised in the backward pass): memory O((n + K)·d). An int forces blocks of
+that size, 0 the dense form. Both forms give the same value and gradient. The gradient
+is computed in the forward passes: the dense form uses one similarity matrix for value
+and gradient; the blockwise form makes three passes over each tile (log-sum-exps, pair
+losses, gradient).
 
 Precision: ``precision=`` sets the precision of the similarity matmuls (and of their
 gradient), as ``jnp.dot``'s argument: a ``jax.lax.Precision`` or its name. The default,
@@ -150,6 +151,24 @@ def anchor_and_key_rows(features, labels, axis_name) -> tuple[Rows, Rows]:
   return flatten(z, labels, shard * batch), flatten(z_all, labels_all, 0)
 
 
+def queue_rows(z, labels, valid) -> Rows:
+  """A queue of K keys (MoCo-style memory) as key rows: index and sample -1 - slot, values
+  no batch row has (never self, same sample or, by ``batch_keys_only``, a positive), and
+  z stop-gradient'ed (the queue never gets a gradient). ``valid``: the slots that count."""
+  slots = -1 - jnp.arange(z.shape[0], dtype=jnp.int32)
+  return Rows(
+    z=jax.lax.stop_gradient(z.astype(jnp.float32)),
+    index=slots,
+    sample=slots,
+    label=labels.astype(jnp.int32),
+    valid=valid.astype(bool),
+  )
+
+
+def with_keys(k: Rows, extra: Rows) -> Rows:
+  return jax.tree.map(lambda a, b: jnp.concatenate([a, b]), k, extra)
+
+
 # Candidate sets between anchor rows (queries) and key rows, as boolean tiles.
 def not_self(q: Rows, k: Rows):
   return (q.index[:, None] != k.index[None, :]) & q.valid[:, None] & k.valid[None, :]
@@ -177,6 +196,11 @@ def label_collision(q, k):
 
 
 Mask = Callable[[Rows, Rows], Array]
+
+
+def batch_keys_only(mask: Mask) -> Mask:
+  """``mask`` restricted to the keys of the batch (queue rows, sample < 0, excluded)."""
+  return lambda q, k: mask(q, k) & (k.sample >= 0)[None, :]
 
 
 # --------------------------------------------------------------------------------------
@@ -428,9 +452,13 @@ def global_loss(
   axis_name,
   block_size,
   precision=DEFAULT_PRECISION,
+  queue: Rows | None = None,
 ):
-  """Flat mean of ℓ_ip over the ordered positive pairs of the global batch."""
+  """Flat mean of ℓ_ip over the ordered positive pairs of the global batch; ``queue``
+  (``queue_rows``, replicated on every device) adds keys that are only ever negatives."""
   q, k = anchor_and_key_rows(features, labels, axis_name)
+  if queue is not None:
+    k, positives = with_keys(k, queue), batch_keys_only(positives)
   block = resolve_block_size(block_size, q.index.shape[0], k.index.shape[0])
   kernel = Kernel(
     candidates=candidates,
