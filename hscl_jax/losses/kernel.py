@@ -346,33 +346,66 @@ def blocks(rows: Rows, size: int) -> Rows:
   return jax.tree.map(lambda x: x.reshape((-1, size) + x.shape[1:]), rows)
 
 
-def blockwise_sums(kernel: Kernel, q: Rows, k: Rows, with_gradient: bool, block: int):
+def key_blocks_of(rows: Rows, start: int, stop: int, block: int) -> Rows:
+  """Rows [start, stop) cut into blocks of ``block`` rows (fewer if there are fewer)."""
+  if (start, stop) != (0, rows.index.shape[0]):
+    rows = jax.tree.map(lambda x: x[start:stop], rows)
+  size = min(block, stop - start)  # no larger than the rows they cut: no padding up
+  return blocks(pad_rows(rows, size), size)
+
+
+def sweep(tile_fn, init, key_blocks):
+  """lax.scan of ``tile_fn(keys) -> (increment, output)`` over the key blocks."""
+
+  def step(carry, keys):
+    increment, output = tile_fn(keys)
+    return jax.tree.map(jnp.add, carry, increment), output
+
+  return jax.lax.scan(step, init, key_blocks)
+
+
+def blockwise_expectation(kernel: Kernel, rows: Rows, key_blocks: list[Rows]):
+  """``finish_log_expectation`` of one query block, streamed over the key blocks."""
+  # *_like keeps the carries' device-variance (shard_map) equal to the data's.
+  empty = (jnp.full_like(rows.z[:, 0], jnp.finfo(jnp.float32).min), jnp.zeros_like(rows.z[:, 0]))
+
+  def lse_step(carry, keys):
+    num, den = kernel.expectation_partials(kernel.similarity(rows, keys), rows, keys)
+    return (lse_merge(carry[0], num), lse_merge(carry[1], den)), None
+
+  partials = (empty, empty)
+  for part in key_blocks:
+    partials, _ = jax.lax.scan(lse_step, partials, part)
+  return finish_log_expectation(*partials)
+
+
+def queue_gradient(kernel: Kernel, rows: Rows, queue_blocks: Rows, expectation, d_log_e):
+  """∂Σℓ/∂(rows.z) through the queue's keys: no positive there (no pair term) and no
+  gradient for the keys, so one matmul per tile besides the similarity."""
+
+  def tile(keys):
+    g = kernel.similarity(rows, keys)
+    d_sim = kernel.similarity_gradient(g, rows, keys, expectation, d_log_e, 0.0)
+    return jnp.dot(d_sim, keys.z, precision=kernel.precision), None
+
+  return sweep(tile, jnp.zeros_like(rows.z), queue_blocks)[0]
+
+
+def blockwise_sums(
+  kernel: Kernel, q: Rows, k: Rows, with_gradient: bool, block: int, num_batch_keys=None
+):
   """As ``dense_sums``, streaming over key blocks: a log-sum-exp pass, a pair-loss pass
-  and (for the gradient) a pass that accumulates the gradient of both row sets."""
-  # Blocks no larger than the rows they cut, so small batches are not padded up.
-  k_size, q_size = min(block, k.index.shape[0]), min(block, q.index.shape[0])
-  key_blocks = blocks(pad_rows(k, k_size), k_size)
-  query_blocks = blocks(pad_rows(q, q_size), q_size)
-
-  def sweep(tile_fn, init):
-    """lax.scan of ``tile_fn(keys) -> (increment, output)`` over the key blocks."""
-
-    def step(carry, keys):
-      increment, output = tile_fn(keys)
-      return jax.tree.map(jnp.add, carry, increment), output
-
-    return jax.lax.scan(step, init, key_blocks)
+  and (for the gradient) a pass that accumulates the gradient of both row sets. Keys from
+  ``num_batch_keys`` on (a queue: no positives, no gradient) join the log-sum-exp pass
+  and, for the anchors' gradient only, the gradient pass."""
+  num_q, num_k = q.index.shape[0], k.index.shape[0]
+  num_batch = num_k if num_batch_keys is None else num_batch_keys
+  key_blocks = key_blocks_of(k, 0, num_batch, block)
+  queue_blocks = [] if num_batch == num_k else [key_blocks_of(k, num_batch, num_k, block)]
+  query_blocks = key_blocks_of(q, 0, num_q, block)
 
   def query_block(d_keys, rows):
-    # *_like keeps the carries' device-variance (shard_map) equal to the data's.
-    empty = (jnp.full_like(rows.z[:, 0], jnp.finfo(jnp.float32).min), jnp.zeros_like(rows.z[:, 0]))
-
-    def lse_step(carry, keys):
-      num, den = kernel.expectation_partials(kernel.similarity(rows, keys), rows, keys)
-      return (lse_merge(carry[0], num), lse_merge(carry[1], den)), None
-
-    partials, _ = jax.lax.scan(lse_step, (empty, empty), key_blocks)
-    expectation = finish_log_expectation(*partials)
+    expectation = blockwise_expectation(kernel, rows, [key_blocks, *queue_blocks])
     zero = jnp.zeros_like(rows.z[0, 0])
     (total, count, d_log_e), _ = sweep(
       lambda keys: (
@@ -380,6 +413,7 @@ def blockwise_sums(kernel: Kernel, q: Rows, k: Rows, with_gradient: bool, block:
         None,
       ),
       (zero, zero, jnp.zeros_like(rows.z[:, 0])),
+      key_blocks,
     )
     if not with_gradient:
       return d_keys, (total, count)
@@ -390,7 +424,9 @@ def blockwise_sums(kernel: Kernel, q: Rows, k: Rows, with_gradient: bool, block:
       d_sim = kernel.similarity_gradient(g, rows, keys, expectation, d_log_e, d_g)
       return kernel.similarity_pullback(d_sim, rows, keys)
 
-    d_rows, d_key_blocks = sweep(gradient_tile, jnp.zeros_like(rows.z))
+    d_rows, d_key_blocks = sweep(gradient_tile, jnp.zeros_like(rows.z), key_blocks)
+    for part in queue_blocks:
+      d_rows += queue_gradient(kernel, rows, part, expectation, d_log_e)
     return d_keys + d_key_blocks.reshape(d_keys.shape), (total, count, d_rows)
 
   d_keys = jnp.zeros_like(key_blocks.z.reshape(-1, key_blocks.z.shape[-1]))
@@ -398,8 +434,10 @@ def blockwise_sums(kernel: Kernel, q: Rows, k: Rows, with_gradient: bool, block:
   total, count = jnp.sum(out[0]), jnp.sum(out[1])
   if not with_gradient:
     return total, count
-  num_q, num_k = q.index.shape[0], k.index.shape[0]
-  return total, count, out[2].reshape(-1, q.z.shape[-1])[:num_q], d_keys[:num_k]
+  d_keys = d_keys[:num_batch]
+  if num_batch < num_k:  # the queue's keys get no gradient
+    d_keys = jnp.concatenate([d_keys, jnp.zeros_like(k.z[num_batch:])])
+  return total, count, out[2].reshape(-1, q.z.shape[-1])[:num_q], d_keys
 
 
 def resolve_block_size(block_size, num_queries, num_keys):
@@ -410,13 +448,14 @@ def resolve_block_size(block_size, num_queries, num_keys):
   return block_size or None
 
 
-def loss_sums(kernel: Kernel, q: Rows, k: Rows, block: int | None):
-  """(Σ ℓ_ip, pair count) over the anchor rows ``q``, differentiable in q.z and k.z."""
+def loss_sums(kernel: Kernel, q: Rows, k: Rows, block: int | None, num_batch_keys=None):
+  """(Σ ℓ_ip, pair count) over the anchor rows ``q``, differentiable in q.z and k.z; keys
+  from ``num_batch_keys`` on are a queue (see ``blockwise_sums``)."""
 
   def sums(q, k, with_gradient):
     if block is None:
       return dense_sums(kernel, q, k, with_gradient)
-    return blockwise_sums(kernel, q, k, with_gradient, block)
+    return blockwise_sums(kernel, q, k, with_gradient, block, num_batch_keys)
 
   def split(q_z, k_z, q_meta, k_meta):
     return dataclasses.replace(q_meta, z=q_z), dataclasses.replace(k_meta, z=k_z)
@@ -457,6 +496,7 @@ def global_loss(
   """Flat mean of ℓ_ip over the ordered positive pairs of the global batch; ``queue``
   (``queue_rows``, replicated on every device) adds keys that are only ever negatives."""
   q, k = anchor_and_key_rows(features, labels, axis_name)
+  num_batch_keys = k.index.shape[0]
   if queue is not None:
     k, positives = with_keys(k, queue), batch_keys_only(positives)
   block = resolve_block_size(block_size, q.index.shape[0], k.index.shape[0])
@@ -469,7 +509,9 @@ def global_loss(
     precision=precision,
   )
   # γ folded into the anchors: g = (z_i / γ) · z_j, one scaling of n·d entries, not n².
-  total, count = loss_sums(kernel, dataclasses.replace(q, z=q.z / temperature), k, block)
+  total, count = loss_sums(
+    kernel, dataclasses.replace(q, z=q.z / temperature), k, block, num_batch_keys
+  )
   # A diverged model must not look like a batch without negatives: NaN in, NaN out
   # (checked on the local rows, before the sum that spreads it to every device).
   total = jnp.where(jnp.all(jnp.isfinite(q.z)), total, jnp.nan)
