@@ -8,67 +8,22 @@ from absl.testing import parameterized
 import chex
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 import numpy as np
-from test_losses import directional_derivative  # tests/ is on sys.path (pytest)
+import pytest
+from test_losses import LOSSES  # tests/ is on sys.path (pytest)
+from test_losses import SETTINGS
+from test_losses import _mesh
+from test_losses import _projected_loss
+from test_losses import assert_gradient_matches
+from test_losses import assert_value_matches
 from test_losses import normalized
 
 from hscl_jax import losses
 
 # --------------------------------------------------------------------------------------
-# Independent float64 reference, from eq. (3) with the queue's filled slots as negatives.
-
-
-def reference_loss(
-  features,
-  labels=None,
-  queue=None,
-  queue_labels=None,
-  queue_filled=None,
-  *,
-  method,
-  temperature=0.5,
-  M=None,
-  eta=None,
-  hcl=False,
-  tau_plus=0.0,
-):
-  """Flat mean over ordered in-batch positive pairs of log(1 + M e^{-g_ip} E_{q_i}[e^g]),
-  q_i ∝ η over N(i) = in-batch negatives ∪ filled queue slots (for method='label' only the
-  slots with a label >= 0 other than the anchor's); M = n - 2 + (filled slots) by default.
-  hcl: HCL's debiased, clamped objective (Robinson et al., Fig. 13) instead."""
-  z = np.asarray(features, np.float64)
-  b, v, d = z.shape
-  n = b * v
-  rows = z.reshape(n, d)
-  queue = np.zeros((0, d)) if queue is None else np.asarray(queue, np.float64)
-  filled = np.ones(len(queue), bool) if queue_filled is None else np.asarray(queue_filled)
-  slot_label = -np.ones(len(queue), int) if queue_labels is None else np.asarray(queue_labels)
-  sample = np.arange(n) // v
-  label = np.asarray(labels)[sample] if labels is not None else sample
-  group = sample if method == 'sample' else label
-  g = rows @ np.concatenate([rows, queue]).T / temperature
-  M = n - 2 + filled.sum() if M is None else M
-  eta = eta or (lambda x: np.ones_like(x))
-  total, count = 0.0, 0
-  for i in range(n):
-    positives = [j for j in range(n) if j != i and group[j] == group[i]]
-    negatives = [j for j in range(n) if group[j] != group[i]]
-    for s in range(len(queue)):
-      if filled[s] and (method == 'sample' or slot_label[s] not in (-1, label[i])):
-        negatives.append(n + s)
-    w = eta(g[i, negatives]) if negatives else np.zeros(0)
-    expectation = (w * np.exp(g[i, negatives])).sum() / w.sum() if w.sum() > 0 else 0.0
-    for p in positives:
-      if hcl:
-        mass = M * (expectation - tau_plus * np.exp(g[i, p])) / (1 - tau_plus)
-        mass = max(mass, M * np.exp(-1 / temperature))
-        total += -np.log(np.exp(g[i, p]) / (np.exp(g[i, p]) + mass))
-      else:
-        total += np.log1p(M * np.exp(-g[i, p]) * expectation)
-      count += 1
-  return total / count
+# The float64 reference (test_losses.reference_loss) counts the queue's filled slots as
+# negatives (label-filtered for SCL/H-SCL), never as positives, and M = n - 2 + filled.
 
 
 def random_batch(seed, batch=6, views=2, dim=8, num_classes=3, slots=7):
@@ -83,42 +38,6 @@ def random_batch(seed, batch=6, views=2, dim=8, num_classes=3, slots=7):
   return features, labels, queue, queue_labels, queue_filled
 
 
-def exp_eta(beta):
-  return lambda g: np.exp(beta * g)
-
-
-# name -> (kernel(features, labels, **kw), reference(features, labels, **kw)); kw holds the
-# queue arguments and the shared settings.
-LOSSES = {
-  'ucl': (
-    lambda f, y, **kw: losses.ucl(f, **kw),
-    lambda f, y, **kw: reference_loss(f, method='sample', **kw),
-  ),
-  'hucl': (
-    lambda f, y, **kw: losses.hucl(f, beta=1.5, **kw),
-    lambda f, y, **kw: reference_loss(f, method='sample', eta=exp_eta(1.5), hcl=True, **kw),
-  ),
-  'hucl_debiased': (
-    lambda f, y, **kw: losses.hucl(f, beta=1.0, tau_plus=0.1, **kw),
-    lambda f, y, **kw: reference_loss(
-      f, method='sample', eta=exp_eta(1.0), hcl=True, tau_plus=0.1, **kw
-    ),
-  ),
-  'scl': (
-    lambda f, y, **kw: losses.scl(f, y, **kw),
-    lambda f, y, **kw: reference_loss(f, y, method='label', **kw),
-  ),
-  'hscl_exp': (
-    lambda f, y, **kw: losses.hscl(f, y, hardening=losses.exponential(2.0), **kw),
-    lambda f, y, **kw: reference_loss(f, y, method='label', eta=exp_eta(2.0), **kw),
-  ),
-  'hscl_threshold': (
-    lambda f, y, **kw: losses.hscl(f, y, hardening=losses.threshold(np.exp(-0.2)), **kw),
-    lambda f, y, **kw: reference_loss(
-      f, y, method='label', eta=lambda g: (np.exp(g) >= np.exp(-0.2)) * 1.0, **kw
-    ),
-  ),
-}
 SUPERVISED = ('scl', 'hscl_exp', 'hscl_threshold')
 
 
@@ -128,31 +47,23 @@ def queue_kwargs(queue, queue_labels, queue_filled):
 
 class ReferenceTest(chex.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
-  @parameterized.product(
-    name=sorted(LOSSES),
-    setting=[dict(views=2, temperature=0.5, M=None), dict(views=3, temperature=0.2, M=7.5)],
-  )
+  @parameterized.product(name=sorted(LOSSES), setting=SETTINGS)
   def test_value_matches_reference(self, name, setting):
-    kernel, reference = LOSSES[name]
     features, labels, *queue = random_batch(0, views=setting['views'])
     kw = dict(temperature=setting['temperature'], M=setting['M'], **queue_kwargs(*queue))
-    got = self.variant(functools.partial(kernel, **kw))(features, labels)
-    chex.assert_shape(got, ())
-    self.assertEqual(got.dtype, jnp.float32)
-    np.testing.assert_allclose(got, reference(features, labels, **kw), rtol=2e-5)
+    assert_value_matches(self.variant, name, features, labels, **kw)
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(*sorted(LOSSES))
   def test_gradient_matches_reference(self, name):
+    """Dense and blockwise (blocks of 3 rows: batch and queue keys in separate blocks)."""
     kernel, reference = LOSSES[name]
     features, labels, *queue = random_batch(1)
     kw = queue_kwargs(*queue)
-    grad = self.variant(jax.grad(lambda f: kernel(f, labels, **kw)))(features)
-    rng = np.random.default_rng(0)
-    for _ in range(3):
-      direction = rng.normal(size=features.shape)
-      expected = directional_derivative(lambda f: reference(f, labels, **kw), features, direction)
-      np.testing.assert_allclose(jnp.vdot(grad, direction), expected, rtol=1e-3, atol=1e-5)
+    for block_size in (0, 3):
+      loss = functools.partial(kernel, y=labels, block_size=block_size, **kw)
+      grad = self.variant(jax.grad(loss))(features)
+      assert_gradient_matches(grad, lambda f: reference(f, labels, **kw), features)
 
   def test_queue_changes_the_loss(self):
     """The reference test is not vacuous: the queue's negatives move every loss."""
@@ -284,38 +195,24 @@ class BlockwiseTest(parameterized.TestCase):
 # Cross-device: 4 fake CPU devices (tests/conftest.py); the queue is replicated.
 
 
-class CrossDeviceTest(parameterized.TestCase):
-  def setUp(self):
-    super().setUp()
-    if jax.device_count() < 4:
-      self.skipTest('needs 4 devices (tests/conftest.py sets them)')
-    self.w = jax.random.normal(jax.random.key(30), (8, 8))
-    self.x = jax.random.normal(jax.random.key(31), (8, 2, 8))
-    _, self.labels, *self.queue = random_batch(32, batch=8, slots=9)
-
-  def projected_loss(self, name, axis_name=None, block_size=None):
-    """Loss of a tiny linear projection so gradients reach replicated parameters."""
-    kernel, _ = LOSSES[name]
-
-    def loss(w, x, labels, queue, queue_labels, queue_filled):
-      z = normalized(jnp.einsum('bvd,de->bve', x, w))
-      kw = queue_kwargs(queue, queue_labels, queue_filled)
-      return kernel(z, labels, axis_name=axis_name, block_size=block_size, **kw)
-
-    return loss
-
-  @parameterized.product(name=sorted(LOSSES), block_size=[None, 3])
-  def test_shard_map_equals_single_device(self, name, block_size):
-    args = (self.w, self.x, self.labels, *self.queue)
-    single = jax.value_and_grad(self.projected_loss(name))(*args)
-    sharded = jax.jit(
-      jax.shard_map(
-        jax.value_and_grad(self.projected_loss(name, 'data', block_size)),
-        mesh=Mesh(np.array(jax.devices()[:4]), ('data',)),
-        in_specs=(P(), P('data'), P('data'), P(), P(), P()),
-        out_specs=(P(), P()),
-      )
+@pytest.mark.skipif(jax.device_count() < 4, reason='needs 4 devices (tests/conftest.py)')
+@pytest.mark.parametrize('block_size', [None, 3])
+@pytest.mark.parametrize('name', sorted(LOSSES))
+def test_shard_map_equals_single_device(name, block_size):
+  """Local anchors against the all-gathered batch plus the replicated queue."""
+  _, labels, *queue = random_batch(32, batch=8, slots=9)
+  w = jax.random.normal(jax.random.key(30), (8, 8))
+  x = jax.random.normal(jax.random.key(31), (8, 2, 8))
+  args = (w, x, labels, *queue)
+  single = jax.value_and_grad(_projected_loss(name))(*args)
+  sharded = jax.jit(
+    jax.shard_map(
+      jax.value_and_grad(_projected_loss(name, 'data', block_size)),
+      mesh=_mesh(),
+      in_specs=(P(), P('data'), P('data'), P(), P(), P()),
+      out_specs=(P(), P()),
     )
-    value, grad = sharded(*args)
-    np.testing.assert_allclose(value, single[0], rtol=1e-5)
-    np.testing.assert_allclose(grad, single[1], atol=1e-5)
+  )
+  value, grad = sharded(*args)
+  np.testing.assert_allclose(value, single[0], rtol=1e-5)
+  np.testing.assert_allclose(grad, single[1], atol=1e-5)

@@ -289,6 +289,10 @@ class Kernel:
   def similarity_pullback(self, d_sim, q: Rows, k: Rows):
     return similarity_pullback(d_sim, q.z, k.z, self.precision)
 
+  def anchor_pullback(self, d_sim, k: Rows):
+    """∂/∂q.z alone (keys that get no gradient: a queue)."""
+    return jnp.dot(d_sim, k.z, precision=self.precision)
+
   def log_weights(self, g, q, k):
     return log_weights(g, self.candidates(q, k), self.hardening, False)
 
@@ -321,15 +325,39 @@ class Kernel:
     return d_g_pairs + jnp.where(has_negative, d_log_e, 0.0)[:, None] * d_expectation
 
 
-def dense_sums(kernel: Kernel, q: Rows, k: Rows, with_gradient: bool):
-  """(Σ ℓ_ip, pair count[, ∂/∂q.z, ∂/∂k.z]) from one similarity matrix."""
+def key_slice(rows: Rows, start: int, stop: int) -> Rows:
+  if (start, stop) == (0, rows.index.shape[0]):
+    return rows
+  return jax.tree.map(lambda x: x[start:stop], rows)
+
+
+def no_queue_gradient(d_keys: Array, k: Rows, num_batch: int) -> Array:
+  """∂/∂k.z: the batch keys' rows of ``d_keys``, then zeros for the queue's keys."""
+  d_keys = d_keys[:num_batch]
+  if num_batch == k.index.shape[0]:
+    return d_keys
+  return jnp.concatenate([d_keys, jnp.zeros_like(k.z[num_batch:])])
+
+
+def dense_sums(kernel: Kernel, q: Rows, k: Rows, with_gradient: bool, num_batch_keys=None):
+  """(Σ ℓ_ip, pair count[, ∂/∂q.z, ∂/∂k.z]) from one similarity matrix. Keys from
+  ``num_batch_keys`` on (a queue) are no positives: no pair terms and no gradient."""
+  num_k = k.index.shape[0]
+  num_batch = num_k if num_batch_keys is None else num_batch_keys
   g = kernel.similarity(q, k)
   expectation = finish_log_expectation(*kernel.expectation_partials(g, q, k))
-  total, count, d_log_e, d_g = kernel.pair_terms(g, q, k, *expectation[:2])
+  batch = key_slice(k, 0, num_batch)
+  total, count, d_log_e, d_g = kernel.pair_terms(g[:, :num_batch], q, batch, *expectation[:2])
   if not with_gradient:
     return total, count
+  if num_batch == num_k:
+    d_sim = kernel.similarity_gradient(g, q, k, expectation, d_log_e, d_g)
+    return total, count, *kernel.similarity_pullback(d_sim, q, k)
+  d_g = jnp.pad(d_g, ((0, 0), (0, num_k - num_batch)))
   d_sim = kernel.similarity_gradient(g, q, k, expectation, d_log_e, d_g)
-  return total, count, *kernel.similarity_pullback(d_sim, q, k)
+  d_q, d_k = kernel.similarity_pullback(d_sim[:, :num_batch], q, batch)
+  d_q += kernel.anchor_pullback(d_sim[:, num_batch:], key_slice(k, num_batch, num_k))
+  return total, count, d_q, no_queue_gradient(d_k, k, num_batch)
 
 
 def pad_rows(rows: Rows, multiple: int) -> Rows:
@@ -348,8 +376,7 @@ def blocks(rows: Rows, size: int) -> Rows:
 
 def key_blocks_of(rows: Rows, start: int, stop: int, block: int) -> Rows:
   """Rows [start, stop) cut into blocks of ``block`` rows (fewer if there are fewer)."""
-  if (start, stop) != (0, rows.index.shape[0]):
-    rows = jax.tree.map(lambda x: x[start:stop], rows)
+  rows = key_slice(rows, start, stop)
   size = min(block, stop - start)  # no larger than the rows they cut: no padding up
   return blocks(pad_rows(rows, size), size)
 
@@ -386,7 +413,7 @@ def queue_gradient(kernel: Kernel, rows: Rows, queue_blocks: Rows, expectation, 
   def tile(keys):
     g = kernel.similarity(rows, keys)
     d_sim = kernel.similarity_gradient(g, rows, keys, expectation, d_log_e, 0.0)
-    return jnp.dot(d_sim, keys.z, precision=kernel.precision), None
+    return kernel.anchor_pullback(d_sim, keys), None
 
   return sweep(tile, jnp.zeros_like(rows.z), queue_blocks)[0]
 
@@ -434,9 +461,7 @@ def blockwise_sums(
   total, count = jnp.sum(out[0]), jnp.sum(out[1])
   if not with_gradient:
     return total, count
-  d_keys = d_keys[:num_batch]
-  if num_batch < num_k:  # the queue's keys get no gradient
-    d_keys = jnp.concatenate([d_keys, jnp.zeros_like(k.z[num_batch:])])
+  d_keys = no_queue_gradient(d_keys, k, num_batch)
   return total, count, out[2].reshape(-1, q.z.shape[-1])[:num_q], d_keys
 
 
@@ -454,7 +479,7 @@ def loss_sums(kernel: Kernel, q: Rows, k: Rows, block: int | None, num_batch_key
 
   def sums(q, k, with_gradient):
     if block is None:
-      return dense_sums(kernel, q, k, with_gradient)
+      return dense_sums(kernel, q, k, with_gradient, num_batch_keys)
     return blockwise_sums(kernel, q, k, with_gradient, block, num_batch_keys)
 
   def split(q_z, k_z, q_meta, k_meta):
