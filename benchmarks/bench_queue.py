@@ -5,7 +5,7 @@
 
 For each K (n = 1024 rows = batch·views, d = 128, labels in 0..99, every slot filled and
 labelled) it times the jitted forward+backward of ``losses.hscl`` (exponential hardening,
-``block_size=None``: dense while n·(n + K) <= 2^24, key blocks of 2048 above) against the
+``block_size=None``: dense without a queue, key blocks of 2048 with one) against the
 bare matmul bound of the same shapes, measured in the same run: the similarity matmul
 z [z; queue]ᵀ (n×(n+K)×d) and its two backward matmuls, as JAX's autodiff computes them
 (target: loss / bound <= 1.5x at every K), and, as in ``bench_losses.py``, the CPU-time
@@ -76,7 +76,7 @@ def speed(slots_list, repeats):
     )
     del cotangent
     loss = _time(loss_step(), z, labels, queue, queue_labels, repeats=repeats)
-    form = 'dense' if ROWS * (ROWS + slots) <= 1 << 24 else 'blocks'
+    form = 'blocks' if slots else 'dense'
     print(
       f'{slots:>6} {form:>6} {loss[0] * 1e3:>10.1f} {bound[0] * 1e3:>10.1f} '
       f'{loss[0] / bound[0]:>7.2f} {loss[1] / bound[1]:>10.2f} {loss[1] / laid_out[1]:>24.2f}'

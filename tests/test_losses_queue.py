@@ -176,11 +176,11 @@ class BlockwiseTest(parameterized.TestCase):
     np.testing.assert_allclose(blocked[0], dense[0], rtol=1e-5)
     np.testing.assert_allclose(blocked[1], dense[1], atol=1e-6)
 
-  def test_auto_switch_counts_the_queue_keys(self):
-    """block_size=None: dense while n_local · (n_global + K) <= 2^24 (traced from shapes)."""
-    features = jax.ShapeDtypeStruct((1024, 2, 8), jnp.float32)
-    labels = jax.ShapeDtypeStruct((1024,), jnp.int32)
-    for slots, blockwise in ((6144, False), (6145, True)):
+  def test_auto_streams_with_a_queue(self):
+    """block_size=None with a queue: key blocks at any size (traced from shapes)."""
+    features = jax.ShapeDtypeStruct((8, 2, 8), jnp.float32)
+    labels = jax.ShapeDtypeStruct((8,), jnp.int32)
+    for slots, blockwise in ((0, False), (1, True), (70_000, True)):
       queue = jax.ShapeDtypeStruct((slots, 8), jnp.float32)
       queue_labels = jax.ShapeDtypeStruct((slots,), jnp.int32)
       jaxpr = jax.make_jaxpr(

@@ -237,7 +237,8 @@ def ucl(
       number of filled queue slots; an explicit M is used as given.
     axis_name: inside ``jax.shard_map``/``jax.pmap``, the batch axis: negatives and the
       mean are those of the global batch.
-    block_size: None = automatic (dense up to 2^24 similarities, then key blocks of 2048);
+    block_size: None = automatic (dense up to 2^24 similarities, then key blocks of 2048;
+      key blocks always with a queue);
       an int forces blocks of that many rows, 0 the dense form (same value and gradient).
     precision: of the similarity matmuls (``'highest'``: full float32).
     queue: optional [K, dim] L2-normalised keys (a MoCo-style memory, the same on every

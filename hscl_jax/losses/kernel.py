@@ -4,14 +4,14 @@ Rows, candidate masks, log-sum-exp partials, dense and blockwise sums of eq. (3)
 losses, and the custom VJP that computes their gradient in the same passes. The image
 losses (`hscl_jax.losses.image`), the diagnostics and the graph losses are written on it.
 
-Memory: ``block_size=None`` picks the dense form when ``n_local * num_keys <=
-DENSE_MAX_ENTRIES`` (num_keys = n_global plus a queue's K) and otherwise streams over
-key blocks of ``DEFAULT_BLOCK_SIZE`` rows (log-sum-exp accumulated online, tiles
-rematerialised in the backward pass): memory O((n + K)·d). An int forces blocks of
-that size, 0 the dense form. Both forms give the same value and gradient. The gradient
-is computed in the forward passes: the dense form uses one similarity matrix for value
-and gradient; the blockwise form makes three passes over each tile (log-sum-exps, pair
-losses, gradient).
+Memory: ``block_size=None`` picks the dense form when ``n_local * n_global <=
+DENSE_MAX_ENTRIES`` and otherwise streams over key blocks of ``DEFAULT_BLOCK_SIZE`` rows
+(log-sum-exp accumulated online, tiles rematerialised in the backward pass); with a
+queue of K keys it always streams (the queue's blocks skip the pair terms and the keys'
+gradient): memory O((n + K)·d). An int forces blocks of that size, 0 the dense form.
+Both forms give the same value and gradient. The gradient is computed in the forward
+passes: the dense form uses one similarity matrix for value and gradient; the blockwise
+form makes three passes over each tile (log-sum-exps, pair losses, gradient).
 
 Precision: ``precision=`` sets the precision of the similarity matmuls (and of their
 gradient), as ``jnp.dot``'s argument: a ``jax.lax.Precision`` or its name. The default,
@@ -524,7 +524,13 @@ def global_loss(
   num_batch_keys = k.index.shape[0]
   if queue is not None:
     k, positives = with_keys(k, queue), batch_keys_only(positives)
-  block = resolve_block_size(block_size, q.index.shape[0], k.index.shape[0])
+  # With a queue, None picks key blocks at any size: they stream the queue's keys apart
+  # (measured ~2x faster than the dense form at n = 1024, K = 1024 ... 4096 on CPU).
+  block = resolve_block_size(
+    DEFAULT_BLOCK_SIZE if block_size is None and queue is not None else block_size,
+    q.index.shape[0],
+    k.index.shape[0],
+  )
   kernel = Kernel(
     candidates=candidates,
     positives=positives,
