@@ -54,28 +54,31 @@ def _loss_step(block_size):
   return jax.jit(jax.value_and_grad(loss))
 
 
-def _matmul_step(kernel_layout=False):
+def _matmul_step(kernel_layout=False, with_queue=False):
   """z zᵀ forward and its backward (two n×n×d matmuls): the bound any kernel must pay;
-  with ``kernel_layout``, the backward matmuls as the loss kernels lay them out."""
+  with ``kernel_layout``, the backward matmuls as the loss kernels lay them out. With
+  ``with_queue`` the step takes a third argument, K more keys: z [z; queue]ᵀ (n×(n+K)×d)
+  and both backward matmuls in full (the queue is differentiated too)."""
   import jax
   import jax.numpy as jnp
 
   from hscl_jax.losses import kernel
 
   @jax.custom_vjp
-  def gram(rows):
-    return rows @ rows.T
+  def gram(rows, keys):
+    return rows @ keys.T
 
-  def gram_backward(rows, cotangent):
-    return (sum(kernel.similarity_pullback(cotangent, rows, rows, None)),)
+  def gram_backward(saved, cotangent):
+    return kernel.similarity_pullback(cotangent, *saved, None)
 
-  gram.defvjp(lambda rows: (gram(rows), rows), gram_backward)
+  gram.defvjp(lambda rows, keys: (gram(rows, keys), (rows, keys)), gram_backward)
 
-  def bare(z, cotangent):
+  def bare(z, cotangent, queue=None):
     rows = z.reshape(-1, DIM)
-    return jnp.vdot(gram(rows) if kernel_layout else rows @ rows.T, cotangent)
+    keys = rows if queue is None else jnp.concatenate([rows, queue])
+    return jnp.vdot(gram(rows, keys) if kernel_layout else rows @ keys.T, cotangent)
 
-  return jax.jit(jax.value_and_grad(bare))
+  return jax.jit(jax.value_and_grad(bare, argnums=(0, 2) if with_queue else 0))
 
 
 def _time(fn, *args, repeats):
@@ -141,7 +144,7 @@ def versus_optax(n, repeats):
 
 def _child_peak(rows, block_size, run_loss):
   """Peak RSS (MiB) of a fresh process that builds the inputs and optionally runs the loss."""
-  code = (
+  return child_peak(
     "import sys, jax; sys.path.insert(0, '.');"
     'from benchmarks.bench_losses import _setup, _loss_step;'
     f'z, y = _setup({rows});'
@@ -149,6 +152,11 @@ def _child_peak(rows, block_size, run_loss):
     'jax.block_until_ready(out);'
     'print(float(out[0]) if {run_loss} else 0.0)'.replace('{run_loss}', str(run_loss))
   )
+
+
+def child_peak(code):
+  """(peak RSS in MiB, stdout) of a fresh Python process that runs ``code``; the peak must
+  be above every earlier child's (ru_maxrss of children is a running maximum)."""
   before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
   result = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
   peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -33,26 +33,38 @@ def reference_loss(
   hcl=False,
   tau_plus=0.0,
   clamp=True,
+  queue=None,
+  queue_labels=None,
+  queue_filled=None,
 ):
   """Flat mean over ordered positive pairs of log(1 + M e^{-g_ip} E_{q_i}[e^g]).
 
   method: 'sample' (UCL/H-UCL sets) or 'label' (SCL/H-SCL sets); eta: g -> η(g) (numpy);
   hcl: use HCL's debiased, clamped objective (Robinson et al., Fig. 13) instead.
+  queue: [K, d] extra keys, only ever negatives: q_i ∝ η over the in-batch negatives and
+  the filled slots (for method='label' only those with a label other than -1 and the
+  anchor's); M = n - 2 + (filled slots) by default.
   """
   z = np.asarray(features, np.float64)
   b, v, d = z.shape
   n = b * v
   rows = z.reshape(n, d)
+  queue = np.zeros((0, d)) if queue is None else np.asarray(queue, np.float64)
+  filled = np.ones(len(queue), bool) if queue_filled is None else np.asarray(queue_filled)
+  slot_label = -np.ones(len(queue), int) if queue_labels is None else np.asarray(queue_labels)
   sample = np.arange(n) // v
   label = np.asarray(labels)[sample] if labels is not None else sample
   group = sample if method == 'sample' else label
-  g = rows @ rows.T / temperature
-  M = n - 2 if M is None else M
+  g = rows @ np.concatenate([rows, queue]).T / temperature
+  M = n - 2 + filled.sum() if M is None else M
   eta = eta or (lambda x: np.ones_like(x))
   total, count = 0.0, 0
   for i in range(n):
     positives = [j for j in range(n) if j != i and group[j] == group[i]]
     negatives = [j for j in range(n) if group[j] != group[i]]
+    for s in range(len(queue)):
+      if filled[s] and (method == 'sample' or slot_label[s] not in (-1, label[i])):
+        negatives.append(n + s)
     w = eta(g[i, negatives]) if negatives else np.zeros(0)
     expectation = (w * np.exp(g[i, negatives])).sum() / w.sum() if w.sum() > 0 else 0.0
     for p in positives:
@@ -66,7 +78,7 @@ def reference_loss(
   return total / count
 
 
-def reference_hucl(features, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp=True):
+def reference_hucl(features, *, beta, tau_plus=0.0, temperature=0.5, M=None, clamp=True, **queue):
   return reference_loss(
     features,
     method='sample',
@@ -76,6 +88,7 @@ def reference_hucl(features, *, beta, tau_plus=0.0, temperature=0.5, M=None, cla
     temperature=temperature,
     M=M,
     clamp=clamp,
+    **queue,
   )
 
 
@@ -121,26 +134,41 @@ LOSSES = {
 }
 
 
+# Views, temperature and M of the value tests.
+SETTINGS = [dict(views=2, temperature=0.5, M=None), dict(views=3, temperature=0.2, M=7.5)]
+
+
 def directional_derivative(fn, x, direction, eps=1e-5):
   """Central finite difference of a float64 numpy function."""
   x = np.asarray(x, np.float64)
   return (fn(x + eps * direction) - fn(x - eps * direction)) / (2 * eps)
 
 
+def assert_value_matches(variant, name, features, labels, **kw):
+  """LOSSES[name] (under a chex ``variant``) is a float32 scalar equal to its reference."""
+  kernel, reference = LOSSES[name]
+  got = variant(functools.partial(kernel, **kw))(features, labels)
+  chex.assert_shape(got, ())
+  assert got.dtype == jnp.float32, got.dtype
+  np.testing.assert_allclose(got, reference(features, labels, **kw), rtol=2e-5)
+
+
+def assert_gradient_matches(grad, reference, features, num_directions=3):
+  """grad · u against central differences of the float64 ``reference`` along random u."""
+  rng = np.random.default_rng(0)
+  for _ in range(num_directions):
+    direction = rng.normal(size=features.shape)
+    expected = directional_derivative(reference, features, direction)
+    np.testing.assert_allclose(jnp.vdot(grad, direction), expected, rtol=1e-3, atol=1e-5)
+
+
 class ReferenceTest(chex.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
-  @parameterized.product(
-    name=sorted(LOSSES),
-    setting=[dict(views=2, temperature=0.5, M=None), dict(views=3, temperature=0.2, M=7.5)],
-  )
+  @parameterized.product(name=sorted(LOSSES), setting=SETTINGS)
   def test_value_matches_reference(self, name, setting):
-    kernel, reference = LOSSES[name]
     features, labels = random_batch(0, views=setting['views'])
     kw = dict(temperature=setting['temperature'], M=setting['M'])
-    got = self.variant(functools.partial(kernel, **kw))(features, labels)
-    chex.assert_shape(got, ())
-    self.assertEqual(got.dtype, jnp.float32)
-    np.testing.assert_allclose(got, reference(features, labels, **kw), rtol=2e-5)
+    assert_value_matches(self.variant, name, features, labels, **kw)
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(*sorted(LOSSES))
@@ -148,11 +176,7 @@ class ReferenceTest(chex.TestCase):
     kernel, reference = LOSSES[name]
     features, labels = random_batch(1)
     grad = self.variant(jax.grad(lambda f: kernel(f, labels)))(features)
-    rng = np.random.default_rng(0)
-    for _ in range(3):
-      direction = rng.normal(size=features.shape)
-      expected = directional_derivative(lambda f: reference(f, labels), features, direction)
-      np.testing.assert_allclose(jnp.vdot(grad, direction), expected, rtol=1e-3, atol=1e-5)
+    assert_gradient_matches(grad, lambda f: reference(f, labels), features)
 
 
 class IdentityTest(parameterized.TestCase):
@@ -628,12 +652,14 @@ def _mesh():
 
 
 def _projected_loss(name, axis_name=None, block_size=None):
-  """Loss of a tiny linear projection so gradients reach replicated parameters."""
+  """Loss of a tiny linear projection so gradients reach replicated parameters; ``queue``:
+  optionally (queue, queue_labels, queue_filled), replicated."""
   kernel, _ = LOSSES[name]
 
-  def loss(w, x, labels):
+  def loss(w, x, labels, *queue):
     z = normalized(jnp.einsum('bvd,de->bve', x, w))
-    return kernel(z, labels, axis_name=axis_name, block_size=block_size)
+    kw = dict(zip(('queue', 'queue_labels', 'queue_filled'), queue))
+    return kernel(z, labels, axis_name=axis_name, block_size=block_size, **kw)
 
   return loss
 

@@ -35,6 +35,14 @@ is the loss of the global batch, identical on every device. Inside ``jax.shard_m
 ``jax.grad`` of it with respect to replicated parameters is the gradient of the
 global-batch loss: JAX inserts the cross-device sum.
 
+Queue (``queue``, ``queue_labels``, ``queue_filled``): K extra keys, e.g. a MoCo-style
+memory of earlier batches' projections. Every filled slot is a negative of every anchor
+(UCL/H-UCL), or of the anchors of another label (SCL/H-SCL; an unlabelled slot, -1, never
+is); a slot is never a positive. The hardening weights and the expectation run over the
+in-batch and queue negatives together, M defaults to n - 2 + (filled slots), and the queue
+gets no gradient. With ``axis_name`` the queue is the same on every device and is not
+all-gathered. An empty queue (K = 0) gives the loss without one.
+
 Memory and precision (``block_size``, ``precision``): see ``hscl_jax.losses.kernel``.
 """
 
@@ -106,14 +114,17 @@ def beta_schedule(epoch, *, beta: float, num_epochs: int, num_steps: int):
 # Per-pair losses.
 
 
-def log_m(M, features, axis_name):
-  """log M; M = None means n - 2 with n the number of rows of the global batch."""
+def log_m(M, features, axis_name, queue_filled=None):
+  """log M; M = None means n - 2 with n the number of rows of the global batch, plus the
+  number of filled queue slots with a queue (UCL's count of candidate negatives)."""
   if M is None:
     batch, views, _ = features.shape
     devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
     M = batch * views * devices - 2
     if M <= 0:
       raise ValueError(f'M = n - 2 = {M} is not positive: the batch has too few rows; pass M.')
+    if queue_filled is not None:
+      M = M + jnp.sum(queue_filled, dtype=jnp.int32)
     return jnp.log(jnp.asarray(M, jnp.float32))
   return kernel.log_given_m(M)
 
@@ -147,24 +158,60 @@ class _Options:
   block_size: int | None
   precision: kernel.Precision
   stop_gradient_weights: bool = False
+  queue: object = None
+  queue_labels: object = None
+  queue_filled: object = None
+
+
+def _checked_queue(options: _Options, dim: int, supervised: bool):
+  """(queue, queue_labels, queue_filled) as arrays, checked; (None, None, None) without a
+  queue or with an empty one (K = 0: exactly the loss without a queue)."""
+  queue, labels, filled = options.queue, options.queue_labels, options.queue_filled
+  if queue is None:
+    for name, value in (('queue_labels', labels), ('queue_filled', filled)):
+      if value is not None:
+        raise ValueError(f'{name} was given without queue; pass queue= too (or neither).')
+    return None, None, None
+  queue = jnp.asarray(queue)
+  if queue.ndim != 2 or queue.shape[1] != dim:
+    raise ValueError(f'queue must have shape [K, {dim}] (dim as features), got {queue.shape}.')
+  if not jnp.issubdtype(queue.dtype, jnp.floating):
+    raise TypeError(f'queue must be floating point, got dtype {queue.dtype}.')
+  if labels is None and supervised:
+    raise ValueError('queue_labels is required with a queue for scl/hscl (-1 = unlabelled).')
+  num = queue.shape[0]
+  labels = jnp.full((num,), -1, jnp.int32) if labels is None else jnp.asarray(labels)
+  filled = jnp.ones((num,), bool) if filled is None else jnp.asarray(filled)
+  for name, value in (('queue_labels', labels), ('queue_filled', filled)):
+    if value.shape != (num,):
+      raise ValueError(f'{name} must have shape [K] = ({num},), got {value.shape}.')
+  if not jnp.issubdtype(labels.dtype, jnp.integer):
+    raise TypeError(f'queue_labels must be integers (-1 = unlabelled), got {labels.dtype}.')
+  return (None, None, None) if num == 0 else (queue, labels, filled.astype(bool))
 
 
 def _loss(features, labels, *, candidates, positives, hardening, pair_loss, options: _Options):
-  """Checks the inputs and the temperature, then eq. (3)'s flat mean over the batch."""
+  """Checks the inputs and the temperature, then eq. (3)'s flat mean over the batch (the
+  filled queue slots join the negatives; for the supervised losses only labelled ones)."""
   features, labels = kernel.check_inputs(features, labels)
   kernel.check_temperature(options.temperature)
+  queue, queue_labels, filled = _checked_queue(options, features.shape[-1], labels is not None)
+  if queue is not None:
+    counted = filled if labels is None else filled & (queue_labels >= 0)
+    queue = kernel.queue_rows(queue, queue_labels, counted)
   return kernel.global_loss(
     features,
     labels,
     candidates=candidates,
     positives=positives,
     hardening=hardening,
-    pair_loss=pair_loss(log_m(options.M, features, options.axis_name)),
+    pair_loss=pair_loss(log_m(options.M, features, options.axis_name, filled)),
     temperature=options.temperature,
     stop_gradient_weights=options.stop_gradient_weights,
     axis_name=options.axis_name,
     block_size=options.block_size,
     precision=options.precision,
+    queue=queue,
   )
 
 
@@ -176,6 +223,9 @@ def ucl(
   axis_name: str | None = None,
   block_size: int | None = None,
   precision: kernel.Precision = kernel.DEFAULT_PRECISION,
+  queue: Array | None = None,
+  queue_labels: Array | None = None,
+  queue_filled: Array | None = None,
 ) -> Array:
   """UCL (SimCLR / NT-Xent), eq. (3): positives are the other views of the same sample,
   negatives every row of another sample, η ≡ 1. With M = n - 2 this is NT-Xent exactly.
@@ -183,12 +233,19 @@ def ucl(
   Args:
     features: [batch, views, dim] L2-normalised projections (views >= 2).
     temperature: γ, positive (a number or a traced scalar).
-    M: the constant M of eq. (3); None = n - 2 (n rows of the global batch).
+    M: the constant M of eq. (3); None = n - 2 (n rows of the global batch) plus the
+      number of filled queue slots; an explicit M is used as given.
     axis_name: inside ``jax.shard_map``/``jax.pmap``, the batch axis: negatives and the
       mean are those of the global batch.
-    block_size: None = automatic (dense up to 2^24 similarities, then key blocks of 2048);
+    block_size: None = automatic (dense up to 2^24 similarities, then key blocks of 2048;
+      key blocks always with a queue);
       an int forces blocks of that many rows, 0 the dense form (same value and gradient).
     precision: of the similarity matmuls (``'highest'``: full float32).
+    queue: optional [K, dim] L2-normalised keys (a MoCo-style memory, the same on every
+      device: not all-gathered): every filled slot joins every anchor's negatives (never a
+      positive) and the hardening weights; it gets no gradient (stop_gradient).
+    queue_labels: [K] integer labels of the slots, -1 = unlabelled (unused by UCL/H-UCL).
+    queue_filled: [K] bool, the slots that hold a key; None = all of them.
 
   Returns:
     The loss, a float32 scalar (the same on every device with ``axis_name``).
@@ -201,7 +258,8 @@ def ucl(
     >>> loss.shape, str(loss.dtype), bool(loss > 0)
     ((), 'float32', True)
   """
-  options = _Options(temperature, M, axis_name, block_size, precision)
+  queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled)
+  options = _Options(temperature, M, axis_name, block_size, precision, **queue_args)
   return _loss(
     features,
     None,
@@ -225,6 +283,9 @@ def hucl(
   axis_name: str | None = None,
   block_size: int | None = None,
   precision: kernel.Precision = kernel.DEFAULT_PRECISION,
+  queue: Array | None = None,
+  queue_labels: Array | None = None,
+  queue_filled: Array | None = None,
 ) -> Array:
   """H-UCL (HCL; Robinson et al. eq. (4), Fig. 13): UCL's positives and negatives with
   q_i ∝ e^{β g_ij} (Sec. III-C), and τ⁺ debiasing of the negative mass
@@ -236,6 +297,7 @@ def hucl(
     beta: hardening strength β >= 0 (a number or a traced scalar).
     tau_plus: class prior τ⁺ in [0, 1) of the debiasing; 0 = plain H-UCL.
     temperature, M, axis_name, block_size, precision: as in ``ucl``.
+    queue, queue_labels, queue_filled: extra negatives, as in ``ucl``.
     clamp: floor the debiased mass at M·e^{-1/γ} (HCL's rule); False floors it at 0.
     stop_gradient_weights: detach the hardening weights (same value, other gradient).
 
@@ -252,7 +314,10 @@ def hucl(
   kernel.check_value(
     'tau_plus', tau_plus, lambda x: (x >= 0) & (x < 1), 'in [0, 1) (a class prior)'
   )
-  options = _Options(temperature, M, axis_name, block_size, precision, stop_gradient_weights)
+  queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled)
+  options = _Options(
+    temperature, M, axis_name, block_size, precision, stop_gradient_weights, **queue_args
+  )
   return _loss(
     features,
     None,
@@ -273,6 +338,9 @@ def scl(
   axis_name: str | None = None,
   block_size: int | None = None,
   precision: kernel.Precision = kernel.DEFAULT_PRECISION,
+  queue: Array | None = None,
+  queue_labels: Array | None = None,
+  queue_filled: Array | None = None,
 ) -> Array:
   """SCL (Sec. III-B, eq. (3)): positives every other row with the anchor's label
   (including its other views), negatives every row with another label, η ≡ 1.
@@ -281,6 +349,9 @@ def scl(
     features: [batch, views, dim] L2-normalised projections (views >= 2).
     labels: [batch] integer class ids (one per sample, not per view).
     temperature, M, axis_name, block_size, precision: as in ``ucl``.
+    queue, queue_filled: extra negatives, as in ``ucl``.
+    queue_labels: required with a queue: a slot is a negative of the anchors of another
+      label; an unlabelled slot (-1) is never one.
 
   Returns:
     The loss, a float32 scalar; 0 for a batch whose labels are all equal.
@@ -301,6 +372,9 @@ def scl(
     axis_name=axis_name,
     block_size=block_size,
     precision=precision,
+    queue=queue,
+    queue_labels=queue_labels,
+    queue_filled=queue_filled,
   )
 
 
@@ -315,6 +389,9 @@ def hscl(
   axis_name: str | None = None,
   block_size: int | None = None,
   precision: kernel.Precision = kernel.DEFAULT_PRECISION,
+  queue: Array | None = None,
+  queue_labels: Array | None = None,
+  queue_filled: Array | None = None,
 ) -> Array:
   """H-SCL (Sec. III-C, eq. (3)): SCL's positives and negatives with q_i ∝ η(g_ij).
 
@@ -326,6 +403,7 @@ def hscl(
     temperature, M, axis_name, block_size, precision: as in ``ucl``.
     stop_gradient_weights: detach the hardening weights (same value, other gradient;
       by default gradients flow through them, as the authors' code).
+    queue, queue_labels, queue_filled: extra negatives, as in ``scl``.
 
   Returns:
     The loss, a float32 scalar.
@@ -339,7 +417,10 @@ def hscl(
     >>> bool(losses.hscl(z, labels, hardening=losses.exponential(0.0)) == losses.scl(z, labels))
     True
   """
-  options = _Options(temperature, M, axis_name, block_size, precision, stop_gradient_weights)
+  queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled)
+  options = _Options(
+    temperature, M, axis_name, block_size, precision, stop_gradient_weights, **queue_args
+  )
   return _loss(
     features,
     labels,
