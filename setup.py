@@ -33,7 +33,13 @@ setuptools.setup(
   python_requires='>=3.11',
   install_requires=INSTALL_REQUIRES,
   extras_require={
-    'test': ['pytest>=9.0.3,<10', 'chex>=0.1.92,<0.2', 'ruff==0.17.6', 'matplotlib>=3.11.2,<4'],
+    'test': [
+      'pytest>=9.0.3,<10',
+      'chex>=0.1.92,<0.2',
+      'ruff==0.17.6',
+      'matplotlib>=3.11.2,<4',
+      'hypothesis>=6.155.2,<7',
+    ],
     # The comparison report's plots (python -m hscl_jax.experiments.compare).
     'report': ['matplotlib>=3.11.2,<4'],
     # Only needed to *prepare* TFDS datasets (download + convert to array_record).
