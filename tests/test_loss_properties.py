@@ -8,6 +8,7 @@ Derandomised (the same examples on every run) and small, so CI stays determinist
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -20,7 +21,13 @@ from test_losses import reference_loss
 
 from hscl_jax import losses
 
-PROPERTY_SETTINGS = settings(max_examples=6, deadline=None, derandomize=True, database=None)
+PROPERTY_SETTINGS = settings(
+  max_examples=6,
+  deadline=None,
+  derandomize=True,
+  database=None,
+  suppress_health_check=[HealthCheck.too_slow],  # a loaded CI machine
+)
 
 
 @st.composite

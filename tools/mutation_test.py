@@ -334,14 +334,14 @@ MUTANTS = (
     'hscl_jax/schema.py',
     'if not 0 <= config.tau_plus < 1:',
     'if not 0 <= config.tau_plus <= 1:',
-    ('tests/test_configs.py', 'tests/test_config_properties.py'),
+    ('tests/test_configs.py', 'tests/test_config_properties.py', '-k', 'config'),
   ),
   M(
-    'schema_batch_divisor_ignores_processes',
+    'schema_batch_zero_accepted',
     'hscl_jax/schema.py',
-    'divisor = math.lcm(num_devices, num_processes)',
-    'divisor = num_devices',
-    ('tests/test_launch.py', '-k', 'config', 'tests/test_config_properties.py'),
+    'if value < 1 or value % divisor:',
+    'if value % divisor:',
+    ('tests/test_configs.py', 'tests/test_config_properties.py', '-k', 'config'),
   ),
 )
 
