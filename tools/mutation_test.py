@@ -184,21 +184,21 @@ MUTANTS = (
     'hscl_jax/train.py',
     'model = models.create_model(config.model, bn_axis_name=parallel.AXIS)',
     'model = models.create_model(config.model)',
-    ('tests/test_train.py', '-k', 'four_devices_match_one_device'),
+    ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'batchnorm or four_devices_match'),
   ),
   M(
     'tau_schedule_default_temperature',
     'hscl_jax/train.py',
     '    num_epochs=config.num_epochs,\n    temperature=config.temperature,\n  )',
     '    num_epochs=config.num_epochs,\n  )',
-    ('tests/test_configs.py', '-k', 'loss_hyperparameters'),
+    ('tests/test_configs.py', 'tests/test_train_wiring.py', '-k', 'hyperparameters'),
   ),
   M(
     'hucl_tau_plus_dropped',
     'hscl_jax/train.py',
     '        tau_plus=config.tau_plus,\n',
     '',
-    ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'wiring or option_variants'),
+    ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'configured_loss or variants'),
   ),
   # ---- optim
   M(
@@ -230,7 +230,7 @@ MUTANTS = (
     'hscl_jax/gradcache.py',
     'return new_state, (outputs, state)',
     'return new_state, (outputs, new_state)',
-    ('tests/test_gradcache.py', '-k', 'batch_mixing'),
+    ('tests/test_gradcache.py', '-k', 'batch_mixing or own_state'),
   ),
   M(
     'gradcache_pmean_not_psum',
@@ -245,7 +245,7 @@ MUTANTS = (
     'hscl_jax/checkpointing.py',
     'return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit())',
     'return sorted((int(p.name) for p in path.iterdir() if p.name.isdigit()), reverse=True)',
-    ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'wiring or corrupt_latest'),
+    ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'finished_steps or corrupt_latest'),
   ),
   # ---- knn
   M(
@@ -305,14 +305,14 @@ MUTANTS = (
     'hscl_jax/linear_probe.py',
     '**evaluate(classifier, jnp.asarray(test_x), jnp.asarray(test_y)),',
     '**evaluate(classifier, jnp.asarray(train_x), jnp.asarray(train_y)),',
-    ('tests/test_linear_eval.py', '-k', 'pipeline_from_another_process'),
+    ('tests/test_linear_eval.py', '-k', 'pipeline or recomputed'),
   ),
   M(
     'linear_eval_top5_is_top1',
     'hscl_jax/linear_probe.py',
     "'top5': float(jnp.mean(_topk_correct(logits, labels, top5))),",
     "'top5': float(jnp.mean(_topk_correct(logits, labels, 1))),",
-    ('tests/test_linear_eval.py', '-k', 'pipeline_from_another_process'),
+    ('tests/test_linear_eval.py', '-k', 'pipeline or recomputed'),
   ),
   # ---- stored config, workdir lock, schema
   M(
