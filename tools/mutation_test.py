@@ -187,6 +187,13 @@ MUTANTS = (
     ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'batchnorm or four_devices_match'),
   ),
   M(
+    'preemption_only_at_logging_steps',
+    'hscl_jax/train.py',
+    '        if preemption.requested(sync_point=log_step):',
+    '        if log_step and preemption.requested(sync_point=log_step):',
+    ('tests/test_train.py', '-k', 'sigterm_in_any_phase and epoch-end'),
+  ),
+  M(
     'tau_schedule_default_temperature',
     'hscl_jax/train.py',
     '    num_epochs=config.num_epochs,\n    temperature=config.temperature,\n  )',
