@@ -90,7 +90,8 @@ MUTANTS = (
     'hscl_jax/losses/kernel.py',
     'total, count = jax.lax.psum((total, count), axis_name)',
     'total = jax.lax.psum(total, axis_name)',
-    ('tests/test_losses.py', '-k', 'shard_map_equals_single_device'),
+    # pmap: a value check; under shard_map JAX's replication check stops it first (a crash)
+    ('tests/test_losses.py', '-k', 'pmap_value_equals_single_device'),
   ),
   M(
     'shard_sample_offset_dropped',
