@@ -324,10 +324,10 @@ MUTANTS = (
   ),
   # ---- stored config, workdir lock, schema
   M(
-    'free_field_prefix_match',
+    'free_section_not_matched',
     'hscl_jax/stored_config.py',
     "field == f or field.startswith(f + '.')",
-    'field.startswith(f)',
+    'field == f',
     ('tests/test_stored_config.py',),
   ),
   M(
