@@ -43,8 +43,15 @@ setuptools.setup(
   extras_require={
     # ruff is pinned: its lint rules and formatting change between releases, and CI runs
     # `ruff check .` and `ruff format --check .`. chex 0.1.83 fails to import with jax 0.10
-    # (jax.core.Shape); matplotlib 3.8.3 requires numpy<2.
-    'test': ['pytest>=6.2.5', 'chex>=0.1.84', 'ruff==0.17.6', 'matplotlib>=3.8.4'],
+    # (jax.core.Shape); matplotlib 3.8.3 requires numpy<2. hypothesis: the version tested
+    # (its floor not searched; the lowest-direct check does not run the property tests).
+    'test': [
+      'pytest>=6.2.5',
+      'chex>=0.1.84',
+      'ruff==0.17.6',
+      'matplotlib>=3.8.4',
+      'hypothesis>=6.155.2',
+    ],
     # The comparison report's plots (python -m hscl_jax.experiments.compare).
     'report': ['matplotlib>=3.8.4'],
     # Only needed to *prepare* TFDS datasets (download + convert to array_record). Its floor

@@ -230,3 +230,66 @@ def test_params_from_config_accepts_lists_and_rejects_unknown_keys():
     augment.AugmentParams.from_config({'image_size': 32, 'flip_probability': 0.5})
   with pytest.raises(ValueError, match='flip_prob'):
     augment.AugmentParams(image_size=32, flip_prob=1.5)
+
+
+def test_flip_and_grayscale_are_drawn_independently():
+  """P(flip and gray) = P(flip) P(gray): each random choice has its own draw."""
+  params = dataclasses.replace(IDENTITY, flip_prob=0.5, grayscale_prob=0.5, **NO_NORMALISATION)
+  images = jnp.broadcast_to(jnp.asarray(two_halves_image()), BATCH_SHAPE)
+  out = np.asarray(jitted_two_views()(jax.random.key(2), images, params)).reshape(-1, SIZE, SIZE, 3)
+  is_gray = np.all(out == out[..., :1], axis=(1, 2, 3))
+  left_sum, right_sum = out[:, :, : SIZE // 2].sum((1, 2, 3)), out[:, :, SIZE // 2 :].sum((1, 2, 3))
+  is_flipped = np.where(is_gray, left_sum < right_sum, out[:, 0, 0, 0] < out[:, 0, 0, 2])
+  both = np.mean(is_gray & is_flipped)
+  assert abs(both - 0.25) < binomial_tolerance(0.25, len(out)), both
+
+
+def _direct_view(key, image, params):
+  """One view computed from the formulas: the view's uniform draws carved in the order of
+  augment._DRAW_SIZES, torchvision's crop box (first fitting candidate, area and log-ratio
+  interpolated, offsets from their own draws), flip, normalisation."""
+  sizes = augment._DRAW_SIZES
+  u = np.asarray(jax.random.uniform(key, (sum(sizes.values()),)), np.float64)
+  offsets = np.cumsum([0, *sizes.values()])
+  draw = {name: u[offsets[i] : offsets[i + 1]] for i, name in enumerate(sizes)}
+  height, width = image.shape[:2]
+  (s0, s1), (r0, r1) = params.crop_scale, params.crop_ratio
+  area = height * width * (s0 + (s1 - s0) * draw['crop_area'])
+  aspect = np.exp(np.log(r0) + (np.log(r1) - np.log(r0)) * draw['crop_ratio'])
+  crop_w, crop_h = np.sqrt(area * aspect), np.sqrt(area / aspect)
+  fits = (crop_w <= width) & (crop_h <= height)
+  assert fits.any()  # the test's parameters always leave a fitting candidate
+  first = int(np.argmax(fits))
+  crop_h, crop_w = crop_h[first], crop_w[first]
+  top = draw['crop_offset'][0] * (height - crop_h)
+  left = draw['crop_offset'][1] * (width - crop_w)
+  box = tuple(jnp.float32(x) for x in (top, left, crop_h, crop_w))
+  out = np.asarray(augment.crop_and_resize(jnp.asarray(image, jnp.float32) / 255, box, SIZE))
+  if draw['flip'][0] < params.flip_prob:
+    out = out[:, ::-1]
+  return (out - np.array(params.mean)) / np.array(params.std)
+
+
+def test_end_to_end_with_non_trivial_crop_flip_and_normalisation():
+  """two_views with a non-square input, an asymmetric scale and ratio range, flips and a
+  per-channel normalisation equals each view computed directly (key fold_in(key, 2i + v))."""
+  params = augment.AugmentParams(
+    image_size=SIZE,
+    crop_scale=(0.3, 0.6),
+    crop_ratio=(1.3, 2.0),
+    flip_prob=0.5,
+    jitter_prob=0.0,
+    grayscale_prob=0.0,
+    blur_prob=0.0,
+    mean=(0.1, 0.2, 0.3),
+    std=(0.5, 0.6, 0.7),
+  )
+  images = random_images((3, 2, 14, 11, 3), seed=5)
+  key = jax.random.key(9)
+  out = np.asarray(jax.jit(augment.two_views)(key, images, params))
+  for i in range(3):
+    for v in range(2):
+      view_key = jax.random.fold_in(key, 2 * i + v)
+      expected = _direct_view(view_key, np.asarray(images[i, v]), params)
+      np.testing.assert_allclose(out[i, v], expected, atol=2e-4, err_msg=f'sample {i} view {v}')
+  assert not np.allclose(out[:, 0], out[:, 1], atol=0.05)  # the two views differ

@@ -123,3 +123,31 @@ def test_four_devices_equal_one():
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), grads, expected[1]
   )
+
+
+def test_recomputation_sees_each_chunks_own_state():
+  """A forward whose outputs depend on the state it is given (its inputs scaled by a
+  counter): the pull-back must recompute each chunk with the state that chunk saw in
+  the first pass, so the gradient is that of the sequential unchunked computation."""
+  params, x, labels = make_inputs(3)
+  chunks = gradcache.split(x, 4)
+
+  def forward(p, state, chunk):
+    return encode(p, chunk * (1.0 + 0.3 * state['count'])), {'count': state['count'] + 1.0}
+
+  def sequential(p):
+    state, outputs = {'count': jnp.float32(0.0)}, []
+    for chunk in chunks:
+      out, state = forward(p, state, chunk)
+      outputs.append(out)
+    return scl(_normalize(jnp.concatenate(outputs)) * 1.3, labels), state
+
+  (expected, expected_state), expected_grads = jax.value_and_grad(sequential, has_aux=True)(params)
+  loss_fn = lambda z: (scl(_normalize(z) * 1.3, labels), None)
+  (loss, _, _, state), grads = jax.jit(
+    lambda p: gradcache.value_and_grad(forward, loss_fn, p, {'count': jnp.float32(0.0)}, chunks)
+  )(params)
+  np.testing.assert_allclose(loss, expected, rtol=1e-6)
+  np.testing.assert_allclose(state['count'], expected_state['count'])
+  for name in params:
+    np.testing.assert_allclose(grads[name], expected_grads[name], rtol=1e-4, atol=1e-6)

@@ -122,3 +122,18 @@ def test_bad_arguments():
     knn.weighted_knn_predict(bank, bank_labels, queries[:, :3], num_classes=5)
   with pytest.raises(ValueError, match='empty'):
     knn.weighted_knn_predict(bank[:0], bank_labels[:0], queries, num_classes=5)
+
+
+def test_query_mask_drops_padding_even_when_it_would_be_right():
+  """Masked-out queries whose labels match their predictions must not raise the accuracy:
+  the figure is the mean over the unmasked queries only, recomputed here directly."""
+  bank, bank_labels, queries, query_labels = make_data(5)
+  predictions = reference_predict(bank, bank_labels, queries, 5, 25, 0.5)
+  mask = np.arange(len(queries)) < 50
+  labels = np.where(mask, query_labels, predictions)  # padding: "correct" by construction
+  acc = knn.weighted_knn_accuracy(
+    bank, bank_labels, queries, labels, num_classes=5, k=25, chunk_size=16, query_mask=mask
+  )
+  expected = np.mean(predictions[mask] == query_labels[mask])
+  assert expected < 1.0  # otherwise the padding could not change the figure
+  assert acc == pytest.approx(expected, abs=1e-6)

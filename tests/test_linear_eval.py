@@ -9,14 +9,19 @@ import shutil
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
+from hscl_jax import augment  # noqa: E402
 from hscl_jax import checkpointing  # noqa: E402
+from hscl_jax import data  # noqa: E402
 from hscl_jax import linear_probe  # noqa: E402
+from hscl_jax import models  # noqa: E402
 from hscl_jax import train  # noqa: E402
 
 RESULT_KEYS = ('protocol', 'top1', 'top5', 'checkpoint_step', 'num_train', 'num_test')
@@ -70,6 +75,55 @@ def test_pipeline_from_another_process_on_one_device(trained):
   after = _snapshot(workdir)
   changed = {p for p in after if before.get(p) != after[p]}
   assert changed == {workdir / linear_probe.RESULT_FILE}
+
+
+def _recomputed_accuracies(config, workdir, step, classifier, source):
+  """top-1/top-5 of `classifier` on every example of `source`, computed directly: the
+  checkpoint's encoder on preprocess_eval'd images, L2-normalised features, NumPy logits."""
+  model = models.create_model(config.model)
+  params = augment.AugmentParams.from_config(config.augment)
+  size = params.image_size
+  variables = linear_probe.restore_encoder(str(workdir), step, model, (size, size, 3))
+  images = np.stack([source[i]['image'] for i in range(len(source))])
+  labels = np.asarray([source[i]['label'] for i in range(len(source))])
+  features = np.asarray(
+    model.apply(variables, augment.preprocess_eval(images, params), train=False, method='features'),
+    np.float64,
+  )
+  features /= np.linalg.norm(features, axis=1, keepdims=True)
+  logits = features @ np.asarray(classifier['w'], np.float64) + np.asarray(classifier['b'])
+  ranked = np.argsort(-logits, axis=1)
+  return np.mean(ranked[:, 0] == labels), np.mean(np.any(ranked[:, :5] == labels[:, None], axis=1))
+
+
+def test_reported_accuracy_is_recomputed_on_the_test_split(trained, tmp_path, monkeypatch):
+  """The report's top-1/top-5 are the trained classifier's on the test split, every
+  example once: recomputed independently from the checkpoint and the classifier."""
+  workdir, _ = trained
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  config = one_epoch_config()
+  config.linear_eval.num_epochs = 5
+  classifiers = []
+  train_loop = linear_probe._train_loop
+
+  def capture(*args, **kwargs):
+    classifiers.append(jax.device_get(train_loop(*args, **kwargs)))
+    return classifiers[-1]
+
+  monkeypatch.setattr(linear_probe, '_train_loop', capture)
+  result = linear_probe.linear_evaluate(config, str(copy))
+  (classifier,) = classifiers
+  train_source, test_source = data.run_sources(config)
+  assert (result['num_train'], result['num_test']) == (len(train_source), len(test_source))
+  step = result['checkpoint_step']
+  top1, top5 = _recomputed_accuracies(config, copy, step, classifier, test_source)
+  tolerance = 1.5 / len(test_source)  # one example on a float32 tie at most
+  assert abs(result['top1'] - top1) <= tolerance, (result, top1)
+  assert abs(result['top5'] - top5) <= tolerance, (result, top5)
+  assert top5 > top1  # top-5 is its own figure here, not a copy of top-1
+  train_top1, _ = _recomputed_accuracies(config, copy, step, classifier, train_source)
+  assert abs(train_top1 - top1) > tolerance  # the splits are told apart by the figure
 
 
 def test_augmented_protocol(trained, tmp_path):

@@ -16,6 +16,15 @@ from hscl_jax import metrics  # noqa: E402
 from hscl_jax import stored_config  # noqa: E402
 
 
+def refused(workdir, config, allowed=()):
+  """check_unchanged's refusal message, or None when the config is accepted."""
+  try:
+    stored_config.check_unchanged(str(workdir), config, allowed=allowed)
+  except stored_config.ConfigChangedError as e:
+    return str(e)
+  return None
+
+
 def test_changes_that_alter_the_run_are_refused_with_the_fix(tmp_path):
   metrics.write_config(str(tmp_path), digits.get_config())
   changed = digits.get_config()
@@ -32,7 +41,7 @@ def test_changes_that_alter_the_run_are_refused_with_the_fix(tmp_path):
     'Fix: use a new --workdir, or, to change it deliberately (e.g. more '
     'epochs), add --allow_config_change=augment.crop_scale,batch_size,method'
   )
-  stored_config.check_unchanged(str(tmp_path), changed, allowed=('augment', 'batch_size', 'method'))
+  assert refused(tmp_path, changed, allowed=('augment', 'batch_size', 'method')) is None
 
 
 def test_logging_and_evaluation_fields_may_change(tmp_path):
@@ -43,15 +52,15 @@ def test_logging_and_evaluation_fields_may_change(tmp_path):
   config.keep_checkpoints = 9
   config.linear_eval.num_epochs = 3
   config.knn.batch_size = 64
-  stored_config.check_unchanged(str(tmp_path), config)
+  assert refused(tmp_path, config) is None
   config.num_epochs = 60
   with pytest.raises(stored_config.ConfigChangedError, match='num_epochs: 30 -> 60'):
     stored_config.check_unchanged(str(tmp_path), config)
-  stored_config.check_unchanged(str(tmp_path), config, allowed=('num_epochs',))
+  assert refused(tmp_path, config, allowed=('num_epochs',)) is None
 
 
 def test_no_stored_config_nothing_to_compare(tmp_path):
-  stored_config.check_unchanged(str(tmp_path), digits.get_config())
+  assert refused(tmp_path, digits.get_config()) is None
 
 
 def test_fields_of_another_version_do_not_block_a_resume(tmp_path):
@@ -60,4 +69,15 @@ def test_fields_of_another_version_do_not_block_a_resume(tmp_path):
   del stored['batch_size']  # a field this version has and the run's version had not
   stored['removed_field'] = 1  # and one it has dropped
   (tmp_path / 'config.json').write_text(json.dumps(stored))
-  stored_config.check_unchanged(str(tmp_path), digits.get_config())
+  assert refused(tmp_path, digits.get_config()) is None
+
+
+def test_a_free_or_allowed_section_frees_every_field_in_it(tmp_path):
+  metrics.write_config(str(tmp_path), digits.get_config())
+  config = digits.get_config()
+  config.linear_eval.num_epochs, config.linear_eval.learning_rate = 3, 0.5  # free section
+  assert refused(tmp_path, config) is None
+  config.augment.crop_scale, config.augment.flip_prob = (0.5, 1.0), 0.5
+  assert 'augment.crop_scale' in refused(tmp_path, config)
+  assert refused(tmp_path, config, allowed=('augment',)) is None
+  assert 'augment.flip_prob' in refused(tmp_path, config, allowed=('augment.crop_scale',))

@@ -250,8 +250,8 @@ def _sigterm_at(patch, phase, step=None):
 @pytest.mark.parametrize(
   'interruptions',
   [
-    # last step of epoch 1, its kNN, its record, then mid-epoch 2
-    [('step', 3), ('knn',), ('record',), ('step', 4)],
+    # last step of epoch 1, its kNN, its record, then mid-epoch 2 (not a logging step)
+    [('step', 3), ('knn',), ('record',), ('step', 5)],
     # epoch 1's checkpoint write, the last step of the run, the last kNN
     [('checkpoint',), ('step', 6), ('knn',)],
   ],
@@ -269,6 +269,9 @@ def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
       fired = _sigterm_at(patch, *interruption)
       stopped = train.train_and_evaluate(tiny_config(), str(workdir))
     assert fired and stopped.preempted, interruption
+    if interruption[0] == 'step':  # it stops at the step the signal came in, not later
+      assert int(stopped.state.step) == interruption[1], interruption
+      assert max(_checkpoint_steps(workdir)) == interruption[1], interruption
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
   resumed = train.train_and_evaluate(tiny_config(), str(workdir))
   assert not resumed.preempted

@@ -1,0 +1,151 @@
+"""The training program's wiring, each piece against a direct computation.
+
+The loss the step minimises is the loss of the config's method with every option it sets
+(not a default); the epoch of a step, the hyper-parameters of an epoch at a temperature
+other than the default, the checkpoint steps in order; and the model the program itself
+builds (not one a test builds) syncs BatchNorm over the devices.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import digits  # noqa: E402
+from hscl_jax import checkpointing  # noqa: E402
+from hscl_jax import losses  # noqa: E402
+from hscl_jax import models  # noqa: E402
+from hscl_jax import optim  # noqa: E402
+from hscl_jax import parallel  # noqa: E402
+from hscl_jax import train  # noqa: E402
+
+
+def _features(seed=0, batch=8, views=2, dim=6):
+  z = np.random.default_rng(seed).normal(size=(batch, views, dim))
+  return jnp.asarray(z / np.linalg.norm(z, axis=-1, keepdims=True), jnp.float32)
+
+
+def _program_loss(config, z, labels, hyper):
+  """The training step's loss function, on one device (its axis is the mesh's)."""
+  loss_fn, _ = train.make_loss_fn(config)
+  mesh = parallel.make_mesh(jax.devices()[:1])
+  shard = jax.shard_map(
+    lambda z, y: loss_fn(z, y, hyper), mesh=mesh, in_specs=(P(parallel.AXIS),) * 2, out_specs=P()
+  )
+  return jax.jit(jax.value_and_grad(shard))(z, labels)
+
+
+@pytest.mark.parametrize(
+  'method,hardening',
+  [('ucl', 'exp'), ('hucl', 'exp'), ('scl', 'exp'), ('hscl', 'exp'), ('hscl', 'threshold')],
+)
+def test_wiring_loss_is_the_configured_loss_with_every_option(method, hardening):
+  """Non-default γ, M, τ⁺, stop_gradient_weights and β/τ reach the loss."""
+  config = digits.get_config()
+  config.method, config.hardening = method, hardening
+  config.temperature, config.M, config.tau_plus = 0.3, 9, 0.1
+  config.stop_gradient_weights = True
+  hyper = {'beta': np.float32(1.5), 'tau': np.float32(np.exp(-0.4))}
+  z, labels = _features(), jnp.array([0, 1, 2, 0, 1, 2, 0, 1])
+  common = dict(temperature=0.3, M=9)
+  direct = {
+    'ucl': lambda f: losses.ucl(f, **common),
+    'hucl': lambda f: losses.hucl(f, beta=1.5, tau_plus=0.1, stop_gradient_weights=True, **common),
+    'scl': lambda f: losses.scl(f, labels, **common),
+    'hscl': lambda f: losses.hscl(
+      f,
+      labels,
+      hardening=losses.exponential(1.5) if hardening == 'exp' else losses.threshold(np.exp(-0.4)),
+      stop_gradient_weights=True,
+      **common,
+    ),
+  }[method]
+  value, grad = _program_loss(config, z, labels, hyper)
+  expected_value, expected_grad = jax.jit(jax.value_and_grad(direct))(z)
+  np.testing.assert_allclose(value, expected_value, rtol=1e-6)
+  np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_wiring_epoch_of_step_is_one_based():
+  plan = train.Plan(
+    steps_per_epoch=3, num_epochs=4, learning_rate=optim.optax.constant_schedule(1.0)
+  )
+  assert [plan.epoch_of_step(s) for s in range(7)] == [1, 1, 1, 2, 2, 2, 3]
+  assert plan.total_steps == 12
+
+
+def test_wiring_hyperparameters_use_the_run_temperature():
+  """eq. (4) at γ = 0.2: τ = exp((start + (e - 1)/(E - 1)·(end - start)) / γ)."""
+  config = digits.get_config()
+  config.num_epochs, config.tau_start, config.tau_end, config.temperature = 5, -0.3, 0.1, 0.2
+  for epoch in (1, 3, 5):
+    level = -0.3 + (epoch - 1) / 4 * 0.4
+    tau = train.loss_hyperparameters(config, epoch)['tau']
+    assert float(tau) == pytest.approx(math.exp(level / 0.2), rel=1e-5)
+
+
+def test_wiring_finished_steps_in_increasing_order(tmp_path):
+  directory = checkpointing.directory(str(tmp_path))
+  for name in ('10', '3', '7', '12.orbax-checkpoint-tmp', 'other'):
+    (pathlib.Path(str(directory)) / name).mkdir(parents=True)
+  assert checkpointing.finished_steps(str(tmp_path)) == [3, 7, 10]
+
+
+class _Built(Exception):
+  pass
+
+
+def _program_model(config, workdir, monkeypatch):
+  """The model train_and_evaluate builds (the run stops right after building it)."""
+  built = []
+  create = models.create_model
+
+  def record(*args, **kwargs):
+    built.append(create(*args, **kwargs))
+    return built[-1]
+
+  def stop(*args, **kwargs):
+    raise _Built
+
+  monkeypatch.setattr(models, 'create_model', record)
+  monkeypatch.setattr(optim, 'create_optimizer', stop)
+  with pytest.raises(_Built):
+    train.train_and_evaluate(config, str(workdir))
+  return built[-1]  # the last one built (schema validation builds one first)
+
+
+def test_wiring_program_model_batchnorm_statistics_are_global(tmp_path, monkeypatch):
+  """On 4 devices with different shards, every device's BatchNorm statistics after a
+  training-mode pass equal the statistics of the whole batch on one device."""
+  config = digits.get_config()
+  config.batch_size, config.knn.batch_size = 32, 256
+  model = _program_model(config, tmp_path, monkeypatch)
+  image_size = config.augment.image_size
+  variables = models.initialize(model, jax.random.key(0), (image_size, image_size, 3))
+  images = jax.random.normal(jax.random.key(1), (16, image_size, image_size, 3))
+  images = images * jnp.arange(1, 17, dtype=jnp.float32)[:, None, None, None]  # shards differ
+
+  def stats(devices):
+    mesh = parallel.make_mesh(jax.devices()[:devices])
+
+    def per_device(x):
+      _, updates = model.apply(variables, x, train=True, mutable=['batch_stats'])
+      return jax.tree.map(lambda s: s[None], updates['batch_stats'])
+
+    fn = jax.shard_map(per_device, mesh=mesh, in_specs=P(parallel.AXIS), out_specs=P(parallel.AXIS))
+    return jax.device_get(jax.jit(fn)(images))
+
+  one, four = stats(1), stats(4)
+  for x, y in zip(jax.tree.leaves(four), jax.tree.leaves(one), strict=True):
+    assert x.shape[0] == 4
+    np.testing.assert_allclose(x, np.broadcast_to(y, x.shape), rtol=1e-4, atol=1e-5)

@@ -1,0 +1,488 @@
+"""Mutation testing of the core modules: does the suite catch realistic single bugs?
+
+Each mutant below is one realistic bug (an off-by-one, >= for >, swapped arguments, a
+wrong axis, a missing collective, a wrong sign, a dropped stop_gradient, the wrong split,
+a wrong default...) written by hand as (file, exact original snippet, replacement, the
+tests that should catch it). The script copies the working tree (tracked and untracked,
+not ignored files) to a temporary directory once, then for each mutant plants it in the
+copy, runs only its tests there with ``pytest -x``, restores the file and classifies:
+
+  * ``assertion``: a test failed on an assertion about the behaviour (AssertionError,
+    pytest's ``Failed: DID NOT RAISE``);
+  * ``crash``: killed, but by another exception (a test's scaffolding, a fixture, an
+    import): a kill by accident, not by design;
+  * ``survived``: every selected test passed.
+
+The real files are never modified. For developers, not CI (tens of minutes on a CPU):
+
+    python tools/mutation_test.py                 # every mutant
+    python tools/mutation_test.py --only knn_temperature_multiplies
+    python tools/mutation_test.py --list
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+  name: str
+  path: str
+  original: str
+  replacement: str
+  tests: tuple[str, ...]  # pytest arguments: files, node ids, -k expressions
+  occurrence: int | None = None  # which occurrence of `original` when it is not unique
+
+
+M = Mutant
+LOSS_TESTS = ('tests/test_losses.py', 'tests/test_loss_properties.py')
+MUTANTS = (
+  # ---- losses: kernel
+  M(
+    'threshold_strict',
+    'hscl_jax/losses/image.py',
+    'jnp.where(g >= log_tau, 0.0, kernel.NEG_INF)',
+    'jnp.where(g > log_tau, 0.0, kernel.NEG_INF)',
+    ('tests/test_losses.py', 'tests/test_loss_properties.py', '-k', 'threshold'),
+  ),
+  M(
+    'stop_gradient_ignored',
+    'hscl_jax/losses/kernel.py',
+    '    if not self.stop_gradient_weights:\n',
+    '    if True:\n',
+    ('tests/test_losses.py', '-k', 'stop_gradient'),
+  ),
+  M(
+    'hucl_drops_stop_gradient_option',
+    'hscl_jax/losses/image.py',
+    'options = _Options(temperature, M, axis_name, block_size, precision, stop_gradient_weights)',
+    'options = _Options(temperature, M, axis_name, block_size, precision)',
+    ('tests/test_losses.py', 'tests/test_loss_properties.py', '-k', 'stop_gradient'),
+    occurrence=0,  # hucl's (hscl's is the second)
+  ),
+  M(
+    'pair_loss_sign_of_log_e',
+    'hscl_jax/losses/kernel.py',
+    'softplus(log_m - g + log_e)',
+    'softplus(log_m - g - log_e)',
+    ('tests/test_losses.py', '-k', 'test_value_matches_reference'),
+  ),
+  M(
+    'lse_merge_wrong_sign',
+    'hscl_jax/losses/kernel.py',
+    'sb * jnp.exp(mb - m)',
+    'sb * jnp.exp(m - mb)',
+    ('tests/test_losses.py', '-k', 'blockwise_equals_dense'),
+  ),
+  M(
+    'count_not_summed_over_devices',
+    'hscl_jax/losses/kernel.py',
+    'total, count = jax.lax.psum((total, count), axis_name)',
+    'total = jax.lax.psum(total, axis_name)',
+    # pmap: a value check; under shard_map JAX's replication check stops it first (a crash)
+    ('tests/test_losses.py', '-k', 'pmap_value_equals_single_device'),
+  ),
+  M(
+    'shard_sample_offset_dropped',
+    'hscl_jax/losses/kernel.py',
+    'flatten(z, labels, shard * batch)',
+    'flatten(z, labels, 0)',
+    ('tests/test_losses.py', '-k', 'shard_map_equals_single_device'),
+  ),
+  M(
+    'nan_guard_dropped',
+    'hscl_jax/losses/kernel.py',
+    'total = jnp.where(jnp.all(jnp.isfinite(q.z)), total, jnp.nan)',
+    'total = total',
+    ('tests/test_losses.py', '-k', 'non_finite'),
+  ),
+  M(
+    'padding_rows_valid',
+    'hscl_jax/losses/kernel.py',
+    'valid=padded.valid.at[-pad:].set(False)',
+    'valid=padded.valid.at[-pad:].set(True)',
+    ('tests/test_losses.py', '-k', 'blockwise_equals_dense'),
+  ),
+  # ---- losses: image
+  M(
+    'hscl_candidates_other_sample',
+    'hscl_jax/losses/image.py',
+    'candidates=kernel.other_label,',
+    'candidates=kernel.other_sample,',
+    ('tests/test_losses.py', '-k', 'test_value_matches_reference'),
+  ),
+  M(
+    'default_m_ignores_devices',
+    'hscl_jax/losses/image.py',
+    'M = batch * views * devices - 2',
+    'M = batch * views - 2',
+    ('tests/test_losses.py', '-k', 'shard_map_equals_single_device'),
+  ),
+  M(
+    'tau_schedule_epoch_off_by_one',
+    'hscl_jax/losses/image.py',
+    '(jnp.asarray(epoch, jnp.float32) - 1.0)',
+    'jnp.asarray(epoch, jnp.float32)',
+    ('tests/test_losses.py', '-k', 'tau_schedule'),
+  ),
+  M(
+    'beta_schedule_ceil',
+    'hscl_jax/losses/image.py',
+    'drops = jnp.floor(',
+    'drops = jnp.ceil(',
+    ('tests/test_losses.py', '-k', 'beta_annealing'),
+  ),
+  M(
+    'debias_denominator_sign',
+    'hscl_jax/losses/image.py',
+    'jnp.log1p(-tau_plus)',
+    'jnp.log1p(tau_plus)',
+    ('tests/test_losses.py', '-k', 'test_value_matches_reference'),
+  ),
+  M(
+    'hcl_clamp_floor_wrong',
+    'hscl_jax/losses/image.py',
+    'log_m - 1.0 / temperature if clamp',
+    'log_m - temperature if clamp',
+    ('tests/test_losses.py', '-k', 'debiasing_never_nan or low_temperature'),
+  ),
+  # ---- losses: graph
+  M(
+    'graph_negatives_same_label',
+    'hscl_jax/losses/graph.py',
+    'candidates &= node_labels[:, None] != graph_labels[None, :]',
+    'candidates &= node_labels[:, None] == graph_labels[None, :]',
+    ('tests/test_graph_loss.py', '-k', 'matches_float64_reference_values'),
+  ),
+  M(
+    'graph_mean_counts_padding',
+    'hscl_jax/losses/graph.py',
+    'jnp.maximum(jnp.sum(node_mask, dtype=jnp.float32), 1.0)',
+    'jnp.float32(node_mask.shape[0])',
+    ('tests/test_graph_loss.py', '-k', 'padding_invariance'),
+  ),
+  # ---- train
+  M(
+    'epoch_of_step_zero_based',
+    'hscl_jax/train.py',
+    'return step // self.steps_per_epoch + 1',
+    'return step // self.steps_per_epoch',
+    ('tests/test_train_wiring.py', 'tests/test_configs.py', '-k', 'epoch or schedule'),
+  ),
+  M(
+    'batchnorm_not_synced',
+    'hscl_jax/train.py',
+    'model = models.create_model(config.model, bn_axis_name=parallel.AXIS)',
+    'model = models.create_model(config.model)',
+    ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'batchnorm or four_devices_match'),
+  ),
+  M(
+    'preemption_only_at_logging_steps',
+    'hscl_jax/train.py',
+    '        if preemption.requested(sync_point=log_step):',
+    '        if log_step and preemption.requested(sync_point=log_step):',
+    ('tests/test_train.py', '-k', 'sigterm_in_any_phase and epoch-end'),
+  ),
+  M(
+    'tau_schedule_default_temperature',
+    'hscl_jax/train.py',
+    '    num_epochs=config.num_epochs,\n    temperature=config.temperature,\n  )',
+    '    num_epochs=config.num_epochs,\n  )',
+    ('tests/test_configs.py', 'tests/test_train_wiring.py', '-k', 'hyperparameters'),
+  ),
+  M(
+    'hucl_tau_plus_dropped',
+    'hscl_jax/train.py',
+    '        tau_plus=config.tau_plus,\n',
+    '',
+    ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'configured_loss or variants'),
+  ),
+  # ---- optim
+  M(
+    'adam_l2_decoupled',
+    'hscl_jax/optim.py',
+    '    optax.add_decayed_weights(weight_decay, mask),\n'
+    '    optax.scale_by_adam(b1=b1, b2=b2, eps=eps),\n',
+    '    optax.scale_by_adam(b1=b1, b2=b2, eps=eps),\n'
+    '    optax.add_decayed_weights(weight_decay, mask),\n',
+    ('tests/test_optim.py',),
+  ),
+  M(
+    'cosine_ignores_warmup',
+    'hscl_jax/optim.py',
+    'max(total_steps - warmup_steps, 1)',
+    'max(total_steps, 1)',
+    ('tests/test_configs.py', '-k', 'learning_rate_schedule'),
+  ),
+  M(
+    'rank1_mask_includes_biases',
+    'hscl_jax/optim.py',
+    'p.ndim > 1',
+    'p.ndim >= 1',
+    ('tests/test_optim.py',),
+  ),
+  # ---- gradcache
+  M(
+    'gradcache_recompute_with_next_state',
+    'hscl_jax/gradcache.py',
+    'return new_state, (outputs, state)',
+    'return new_state, (outputs, new_state)',
+    ('tests/test_gradcache.py', '-k', 'batch_mixing or own_state'),
+  ),
+  M(
+    'gradcache_pmean_not_psum',
+    'hscl_jax/gradcache.py',
+    'grads = jax.lax.psum(grads, axis_name)',
+    'grads = jax.lax.pmean(grads, axis_name)',
+    ('tests/test_gradcache.py', '-k', 'four_devices'),
+  ),
+  # ---- checkpointing
+  M(
+    'finished_steps_newest_first',
+    'hscl_jax/checkpointing.py',
+    'return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit())',
+    'return sorted((int(p.name) for p in path.iterdir() if p.name.isdigit()), reverse=True)',
+    ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'finished_steps or corrupt_latest'),
+  ),
+  # ---- knn
+  M(
+    'knn_temperature_multiplies',
+    'hscl_jax/knn.py',
+    'weights = jnp.exp((top_sims - top_sims[:, :1]) / temperature)',
+    'weights = jnp.exp((top_sims - top_sims[:, :1]) * temperature)',
+    ('tests/test_knn.py',),
+  ),
+  M(
+    'knn_query_mask_ignored',
+    'hscl_jax/knn.py',
+    'hits = jnp.sum(correct & query_mask)',
+    'hits = jnp.sum(correct)',
+    ('tests/test_knn.py',),
+  ),
+  # ---- augment
+  M(
+    'crop_scale_ratio_swapped',
+    'hscl_jax/augment.py',
+    '    params.crop_scale,\n    params.crop_ratio,\n',
+    '    params.crop_ratio,\n    params.crop_scale,\n',
+    ('tests/test_augment.py',),
+  ),
+  M(
+    'grayscale_reuses_flip_draw',
+    'hscl_jax/augment.py',
+    "jnp.where(draws['grayscale'] < params.grayscale_prob",
+    "jnp.where(draws['flip'] < params.grayscale_prob",
+    ('tests/test_augment.py',),
+  ),
+  M(
+    'crop_offset_same_draw',
+    'hscl_jax/augment.py',
+    'left = offset_u[1] * (width - crop_w)',
+    'left = offset_u[0] * (width - crop_w)',
+    ('tests/test_augment.py',),
+  ),
+  M(
+    'crop_width_height_swapped',
+    'hscl_jax/augment.py',
+    '  crop_w = jnp.sqrt(area * aspect)\n  crop_h = jnp.sqrt(area / aspect)\n',
+    '  crop_w = jnp.sqrt(area / aspect)\n  crop_h = jnp.sqrt(area * aspect)\n',
+    ('tests/test_augment.py',),
+  ),
+  # ---- data loaders
+  M(
+    'same_order_every_epoch',
+    'hscl_jax/data/loaders.py',
+    'np.random.default_rng([seed, epoch]).permutation(num_examples)',
+    'np.random.default_rng(seed).permutation(num_examples)',
+    ('tests/test_data_loaders.py',),
+  ),
+  # ---- linear evaluation
+  M(
+    'linear_eval_reports_train_split',
+    'hscl_jax/linear_probe.py',
+    '**evaluate(classifier, jnp.asarray(test_x), jnp.asarray(test_y)),',
+    '**evaluate(classifier, jnp.asarray(train_x), jnp.asarray(train_y)),',
+    ('tests/test_linear_eval.py', '-k', 'pipeline or recomputed'),
+  ),
+  M(
+    'linear_eval_top5_is_top1',
+    'hscl_jax/linear_probe.py',
+    "'top5': float(jnp.mean(_topk_correct(logits, labels, top5))),",
+    "'top5': float(jnp.mean(_topk_correct(logits, labels, 1))),",
+    ('tests/test_linear_eval.py', '-k', 'pipeline or recomputed'),
+  ),
+  # ---- stored config, workdir lock, schema
+  M(
+    'free_section_not_matched',
+    'hscl_jax/stored_config.py',
+    "field == f or field.startswith(f + '.')",
+    'field == f',
+    ('tests/test_stored_config.py',),
+  ),
+  M(
+    'lock_heartbeat_comparison_flipped',
+    'hscl_jax/workdir_lock.py',
+    "return time.time() - holder.get('heartbeat', 0.0) > stale_seconds",
+    "return time.time() - holder.get('heartbeat', 0.0) < stale_seconds",
+    ('tests/test_workdir_lock.py',),
+  ),
+  M(
+    'schema_tau_plus_allows_one',
+    'hscl_jax/schema.py',
+    'if not 0 <= config.tau_plus < 1:',
+    'if not 0 <= config.tau_plus <= 1:',
+    ('tests/test_configs.py', 'tests/test_config_properties.py', '-k', 'config'),
+  ),
+  M(
+    'schema_batch_zero_accepted',
+    'hscl_jax/schema.py',
+    'if value < 1 or value % divisor:',
+    'if value % divisor:',
+    ('tests/test_configs.py', 'tests/test_config_properties.py', '-k', 'config'),
+  ),
+)
+
+_SUMMARY = re.compile(r'^(?:FAILED|ERROR) .*$', re.M)
+# What a failed assertion about the behaviour looks like in pytest's short summary.
+_ASSERTION = ('AssertionError', 'assert ', 'Failed: DID NOT RAISE', 'Failed: Regex pattern')
+
+
+def classify(returncode: int, output: str) -> tuple[str, str]:
+  """(outcome, detail) of one pytest run (its output made with -rfE and wide COLUMNS)."""
+  if returncode == 0:
+    return 'survived', ''
+  if returncode == 5:
+    return 'no tests', 'no test collected: fix the selection'
+  summary = _SUMMARY.findall(output)
+  if not summary:
+    return 'crash', output.strip().splitlines()[-1][:120]
+  first = summary[0]
+  reason = first.split(' - ', 1)[1] if ' - ' in first else ''
+  detail = reason[:120]
+  if first.startswith('ERROR') or not reason.startswith(_ASSERTION):
+    return 'crash', detail or first[:120]  # a fixture, an import, another exception
+  return 'assertion', detail
+
+
+def copy_tree(destination: str, ref: str | None) -> None:
+  """The working tree (tracked and untracked files, not ignored ones), or commit `ref`."""
+  if ref:
+    archive = subprocess.run(['git', 'archive', ref], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(['tar', '-x', '-C', destination], input=archive.stdout, check=True)
+    return
+  files = subprocess.run(
+    ['git', 'ls-files', '-co', '--exclude-standard', '-z'],
+    cwd=ROOT,
+    check=True,
+    capture_output=True,
+    text=True,
+  ).stdout.split('\0')
+  for name in filter(None, files):
+    source = os.path.join(ROOT, name)
+    if not os.path.isfile(source):
+      continue  # deleted in the working tree
+    target = os.path.join(destination, name)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    shutil.copy2(source, target)
+
+
+def plant(text: str, mutant: Mutant) -> str:
+  count = text.count(mutant.original)
+  if count == 0 or (count > 1 and mutant.occurrence is None):
+    raise ValueError(f'{mutant.name}: the snippet occurs {count} times in {mutant.path}')
+  start = -1
+  for _ in range((mutant.occurrence or 0) + 1):
+    start = text.index(mutant.original, start + 1)
+  return text[:start] + mutant.replacement + text[start + len(mutant.original) :]
+
+
+def run_mutant(
+  workdir: str, mutant: Mutant, timeout: float, log_dir: str | None
+) -> tuple[str, str, float]:
+  path = os.path.join(workdir, mutant.path)
+  with open(path) as f:
+    original = f.read()
+  try:
+    mutated = plant(original, mutant)
+  except ValueError as e:
+    return 'stale', str(e), 0.0
+  with open(path, 'w') as f:
+    f.write(mutated)
+  env = dict(os.environ, PYTHONPATH=workdir, PYTHONDONTWRITEBYTECODE='1', COLUMNS='1000')
+  # Test files not written yet (or removed) are left out, so older trees can be measured.
+  tests = [
+    t
+    for t in mutant.tests
+    if not t.startswith('tests/') or os.path.exists(os.path.join(workdir, t.split('::')[0]))
+  ]
+  command = [sys.executable, '-m', 'pytest', '-x', '-q', '-rfE', '-p', 'no:cacheprovider']
+  start = time.time()
+  try:
+    result = subprocess.run(
+      command + tests, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    output = result.stdout + result.stderr
+    outcome, detail = classify(result.returncode, output)
+    if log_dir:
+      with open(os.path.join(log_dir, mutant.name + '.log'), 'w') as f:
+        f.write(output)
+  except subprocess.TimeoutExpired:
+    outcome, detail = 'timeout', f'over {timeout:.0f} s'
+  finally:
+    with open(path, 'w') as f:
+      f.write(original)
+  return outcome, detail, time.time() - start
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--only', nargs='*', help='names of the mutants to run (default: all)')
+  parser.add_argument('--list', action='store_true', help='list the mutants and exit')
+  parser.add_argument('--timeout', type=float, default=600, help='seconds per mutant')
+  parser.add_argument(
+    '--ref', help='test commit REF (e.g. the suite before new tests) instead of the working tree'
+  )
+  parser.add_argument('--log-dir', help="write each mutant's pytest output to DIR/NAME.log")
+  args = parser.parse_args()
+  mutants = [m for m in MUTANTS if not args.only or m.name in args.only]
+  if args.log_dir:
+    os.makedirs(args.log_dir, exist_ok=True)
+  if args.list:
+    for m in mutants:
+      print(f'{m.name:40s} {m.path:30s} {" ".join(m.tests)}')
+    return 0
+  unknown = set(args.only or ()) - {m.name for m in MUTANTS}
+  if unknown:
+    parser.error(f'unknown mutants: {", ".join(sorted(unknown))}')
+  counts: dict[str, int] = {}
+  with tempfile.TemporaryDirectory(prefix='hscl_mutants_') as workdir:
+    copy_tree(workdir, args.ref)
+    print(f'{"mutant":40s} {"outcome":10s} {"seconds":>7s}  detail', flush=True)
+    for mutant in mutants:
+      outcome, detail, seconds = run_mutant(workdir, mutant, args.timeout, args.log_dir)
+      counts[outcome] = counts.get(outcome, 0) + 1
+      print(f'{mutant.name:40s} {outcome:10s} {seconds:7.0f}  {detail}', flush=True)
+  total = len(mutants)
+  by_assertion = counts.get('assertion', 0)
+  killed = by_assertion + counts.get('crash', 0) + counts.get('timeout', 0)
+  print(
+    f'\n{total} mutants: {killed} killed ({100 * killed / total:.0f} %), '
+    f'{by_assertion} by an assertion ({100 * by_assertion / total:.0f} %); '
+    + ', '.join(f'{k} {v}' for k, v in sorted(counts.items()))
+  )
+  return 0 if by_assertion == total else 1
+
+
+if __name__ == '__main__':
+  sys.exit(main())
