@@ -66,8 +66,8 @@ MUTANTS = (
   M(
     'hucl_drops_stop_gradient_option',
     'hscl_jax/losses/image.py',
-    'options = _Options(temperature, M, axis_name, block_size, precision, stop_gradient_weights)',
-    'options = _Options(temperature, M, axis_name, block_size, precision)',
+    'temperature, M, axis_name, block_size, precision, stop_gradient_weights, **queue_args',
+    'temperature, M, axis_name, block_size, precision, False, **queue_args',
     ('tests/test_losses.py', 'tests/test_loss_properties.py', '-k', 'stop_gradient'),
     occurrence=0,  # hucl's (hscl's is the second)
   ),
@@ -190,8 +190,8 @@ MUTANTS = (
   M(
     'preemption_only_at_logging_steps',
     'hscl_jax/train.py',
-    '        if preemption.requested(sync_point=log_step):',
-    '        if log_step and preemption.requested(sync_point=log_step):',
+    '        self.preemption.check(sync_point=log_step)',
+    '        if log_step:\n          self.preemption.check(sync_point=log_step)',
     ('tests/test_train.py', '-k', 'sigterm_in_any_phase and epoch-end'),
   ),
   M(
@@ -243,8 +243,8 @@ MUTANTS = (
   M(
     'gradcache_pmean_not_psum',
     'hscl_jax/gradcache.py',
-    'grads = jax.lax.psum(grads, axis_name)',
-    'grads = jax.lax.pmean(grads, axis_name)',
+    'jax.lax.psum(grads, axis_name)',
+    'jax.lax.pmean(grads, axis_name)',
     ('tests/test_gradcache.py', '-k', 'four_devices'),
   ),
   # ---- checkpointing
@@ -340,8 +340,8 @@ MUTANTS = (
   M(
     'schema_tau_plus_allows_one',
     'hscl_jax/schema.py',
-    'if not 0 <= config.tau_plus < 1:',
-    'if not 0 <= config.tau_plus <= 1:',
+    '    if not 0 <= value < 1:',
+    '    if not 0 <= value <= 1:',
     ('tests/test_configs.py', 'tests/test_config_properties.py', '-k', 'config'),
   ),
   M(
