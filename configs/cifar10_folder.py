@@ -14,7 +14,10 @@ five methods × 3 seeds fit in about 2.5 hours on a 2-core CPU (two workers, one
     0.410, against 0.375 at the paper's constant 1e-3);
   * random resized crops of at least 20 % of the image (SupContrast's CIFAR setting)
     instead of SimCLR's 8 %: a small network learns little from tiny crops in few steps;
-  * the kNN monitor every epoch, the features protocol of the linear evaluation.
+  * the kNN monitor every epoch, the features protocol of the linear evaluation with batch
+    128 and Adam at 1e-2: on 10,000 examples the paper's batch 512 at 1e-3 gives the
+    classifier 2,000 steps and underfits (UCL seed 0: linear 0.407 against kNN 0.424;
+    0.466 at batch 512 and 1e-2, 0.486 at batch 128 and 1e-2).
 On an accelerator drop the budget overrides, e.g. --config.model.name=resnet18
 --config.train_examples=None --config.batch_size=512 --config.num_epochs=200.
 """
@@ -39,6 +42,8 @@ def get_config():
   config.optimizer.schedule = 'cosine'
   config.optimizer.warmup_epochs = 0.5
   config.knn.every_epochs = 1
+  config.linear_eval.batch_size = 128
+  config.linear_eval.learning_rate = 1e-2
   config.checkpoint_every_epochs = 1
   config.keep_checkpoints = 1
   config.log_every_steps = 10

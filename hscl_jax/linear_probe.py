@@ -276,6 +276,7 @@ def linear_evaluate(
     'num_epochs': cfg.num_epochs,
     'learning_rate': cfg.learning_rate,
     'weight_decay': cfg.weight_decay,
+    'batch_size': cfg.batch_size,
     'dataset': config.dataset,
     'method': config.method,
     'seconds': time.perf_counter() - start,

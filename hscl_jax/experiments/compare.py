@@ -58,7 +58,10 @@ def main(argv):
   seeds = list(range(_SEEDS.value))
   args = (_CONFIG.value, _WORKDIR.value, seeds, grids, _PROTOCOL.value)
   if not _REPORT_ONLY.value:
-    errors.exit_on_user_error(lambda: image_grid.run_grid(*args), workdir=_WORKDIR.value)
+    try:
+      errors.exit_on_user_error(lambda: image_grid.run_grid(*args), workdir=_WORKDIR.value)
+    except image_grid.Preempted:
+      sys.exit(143)  # SIGTERM: the run in progress saved; the same command resumes the grid
   report = errors.exit_on_user_error(
     lambda: image_grid.write_report(*args, report_dir=_REPORT_DIR.value), workdir=_WORKDIR.value
   )

@@ -33,6 +33,7 @@ from hscl_jax import train
 from hscl_jax import workdir_lock
 
 BETA_GRID = (0.1, 0.5, 1.0, 2.0, 5.0)
+Preempted = train.Preempted
 TAU_STARTS = (-0.5, -0.3, -0.1)
 TAU_ENDS = (-0.1, 0.0, 0.1)
 METHODS = ('UCL', 'H-UCL', 'SCL', 'H-SCL(β)', 'H-SCL(τ)')
@@ -94,9 +95,13 @@ def run_dir(root: str, setting: Setting, seed: int) -> str:
   return os.path.join(root, setting.slug, f'seed{seed}')
 
 
-def finished_run(root: str, setting: Setting, seed: int, protocol: str) -> dict | None:
+# The linear evaluation's settings a finished run's linear_eval.json must have been made with.
+LINEAR_EVAL_KEYS = ('protocol', 'num_epochs', 'learning_rate', 'weight_decay', 'batch_size')
+
+
+def finished_run(root: str, setting: Setting, seed: int, linear_eval) -> dict | None:
   """The run's results if it trained every epoch and its last checkpoint was
-  linear-evaluated with `protocol`; None otherwise."""
+  linear-evaluated with the settings `linear_eval` (config.linear_eval); None otherwise."""
   workdir = run_dir(root, setting, seed)
   result_path = os.path.join(workdir, linear_probe.RESULT_FILE)
   if not os.path.exists(result_path):
@@ -111,16 +116,21 @@ def finished_run(root: str, setting: Setting, seed: int, protocol: str) -> dict 
     not history
     or history[-1]['epoch'] != num_epochs
     or result['checkpoint_step'] != last_step
-    or result['protocol'] != protocol
+    or any(result.get(k) != linear_eval[k] for k in LINEAR_EVAL_KEYS)
   ):
     return None
   return {'setting': setting, 'seed': seed, 'linear': result, 'history': history}
 
 
+def linear_settings(base, protocol: str) -> dict:
+  """config.linear_eval with the comparison's protocol."""
+  return {**base.linear_eval.to_dict(), 'protocol': protocol}
+
+
 def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict | None:
   """Trains (or resumes / reuses) one run and linear-evaluates its last checkpoint;
   None if another process holds the run's workdir (it is running it)."""
-  done = finished_run(root, setting, seed, protocol)
+  done = finished_run(root, setting, seed, linear_settings(base, protocol))
   if done is not None:
     return done
   workdir = run_dir(root, setting, seed)
@@ -128,7 +138,8 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict
   config.linear_eval.protocol = protocol
   start = time.time()
   try:
-    train.train_and_evaluate(config, workdir)
+    if train.train_and_evaluate(config, workdir).preempted:
+      raise Preempted()  # the run saved its checkpoint: the grid stops too
     # Evaluated under the run's lock, so two workers never evaluate the same run.
     with workdir_lock.WorkdirLock(workdir):
       result = linear_probe.linear_evaluate(config, workdir)
@@ -141,7 +152,7 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict
     result['top1'],
     time.time() - start,
   )
-  return finished_run(root, setting, seed, protocol)
+  return finished_run(root, setting, seed, linear_settings(base, protocol))
 
 
 def _mean_std(values) -> str:
@@ -415,7 +426,7 @@ def write_report(config, root: str, seeds, grids, protocol: str, report_dir: str
     run
     for seed in seeds
     for s in settings(config, grids)
-    if (run := finished_run(root, s, seed, protocol)) is not None
+    if (run := finished_run(root, s, seed, linear_settings(config, protocol))) is not None
   ]
   if not runs:
     return None
