@@ -75,10 +75,18 @@ def recomputed_knn(config, workdir) -> float:
   subset = data.SubsetSource(
     full_train, data.balanced_subset(full_train.labels(), config.train_examples, config.split_seed)
   )
-  bank, bank_labels, _ = evaluation.extract_features(feature_fn, variables, subset, 8, mesh)
-  queries, query_labels, _ = evaluation.extract_features(feature_fn, variables, test, 8, mesh)
+  bank, bank_labels, bank_mask = evaluation.extract_features(feature_fn, variables, subset, 8, mesh)
+  queries, query_labels, query_mask = evaluation.extract_features(
+    feature_fn, variables, test, 8, mesh
+  )
+  assert bank_mask.all() and query_mask.sum() == len(test)  # 24 bank rows; 12 queries padded to 16
   return knn.weighted_knn_accuracy(
-    bank, bank_labels, queries, query_labels, num_classes=NUM_CLASSES, k=config.knn.k
+    bank[bank_mask],
+    bank_labels[bank_mask],
+    queries[query_mask],
+    query_labels[query_mask],
+    num_classes=NUM_CLASSES,
+    k=config.knn.k,
   )
 
 
