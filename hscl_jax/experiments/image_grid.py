@@ -235,7 +235,8 @@ def plot_report(summary, best, out_dir: str) -> list[str]:
     ylim=(0, 1.02),
     title='Anchors satisfying Assumption 1 (Fig. 4)',
   )
-  ax.legend(fontsize=7)
+  if hard:  # no H-SCL run finished yet: an empty plot, without a legend warning
+    ax.legend(fontsize=7)
   files.append(_save(fig, out_dir, 'fig4_assumption1.png'))
 
   fig, axes = plt.subplots(1, max(len(hard), 1), figsize=(6 * max(len(hard), 1), 4), squeeze=False)
