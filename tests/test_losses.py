@@ -36,6 +36,7 @@ def reference_loss(
   queue=None,
   queue_labels=None,
   queue_filled=None,
+  keys=None,
 ):
   """Flat mean over ordered positive pairs of log(1 + M e^{-g_ip} E_{q_i}[e^g]).
 
@@ -43,7 +44,8 @@ def reference_loss(
   hcl: use HCL's debiased, clamped objective (Robinson et al., Fig. 13) instead.
   queue: [K, d] extra keys, only ever negatives: q_i ∝ η over the in-batch negatives and
   the filled slots (for method='label' only those with a label other than -1 and the
-  anchor's); M = n - 2 + (filled slots) by default.
+  anchor's); M = n - 2 + (filled slots) by default. keys: [b, v, d] features of the same
+  rows standing for every row j != i in g_ij = z_i . k_j / γ (a key encoder's).
   """
   z = np.asarray(features, np.float64)
   b, v, d = z.shape
@@ -55,7 +57,8 @@ def reference_loss(
   sample = np.arange(n) // v
   label = np.asarray(labels)[sample] if labels is not None else sample
   group = sample if method == 'sample' else label
-  g = rows @ np.concatenate([rows, queue]).T / temperature
+  key_rows = rows if keys is None else np.asarray(keys, np.float64).reshape(n, d)
+  g = rows @ np.concatenate([key_rows, queue]).T / temperature
   M = n - 2 + filled.sum() if M is None else M
   eta = eta or (lambda x: np.ones_like(x))
   total, count = 0.0, 0

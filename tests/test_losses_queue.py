@@ -216,3 +216,80 @@ def test_shard_map_equals_single_device(name, block_size):
   value, grad = sharded(*args)
   np.testing.assert_allclose(value, single[0], rtol=1e-5)
   np.testing.assert_allclose(grad, single[1], atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------
+# Key features (a momentum key encoder's): every non-anchor row enters as its key.
+
+
+def _keys_near(features, seed):
+  """Other unit features of the same rows, close to ``features`` (a key encoder lagging)."""
+  noise = 0.3 * jax.random.normal(jax.random.key(seed), features.shape)
+  return normalized(features + noise)
+
+
+class KeysTest(parameterized.TestCase):
+  @parameterized.product(name=sorted(LOSSES), block_size=[0, 3])
+  def test_value_and_gradient_match_reference(self, name, block_size):
+    """Anchors against the keys of the other rows and the queue; the gradient reaches the
+    anchors only (the reference's keys are constants)."""
+    kernel, reference = LOSSES[name]
+    features, labels, *queue = random_batch(40)
+    keys = _keys_near(features, 41)
+    kw = dict(keys=keys, **queue_kwargs(*queue))
+    loss = functools.partial(kernel, y=labels, block_size=block_size, **kw)
+    np.testing.assert_allclose(loss(features), reference(features, labels, **kw), rtol=2e-5)
+    assert_gradient_matches(
+      jax.grad(loss)(features), lambda f: reference(f, labels, **kw), features
+    )
+    self.assertGreater(
+      abs(float(loss(features) - kernel(features, labels, **queue_kwargs(*queue)))), 1e-4
+    )
+
+  @parameterized.parameters(*sorted(LOSSES))
+  def test_keys_equal_to_the_features_change_nothing(self, name):
+    """θ_k = θ_q (a key encoder's first step): the value is the loss without keys."""
+    kernel, _ = LOSSES[name]
+    features, labels, *queue = random_batch(42)
+    kw = queue_kwargs(*queue)
+    np.testing.assert_allclose(
+      kernel(features, labels, keys=features, **kw), kernel(features, labels, **kw), rtol=1e-6
+    )
+
+  @parameterized.parameters(*sorted(LOSSES))
+  def test_keys_get_no_gradient(self, name):
+    kernel, _ = LOSSES[name]
+    features, labels, *_ = random_batch(43)
+    grad = jax.grad(lambda k: kernel(features, labels, keys=k))(_keys_near(features, 44))
+    np.testing.assert_array_equal(grad, jnp.zeros_like(grad))
+
+  def test_keys_of_another_shape_are_refused(self):
+    features, *_ = random_batch(45)
+    with self.assertRaisesRegex(ValueError, 'keys must have the shape of features'):
+      losses.ucl(features, keys=features[:, :1])
+
+
+@pytest.mark.skipif(jax.device_count() < 4, reason='needs 4 devices (tests/conftest.py)')
+@pytest.mark.parametrize('name', ['ucl', 'hscl_exp'])
+def test_keys_shard_map_equals_single_device(name):
+  """Each device's anchors against the all-gathered keys of the global batch."""
+  kernel, _ = LOSSES[name]
+  features, labels, *queue = random_batch(46, batch=8, slots=9)
+  keys = _keys_near(features, 47)
+
+  def loss(f, y, k, *q):
+    return kernel(f, y, keys=k, axis_name='data', **queue_kwargs(*q))
+
+  single = jax.value_and_grad(lambda f: kernel(f, labels, keys=keys, **queue_kwargs(*queue)))(
+    features
+  )
+  sharded = jax.jit(
+    jax.shard_map(
+      jax.value_and_grad(loss),
+      mesh=_mesh(),
+      in_specs=(P('data'), P('data'), P('data'), P(), P(), P()),
+      out_specs=(P(), P('data')),
+    )
+  )(features, labels, keys, *queue)
+  np.testing.assert_allclose(sharded[0], single[0], rtol=1e-5)
+  np.testing.assert_allclose(sharded[1], single[1], atol=1e-6)

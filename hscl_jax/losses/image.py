@@ -43,6 +43,10 @@ in-batch and queue negatives together, M defaults to n - 2 + (filled slots), and
 gets no gradient. With ``axis_name`` the queue is the same on every device and is not
 all-gathered. An empty queue (K = 0) gives the loss without one.
 
+Keys (``keys``): features of the same rows from another encoder (MoCo's momentum key
+encoder). Each anchor keeps its own feature; every other row of the batch, positive or
+negative, enters as its key, detached: the gradient flows through the anchors only.
+
 Memory and precision (``block_size``, ``precision``): see ``hscl_jax.losses.kernel``.
 """
 
@@ -161,6 +165,7 @@ class _Options:
   queue: object = None
   queue_labels: object = None
   queue_filled: object = None
+  keys: object = None
 
 
 def _checked_queue(options: _Options, dim: int, supervised: bool):
@@ -212,6 +217,7 @@ def _loss(features, labels, *, candidates, positives, hardening, pair_loss, opti
     block_size=options.block_size,
     precision=options.precision,
     queue=queue,
+    keys=options.keys,
   )
 
 
@@ -226,6 +232,7 @@ def ucl(
   queue: Array | None = None,
   queue_labels: Array | None = None,
   queue_filled: Array | None = None,
+  keys: Array | None = None,
 ) -> Array:
   """UCL (SimCLR / NT-Xent), eq. (3): positives are the other views of the same sample,
   negatives every row of another sample, η ≡ 1. With M = n - 2 this is NT-Xent exactly.
@@ -246,6 +253,10 @@ def ucl(
       positive) and the hardening weights; it gets no gradient (stop_gradient).
     queue_labels: [K] integer labels of the slots, -1 = unlabelled (unused by UCL/H-UCL).
     queue_filled: [K] bool, the slots that hold a key; None = all of them.
+    keys: optional [batch, views, dim] L2-normalised features of the same rows from a
+      key encoder (MoCo's momentum encoder): every row other than the anchor (its
+      positives and in-batch negatives) enters as its key, the anchor as its feature;
+      no gradient reaches the keys. None = the features themselves.
 
   Returns:
     The loss, a float32 scalar (the same on every device with ``axis_name``).
@@ -258,7 +269,7 @@ def ucl(
     >>> loss.shape, str(loss.dtype), bool(loss > 0)
     ((), 'float32', True)
   """
-  queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled)
+  queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled, keys=keys)
   options = _Options(temperature, M, axis_name, block_size, precision, **queue_args)
   return _loss(
     features,
@@ -286,6 +297,7 @@ def hucl(
   queue: Array | None = None,
   queue_labels: Array | None = None,
   queue_filled: Array | None = None,
+  keys: Array | None = None,
 ) -> Array:
   """H-UCL (HCL; Robinson et al. eq. (4), Fig. 13): UCL's positives and negatives with
   q_i ∝ e^{β g_ij} (Sec. III-C), and τ⁺ debiasing of the negative mass
@@ -297,7 +309,8 @@ def hucl(
     beta: hardening strength β >= 0 (a number or a traced scalar).
     tau_plus: class prior τ⁺ in [0, 1) of the debiasing; 0 = plain H-UCL.
     temperature, M, axis_name, block_size, precision: as in ``ucl``.
-    queue, queue_labels, queue_filled: extra negatives, as in ``ucl``.
+    queue, queue_labels, queue_filled, keys: extra negatives and key features, as in
+      ``ucl``.
     clamp: floor the debiased mass at M·e^{-1/γ} (HCL's rule); False floors it at 0.
     stop_gradient_weights: detach the hardening weights (same value, other gradient).
 
@@ -314,7 +327,7 @@ def hucl(
   kernel.check_value(
     'tau_plus', tau_plus, lambda x: (x >= 0) & (x < 1), 'in [0, 1) (a class prior)'
   )
-  queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled)
+  queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled, keys=keys)
   options = _Options(
     temperature, M, axis_name, block_size, precision, stop_gradient_weights, **queue_args
   )
@@ -341,6 +354,7 @@ def scl(
   queue: Array | None = None,
   queue_labels: Array | None = None,
   queue_filled: Array | None = None,
+  keys: Array | None = None,
 ) -> Array:
   """SCL (Sec. III-B, eq. (3)): positives every other row with the anchor's label
   (including its other views), negatives every row with another label, η ≡ 1.
@@ -349,7 +363,7 @@ def scl(
     features: [batch, views, dim] L2-normalised projections (views >= 2).
     labels: [batch] integer class ids (one per sample, not per view).
     temperature, M, axis_name, block_size, precision: as in ``ucl``.
-    queue, queue_filled: extra negatives, as in ``ucl``.
+    queue, queue_filled, keys: extra negatives and key features, as in ``ucl``.
     queue_labels: required with a queue: a slot is a negative of the anchors of another
       label; an unlabelled slot (-1) is never one.
 
@@ -375,6 +389,7 @@ def scl(
     queue=queue,
     queue_labels=queue_labels,
     queue_filled=queue_filled,
+    keys=keys,
   )
 
 
@@ -392,6 +407,7 @@ def hscl(
   queue: Array | None = None,
   queue_labels: Array | None = None,
   queue_filled: Array | None = None,
+  keys: Array | None = None,
 ) -> Array:
   """H-SCL (Sec. III-C, eq. (3)): SCL's positives and negatives with q_i ∝ η(g_ij).
 
@@ -403,7 +419,8 @@ def hscl(
     temperature, M, axis_name, block_size, precision: as in ``ucl``.
     stop_gradient_weights: detach the hardening weights (same value, other gradient;
       by default gradients flow through them, as the authors' code).
-    queue, queue_labels, queue_filled: extra negatives, as in ``scl``.
+    queue, queue_labels, queue_filled, keys: extra negatives and key features, as in
+      ``scl``.
 
   Returns:
     The loss, a float32 scalar.
@@ -417,7 +434,7 @@ def hscl(
     >>> bool(losses.hscl(z, labels, hardening=losses.exponential(0.0)) == losses.scl(z, labels))
     True
   """
-  queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled)
+  queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled, keys=keys)
   options = _Options(
     temperature, M, axis_name, block_size, precision, stop_gradient_weights, **queue_args
   )

@@ -123,18 +123,24 @@ def check_inputs(features, labels):
   return features, labels
 
 
-def anchor_and_key_rows(features, labels, axis_name) -> tuple[Rows, Rows]:
-  """Local anchor rows and global key rows (all-gathered over ``axis_name``)."""
+def anchor_and_key_rows(features, labels, axis_name, keys=None) -> tuple[Rows, Rows]:
+  """Local anchor rows and global key rows (all-gathered over ``axis_name``); ``keys``:
+  other features of the same rows (a key encoder's) to use as the key rows, detached."""
   batch, views, dim = features.shape
   z = features.astype(jnp.float32)
+  if keys is not None:
+    if keys.shape != features.shape:
+      raise ValueError(f'keys must have the shape of features, {features.shape}; got {keys.shape}.')
+    keys = jax.lax.stop_gradient(jnp.asarray(keys, jnp.float32))
+  key_z = z if keys is None else keys
   if labels is None:
     labels = jnp.zeros((batch,), jnp.int32)
   labels = labels.astype(jnp.int32)
   if axis_name is None:
-    shard, z_all, labels_all = 0, z, labels
+    shard, z_all, labels_all = 0, key_z, labels
   else:
     shard = jax.lax.axis_index(axis_name)
-    z_all = jax.lax.all_gather(z, axis_name, axis=0, tiled=True)
+    z_all = jax.lax.all_gather(key_z, axis_name, axis=0, tiled=True)
     labels_all = jax.lax.all_gather(labels, axis_name, axis=0, tiled=True)
 
   def flatten(z_, labels_, first_sample):
@@ -517,10 +523,12 @@ def global_loss(
   block_size,
   precision=DEFAULT_PRECISION,
   queue: Rows | None = None,
+  keys=None,
 ):
   """Flat mean of ℓ_ip over the ordered positive pairs of the global batch; ``queue``
-  (``queue_rows``, replicated on every device) adds keys that are only ever negatives."""
-  q, k = anchor_and_key_rows(features, labels, axis_name)
+  (``queue_rows``, replicated on every device) adds keys that are only ever negatives;
+  ``keys`` replace the features as key rows (see ``anchor_and_key_rows``)."""
+  q, k = anchor_and_key_rows(features, labels, axis_name, keys)
   num_batch_keys = k.index.shape[0]
   if queue is not None:
     k, positives = with_keys(k, queue), batch_keys_only(positives)
