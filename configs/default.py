@@ -63,6 +63,13 @@ def get_config() -> ml_collections.ConfigDict:
   # Positives shared by the four diagnostic losses: 'sample' (other views; with
   # positive_mode='label' this is the Lemma 1 set-up) or 'label' (all same-label rows).
   config.diagnostics_positives = 'sample'
+  # Negatives beyond the batch (HCL App. C.1, MoCo-v2; docs/training.md): a queue of the
+  # keys of earlier batches with their labels, K = queue_size slots (0 = off; a multiple
+  # of the 2 * batch_size rows of a step). queue_momentum m = 0: the keys are the online
+  # projections, detached; m > 0: a key encoder, θ_k <- m θ_k + (1 - m) θ_q after each step,
+  # gives the keys of every non-anchor row (MoCo-v2: K = 65536, m = 0.999, temperature 0.2).
+  config.queue_size = 0
+  config.queue_momentum = 0.0
 
   # --- Model ---
   config.model = ml_collections.ConfigDict()

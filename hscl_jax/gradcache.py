@@ -59,17 +59,34 @@ def value_and_grad(
     ``((loss, aux, outputs, new_state), grads)``; ``outputs`` has the whole batch on axis 0.
   """
 
+  outputs, new_state, chunk_states = _forward(forward, params, state, chunks, unroll)
+  (loss, aux), d_outputs = jax.value_and_grad(loss_fn, has_aux=True)(_merge(outputs))
+  d_outputs = jax.tree.map(lambda d, x: d.reshape(x.shape), d_outputs, outputs)
+
+  grads = _pull_back(forward, params, (chunk_states, chunks, d_outputs), axis_name, unroll)
+  return (loss, aux, _merge(outputs), new_state), grads
+
+
+def forward_only(forward: Callable, params: PyTree, state: PyTree, chunks: PyTree, *, unroll=False):
+  """Pass (1) alone, ``(outputs of the whole batch, new_state)``: an encoder that is not
+  differentiated (e.g. a momentum key encoder) run chunk by chunk, as the online one is."""
+  outputs, new_state, _ = _forward(forward, params, state, chunks, unroll)
+  return _merge(outputs), new_state
+
+
+def _forward(forward, params, state, chunks, unroll):
+  """Pass (1): (per-chunk outputs, the state after the last chunk, each chunk's state)."""
+
   def encode(state, chunk):
     outputs, new_state = forward(params, state, chunk)
     return new_state, (outputs, state)
 
   new_state, (outputs, chunk_states) = jax.lax.scan(encode, state, chunks, unroll=unroll)
-  merge = lambda x: x.reshape((-1,) + x.shape[2:])
-  (loss, aux), d_outputs = jax.value_and_grad(loss_fn, has_aux=True)(jax.tree.map(merge, outputs))
-  d_outputs = jax.tree.map(lambda d, x: d.reshape(x.shape), d_outputs, outputs)
+  return outputs, new_state, chunk_states
 
-  grads = _pull_back(forward, params, (chunk_states, chunks, d_outputs), axis_name, unroll)
-  return (loss, aux, jax.tree.map(merge, outputs), new_state), grads
+
+def _merge(chunked: PyTree) -> PyTree:
+  return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), chunked)
 
 
 def _pull_back(forward, params, per_chunk, axis_name, unroll):

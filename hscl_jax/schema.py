@@ -111,6 +111,8 @@ FIELDS: dict[str, Field] = {
   'stop_gradient_weights': Field(),
   'diagnostics': Field(),
   'diagnostics_positives': Field(choice(DIAGNOSTICS_POSITIVES)),
+  'queue_size': Field(),  # against the global batch, below
+  'queue_momentum': Field(in_unit_interval('use 0 (no key encoder) or e.g. 0.999 (MoCo-v2)')),
   # model.* and augment.* are checked by the modules that build them (below).
   **{f'model.{name}': Field() for name in models.CONFIG_FIELDS},
   **{f'augment.{f.name}': Field() for f in dataclasses.fields(augment.AugmentParams)},
@@ -237,6 +239,18 @@ def _check_batches(config, num_devices: int, num_processes: int) -> None:
         f'use a multiple of {divisor}, e.g. --config.{field}={_round_up(max(value, 1), divisor)}',
       )
   _check_chunk_size(config.chunk_size, config.batch_size // num_devices)
+  _check_queue_size(config.queue_size, rows=2 * config.batch_size)
+
+
+def _check_queue_size(queue_size, rows: int) -> None:
+  """The queue takes a whole step's rows at a time, so it never wraps inside a step."""
+  if not isinstance(queue_size, int) or queue_size < 0 or queue_size % rows:
+    fail(
+      'queue_size',
+      f'{queue_size} is not a multiple of the {rows} rows of a step (2 x batch_size)',
+      f'use 0 (no queue) or a multiple of {rows}, e.g. --config.queue_size='
+      f'{_round_up(max(int(queue_size), rows), rows)}',
+    )
 
 
 def _check_epoch_counts(config) -> None:

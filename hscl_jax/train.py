@@ -53,6 +53,7 @@ from hscl_jax import gradcache
 from hscl_jax import losses
 from hscl_jax import metrics
 from hscl_jax import models
+from hscl_jax import negative_queue
 from hscl_jax import optim
 from hscl_jax import parallel
 from hscl_jax import schema
@@ -144,6 +145,10 @@ class TrainState(flax.struct.PyTreeNode):
   # Per-step metrics summed since the start of the epoch (checkpointed, so an epoch
   # interrupted by preemption still reports the mean over all of its steps).
   metric_sums: dict[str, jax.Array]
+  # Negatives beyond the batch (hscl_jax.negative_queue), None with config.queue_size = 0.
+  queue: negative_queue.Queue | None = None
+  # The momentum key encoder {'params', 'batch_stats'}, None with config.queue_momentum = 0.
+  key_encoder: dict[str, Any] | None = None
 
 
 def metric_names(config: ml_collections.ConfigDict) -> tuple[str, ...]:
@@ -176,20 +181,37 @@ def create_train_state(
       opt_state=optimizer.init(variables['params']),
       rng=augment_key,
       metric_sums={name: jnp.zeros((), jnp.float32) for name in metric_names(config)},
+      queue=(
+        negative_queue.empty(config.queue_size, config.model.head_out)
+        if config.queue_size
+        else None
+      ),
+      # θ_k starts at θ_q: the first step's keys are the online features.
+      key_encoder=(
+        {'params': variables['params'], 'batch_stats': variables['batch_stats']}
+        if config.queue_momentum > 0
+        else None
+      ),
     )
 
   return jax.jit(init, out_shardings=NamedSharding(mesh, P()))()
 
 
 def state_to_checkpoint(state: TrainState) -> dict[str, Any]:
-  """Pytree of plain arrays (Orbax stores key data, not typed keys)."""
+  """Pytree of plain arrays (Orbax stores key data, not typed keys); the parts a run does
+  not use (no queue, no key encoder) are left out, so its checkpoints are as before."""
   tree = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
   tree['rng'] = jax.random.key_data(state.rng)
-  return tree
+  if state.queue is not None:
+    tree['queue'] = dataclasses.asdict(state.queue)
+  return {name: value for name, value in tree.items() if value is not None}
 
 
 def state_from_checkpoint(tree: dict[str, Any]) -> TrainState:
-  return TrainState(**{**tree, 'rng': jax.random.wrap_key_data(tree['rng'])})
+  tree = {**tree, 'rng': jax.random.wrap_key_data(tree['rng'])}
+  if 'queue' in tree:
+    tree['queue'] = negative_queue.Queue(**tree['queue'])
+  return TrainState(**tree)
 
 
 # ----------------------------------------------------------------------------------------
@@ -206,25 +228,27 @@ def make_loss_fn(config: ml_collections.ConfigDict):
       return losses.exponential(hyper['beta'])
     return losses.threshold(hyper['tau'])
 
-  def loss_fn(z, labels, hyper):
+  def loss_fn(z, labels, hyper, *, keys=None, queue=None):
+    """``keys``: the key encoder's projections, if any; ``queue``: a negative_queue.Queue."""
+    kw = dict(common, keys=keys, **(queue.loss_arguments() if queue is not None else {}))
     if method == 'ucl':
-      return losses.ucl(z, **common)
+      return losses.ucl(z, **kw)
     if method == 'hucl':
       return losses.hucl(
         z,
         beta=hyper['beta'],
         tau_plus=config.tau_plus,
         stop_gradient_weights=config.stop_gradient_weights,
-        **common,
+        **kw,
       )
     if method == 'scl':
-      return losses.scl(z, labels, **common)
+      return losses.scl(z, labels, **kw)
     return losses.hscl(
       z,
       labels,
       hardening=hardening(hyper),
       stop_gradient_weights=config.stop_gradient_weights,
-      **common,
+      **kw,
     )
 
   def diagnostics_fn(z, labels, hyper):
@@ -273,6 +297,36 @@ def _value_and_grad(config, encode, loss_of, state: TrainState, inputs):
   return loss, z, batch_stats, grads
 
 
+def _key_features(config, encode, key_encoder, inputs):
+  """(the key encoder's projections of the batch, the key encoder with the BatchNorm
+  statistics of that forward pass), chunked as the online encoder; (None, None) without."""
+  if key_encoder is None:
+    return None, None
+  params, batch_stats = key_encoder['params'], key_encoder['batch_stats']
+  if config.chunk_size:
+    chunks = gradcache.split(inputs, inputs[0].shape[0] // config.chunk_size)
+    z, batch_stats = gradcache.forward_only(
+      encode, params, batch_stats, chunks, unroll=config.chunk_unroll
+    )
+  else:
+    z, batch_stats = encode(params, batch_stats, inputs)
+  return jax.lax.stop_gradient(z), {'params': params, 'batch_stats': batch_stats}
+
+
+def _after_update(config, state: TrainState, params, key_encoder, keys, labels):
+  """(queue, key encoder) after the optimizer step: θ_k ← m·θ_k + (1 − m)·θ_q, and the
+  batch's keys (the key encoder's, else the online projections) enqueued."""
+  if key_encoder is not None:
+    key_params = negative_queue.momentum_update(
+      key_encoder['params'], params, config.queue_momentum
+    )
+    key_encoder = {**key_encoder, 'params': key_params}
+  queue = state.queue
+  if queue is not None:
+    queue = negative_queue.enqueue(queue, keys, labels, parallel.AXIS)
+  return queue, key_encoder
+
+
 def make_train_step(
   config: ml_collections.ConfigDict,
   model: models.ContrastiveModel,
@@ -300,10 +354,14 @@ def make_train_step(
       z = losses.l2_normalize(projections).reshape(images.shape[0], views.shape[1], -1)
       return z, updates.get('batch_stats', batch_stats)  # none without BatchNorm
 
-    loss_of = lambda z: loss_fn(z, labels, hyper)
     inputs = (images, global_index)
+    keys, key_encoder = _key_features(config, encode, state.key_encoder, inputs)
+    loss_of = lambda z: loss_fn(z, labels, hyper, keys=keys, queue=state.queue)
     loss, z, batch_stats, grads = _value_and_grad(config, encode, loss_of, state, inputs)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    keys = z if keys is None else keys
+    queue, key_encoder = _after_update(config, state, params, key_encoder, keys, labels)
     step_metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads)}
     if config.diagnostics:
       step_metrics.update(diagnostics_fn(z, labels, hyper))
@@ -311,10 +369,12 @@ def make_train_step(
     step_metrics = jax.lax.pmean(step_metrics, parallel.AXIS)
     new_state = state.replace(
       step=state.step + 1,
-      params=optax.apply_updates(state.params, updates),
+      params=params,
       batch_stats=batch_stats,
       opt_state=opt_state,
       metric_sums=jax.tree.map(jnp.add, state.metric_sums, step_metrics),
+      queue=queue,
+      key_encoder=key_encoder,
     )
     return new_state, loss
 
@@ -482,6 +542,7 @@ def _build_run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.shardi
   checkpointer = checkpointing.Checkpointer(workdir, keep=config.keep_checkpoints)
   state, start_step, position, records = _restore(checkpointer, state, train_iter)
   metrics.write_config(workdir, config, enabled=is_writer)
+  log_queue_memory(config, state)
   logging.info(
     '%s on %s: %d devices, global batch %d, %d steps/epoch, %d epochs.',
     config.method,
@@ -518,6 +579,23 @@ def _build_run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.shardi
     state=state,
     position=position,
   )
+
+
+def log_queue_memory(config: ml_collections.ConfigDict, state: TrainState) -> None:
+  """The memory the queue and the key encoder hold on every device (both replicated)."""
+  if state.queue is not None:
+    logging.info(
+      'Negative queue: %d slots x %d features, %.1f MiB per device.',
+      config.queue_size,
+      config.model.head_out,
+      negative_queue.nbytes(state.queue) / 2**20,
+    )
+  if state.key_encoder is not None:
+    logging.info(
+      'Momentum key encoder (m = %g): %.1f MiB per device.',
+      config.queue_momentum,
+      negative_queue.nbytes(state.key_encoder) / 2**20,
+    )
 
 
 def _restore(checkpointer, state: TrainState, train_iter):

@@ -19,6 +19,7 @@ Every worker is killed if the test fails or times out (try/finally, Popen.kill).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -324,12 +325,21 @@ def test_two_processes_train_like_one_and_resume_with_one(tmp_path):
   _assert_same(result, single, rtol=1e-4, atol=1e-5, skip=TRAIN_INFO)
 
 
-def test_two_processes_train_like_one_with_gradient_caching(tmp_path):
+def test_two_processes_train_like_one_with_gradient_caching_and_a_queue(tmp_path):
   """chunk_size on: the projections' gradient is taken over the global batch of both
   processes, then pulled back chunk by chunk on each device; 2 processes x 2 devices ==
   1 process x 4 devices (same chunks, so BatchNorm's per-chunk statistics agree too;
-  with chunks in one run only, the parameters differ by ~0.04)."""
-  args = dict(TRAIN_ARGS, num_epochs=1, chunk_size=2, compilation_cache=str(tmp_path / 'cache'))
+  with chunks in one run only, the parameters differ by ~0.04). With a negative queue
+  and a momentum key encoder: both processes end with the single process's queue (the
+  keys of both processes' devices) and key encoder."""
+  args = dict(
+    TRAIN_ARGS,
+    num_epochs=1,
+    chunk_size=2,
+    queue_size=64,  # 2 steps of 32 rows
+    queue_momentum=0.9,
+    compilation_cache=str(tmp_path / 'cache'),
+  )
   multi, (single,) = run_concurrently(
     *[
       dict(
@@ -345,6 +355,8 @@ def test_two_processes_train_like_one_with_gradient_caching(tmp_path):
   assert int(multi[0]['process_count']) == 2 and int(single['process_count']) == 1
   _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=('process_index',))
   _assert_same(multi[0], single, rtol=1e-4, atol=1e-5, skip=TRAIN_INFO)
+  assert single['queue/filled'].all()
+  assert any(name.startswith('key_encoder/params/') for name in single)
 
 
 # ----------------------------------------------------------------------------------------
@@ -427,6 +439,8 @@ def _train_worker(spec) -> dict:
   config.checkpoint_every_epochs = 1
   config.log_every_steps = 1
   config.chunk_size = spec.get('chunk_size', 0)
+  config.queue_size = spec.get('queue_size', 0)
+  config.queue_momentum = spec.get('queue_momentum', 0.0)
   ckpt_dir = pathlib.Path(spec['workdir']) / 'checkpoints'
   existing = (
     [int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit()] if ckpt_dir.exists() else []
@@ -435,7 +449,12 @@ def _train_worker(spec) -> dict:
   out = {
     '/'.join(str(getattr(k, 'key', k)) for k in path): _local_value(leaf)
     for path, leaf in jax.tree_util.tree_leaves_with_path(
-      {'params': result.state.params, 'batch_stats': result.state.batch_stats}
+      {
+        'params': result.state.params,
+        'batch_stats': result.state.batch_stats,
+        'key_encoder': result.state.key_encoder,
+        'queue': None if result.state.queue is None else dataclasses.asdict(result.state.queue),
+      }
     )
   }
   out['step'] = _local_value(result.state.step)

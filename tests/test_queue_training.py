@@ -1,0 +1,222 @@
+"""Training with a negative queue and a momentum key encoder (config.queue_size,
+config.queue_momentum): the queue's FIFO, the EMA, device-count invariance, gradient
+caching, resume after SIGTERM, and the config checks. Small CNN on 8x8 digits."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_train import _assert_trees_equal  # tests/ is on sys.path (pytest)
+from test_train import _leaves
+from test_train import _random_batch
+from test_train import _sgd_config
+from test_train import _sigterm_at
+from test_train import compilation_cache_dir  # noqa: F401 (an autouse fixture)
+from test_train import tiny_config
+
+from hscl_jax import augment
+from hscl_jax import models
+from hscl_jax import negative_queue
+from hscl_jax import optim
+from hscl_jax import parallel
+from hscl_jax import schema
+from hscl_jax import train
+
+# --------------------------------------------------------------------------------------
+# The queue alone.
+
+
+def test_enqueue_is_first_in_first_out():
+  """Three steps of 2 samples x 2 views into 8 slots: slots 0-3, 4-7, then 0-3 again,
+  rows sample-major with their samples' labels; against a list kept by hand."""
+  queue = negative_queue.empty(8, 3)
+  expected_keys, expected_labels = [None] * 8, [-1] * 8
+  rng = np.random.default_rng(0)
+  for step in range(3):
+    keys = rng.standard_normal((2, 2, 3)).astype(np.float32)
+    labels = np.array([step, 10 + step], np.int32)
+    queue = negative_queue.enqueue(queue, keys, labels, axis_name=None)
+    start = (4 * step) % 8
+    for row in range(4):
+      expected_keys[start + row] = keys[row // 2, row % 2]
+      expected_labels[start + row] = labels[row // 2]
+    filled = [k is not None for k in expected_keys]
+    np.testing.assert_array_equal(queue.filled, filled)
+    np.testing.assert_array_equal(queue.labels, expected_labels)
+    for slot, key in enumerate(expected_keys):
+      if key is not None:
+        np.testing.assert_array_equal(queue.keys[slot], key)
+    assert int(queue.position) == (start + 4) % 8
+
+
+def test_enqueue_refuses_a_batch_that_would_wrap():
+  with pytest.raises(ValueError, match='not a multiple of the 4 rows'):
+    negative_queue.enqueue(negative_queue.empty(6, 3), jnp.zeros((2, 2, 3)), jnp.zeros(2), None)
+
+
+# --------------------------------------------------------------------------------------
+# The training step.
+
+
+def _queue_config(queue_size=64, momentum=0.9, **model):
+  """Batch 16 (32 rows a step): 64 slots fill in 2 steps and wrap at the third."""
+  config = _sgd_config(**model)
+  config.queue_size, config.queue_momentum = queue_size, momentum
+  return config
+
+
+def _steps(config, num_devices, batches):
+  """Every state after each step (host copies; the step donates its input), and losses."""
+  mesh = parallel.make_mesh(jax.devices()[:num_devices])
+  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=3, total_steps=3)
+  optimizer = optim.create_optimizer(config.optimizer, schedule)
+  params = augment.AugmentParams.from_config(config.augment)
+  state = train.create_train_state(config, model, optimizer, params.image_size, mesh)
+  step = train.make_train_step(config, model, optimizer, params, mesh)
+  hyper = train.loss_hyperparameters(config, 1)
+  states, losses = [jax.device_get(state)], []
+  for batch in batches:
+    state, loss = step(state, parallel.global_batch(batch, mesh, ('image', 'label')), hyper)
+    states.append(jax.device_get(state))
+    losses.append(float(loss))
+  return states, losses, state
+
+
+BATCHES = [_random_batch(seed) for seed in range(3)]
+
+
+def test_key_encoder_follows_the_online_encoder_by_ema():
+  """θ_k starts at θ_q and after each step is m·θ_k + (1 − m)·θ_q(new), by hand; its
+  BatchNorm statistics are its own (they differ from the online ones after a step)."""
+  m = 0.9
+  states, _, _ = _steps(_queue_config(momentum=m), 1, BATCHES)
+  _assert_trees_equal(states[0].key_encoder['params'], states[0].params)
+  expected = states[0].params
+  for state in states[1:]:
+    expected = jax.tree.map(lambda k, q: m * k + (1 - m) * q, expected, state.params)
+    for x, y in zip(_leaves(state.key_encoder['params']), _leaves(expected), strict=True):
+      np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+  moved = [
+    np.abs(x - y).max() for x, y in zip(_leaves(states[2].params), _leaves(states[0].params))
+  ]
+  assert max(moved) > 1e-3  # the online encoder moved, so the EMA was tested
+  key_stats, online_stats = (
+    _leaves(s) for s in (states[3].key_encoder['batch_stats'], states[3].batch_stats)
+  )
+  assert any(np.abs(x - y).max() > 1e-6 for x, y in zip(key_stats, online_stats))
+
+
+def test_first_step_with_momentum_equals_without():
+  """θ_k = θ_q at the first step: the keys are the online features, so the loss equals
+  m = 0's and the run without a queue (empty at the first step); from the second step the
+  lagging key encoder and the filled queue change it."""
+  _, with_momentum, _ = _steps(_queue_config(momentum=0.9), 1, BATCHES)
+  _, without_momentum, _ = _steps(_queue_config(momentum=0.0), 1, BATCHES)
+  _, no_queue, _ = _steps(_queue_config(queue_size=0, momentum=0.0), 1, BATCHES)
+  np.testing.assert_allclose(with_momentum[0], without_momentum[0], rtol=1e-6)
+  np.testing.assert_allclose(with_momentum[0], no_queue[0], rtol=1e-6)
+  assert abs(with_momentum[1] - without_momentum[1]) > 1e-4
+  assert abs(without_momentum[1] - no_queue[1]) > 1e-4
+
+
+def test_queue_holds_the_previous_batches_keys_without_momentum():
+  """m = 0: after step t the queue's newest rows are the online projections of step t's
+  batch (the queue's rows against the step's own loss of a one-step run)."""
+  states, _, _ = _steps(_queue_config(momentum=0.0), 1, BATCHES)
+  queue = states[1].queue
+  assert int(queue.position) == 32 and queue.filled.sum() == 32
+  np.testing.assert_allclose(np.linalg.norm(queue.keys[:32], axis=1), 1.0, rtol=1e-5)
+  np.testing.assert_array_equal(queue.labels[:32], np.repeat(BATCHES[0]['label'], 2))
+  assert states[3].queue.filled.all() and int(states[3].queue.position) == 32  # wrapped
+
+
+def _assert_states_close(a, b, rtol=1e-4, atol=1e-5):
+  for name in ('params', 'batch_stats', 'opt_state', 'key_encoder', 'metric_sums'):
+    for x, y in zip(_leaves(getattr(a, name)), _leaves(getattr(b, name)), strict=True):
+      np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, err_msg=name)
+  np.testing.assert_array_equal(a.queue.labels, b.queue.labels)
+  np.testing.assert_array_equal(a.queue.filled, b.queue.filled)
+  np.testing.assert_allclose(a.queue.keys, b.queue.keys, rtol=rtol, atol=atol)
+
+
+def test_four_devices_match_one_device_with_a_queue():
+  """Global keys enqueued on every device: 4 devices hold the same queue as each other
+  and as 1 device after 3 steps (the queue wrapped), with the same parameters."""
+  assert jax.device_count() == 4
+  config = _queue_config()
+  four_states, four_losses, live = _steps(config, 4, BATCHES)
+  one_states, one_losses, _ = _steps(config, 1, BATCHES)
+  np.testing.assert_allclose(four_losses, one_losses, rtol=1e-5)
+  _assert_states_close(four_states[-1], one_states[-1])
+  for leaf in jax.tree.leaves(dataclasses.asdict(live.queue)):
+    shards = [np.asarray(s.data) for s in leaf.addressable_shards]
+    assert len(shards) == 4 and all(np.array_equal(s, shards[0]) for s in shards)
+
+
+def test_chunked_queue_step_equals_unchunked_with_group_norm():
+  """chunk_size with a queue and a key encoder (GroupNorm mixes no samples): the key
+  encoder runs chunk by chunk too, and nothing changes."""
+  config = _queue_config(norm='group')
+  plain, plain_losses, _ = _steps(config, 4, BATCHES)
+  config.chunk_size = 2
+  chunked, chunked_losses, _ = _steps(config, 4, BATCHES)
+  np.testing.assert_allclose(chunked_losses, plain_losses, rtol=1e-6)
+  _assert_states_close(chunked[-1], plain[-1], rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# The training program: checkpoints and resume.
+
+
+def _run_config():
+  config = tiny_config()  # batch 32: 64 rows a step, 3 steps an epoch, 2 epochs
+  config.queue_size, config.queue_momentum = 128, 0.5
+  return config
+
+
+def test_sigterm_resume_restores_the_queue_and_key_encoder(tmp_path, monkeypatch, caplog):
+  """A run stopped by SIGTERM mid-epoch and resumed ends with the uninterrupted run's
+  parameters, queue and key encoder; the start-up log gives the queue's memory."""
+  with caplog.at_level(logging.INFO):
+    reference = train.train_and_evaluate(_run_config(), str(tmp_path / 'reference'))
+  assert 'Negative queue: 128 slots x 128 features, 0.1 MiB per device.' in caplog.text
+  assert 'Momentum key encoder (m = 0.5)' in caplog.text
+  workdir = str(tmp_path / 'run')
+  with monkeypatch.context() as patch:
+    fired = _sigterm_at(patch, 'step', 4)
+    stopped = train.train_and_evaluate(_run_config(), workdir)
+  assert fired and stopped.preempted and int(stopped.state.step) == 4
+  resumed = train.train_and_evaluate(_run_config(), workdir)
+  assert not resumed.preempted
+  for name in ('params', 'opt_state', 'key_encoder', 'queue'):
+    _assert_trees_equal(getattr(resumed.state, name), getattr(reference.state, name))
+  assert resumed.state.queue.filled.all()
+
+
+# --------------------------------------------------------------------------------------
+# Config checks.
+
+
+@pytest.mark.parametrize(
+  'field, value, message',
+  [
+    ('queue_size', 100, 'config.queue_size: 100 is not a multiple of the 64 rows'),
+    ('queue_size', -64, 'config.queue_size: -64 is not a multiple'),
+    ('queue_momentum', 1.0, 'config.queue_momentum: must be in [0, 1), got 1.0'),
+    ('queue_momentum', -0.1, 'config.queue_momentum: must be in [0, 1)'),
+  ],
+)
+def test_bad_queue_settings_are_refused(field, value, message):
+  config = tiny_config()
+  config[field] = value
+  with pytest.raises(
+    schema.ConfigError, match=message.replace('[', r'\[').replace(')', r'\)')
+  ) as info:
+    schema.validate_config(config, num_devices=4)
+  assert 'Fix:' in str(info.value)
