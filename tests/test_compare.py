@@ -33,6 +33,31 @@ def test_settings_cover_the_paper_grids():
     )
 
 
+def test_queue_grid_adds_scl_and_hscl_with_a_queue():
+  """--grid=queue: SCL and H-SCL(β) again with a queue (a multiple of a step's rows), in
+  their own workdirs, valid configs, and never Table I's best setting."""
+  config = digits.get_config()
+  config.batch_size = 96  # 192 rows: 4096 is not a multiple; the grid rounds to 4032
+  plain = image_grid.settings(config, set())
+  grid = image_grid.settings(config, {'queue'})
+  queued = [s for s in grid if s.queue_size]
+  assert [s.method for s in queued] == ['SCL', 'H-SCL(β)']
+  assert {s.queue_size for s in queued} == {4032}
+  assert [s.without_queue() for s in queued] == [
+    s for s in plain if s.method in ('SCL', 'H-SCL(β)')
+  ]
+  assert len({s.slug for s in grid}) == len(grid) == 7
+  assert [s.slug for s in plain] == [s.slug for s in grid if not s.queue_size]  # unchanged dirs
+  for setting in queued:
+    schema.validate_config(image_grid.run_config(config, setting, 0), num_devices=1)
+  runs = [_fake_run(s, seed, 0.9 if s.queue_size else 0.5) for s in grid for seed in (0, 1)]
+  summary = image_grid.summarise(runs)
+  best = image_grid.best_per_method(summary)
+  assert not any(s.queue_size for s in best.values())
+  table = '\n'.join(image_grid.queue_table(summary))
+  assert '| SCL (queue 4032) | 0, 1 | 50.00 ± 0.00 | 90.00 ± 0.00 |' in table
+
+
 def _fake_run(setting, seed, top1):
   history = [
     {

@@ -1,7 +1,7 @@
 r"""The paper's comparison (Table I, Figs. 1, 4, 5) on any config, as a Markdown report.
 
     python -m hscl_jax.experiments.compare --config=configs/digits.py --seeds=3 \
-        --workdir=/tmp/hscl_compare [--grid=beta,tau] [--protocol=features] \
+        --workdir=/tmp/hscl_compare [--grid=beta,tau,queue] [--protocol=features] \
         [--report_dir=docs/results/digits] [--report_only]
 
 Trains UCL, H-UCL, SCL, H-SCL(β) and H-SCL(τ) with the same budget (the config's), runs
@@ -11,8 +11,10 @@ accuracy per epoch (Fig. 1), the fraction of anchors satisfying Assumption 1 (Fi
 the four losses per epoch (Fig. 5), beside the raw pixels' weighted kNN on the same split
 and the first epoch at which each method reaches SCL's final kNN accuracy. `--grid=beta`
 searches β ∈ {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); `--grid=tau` searches eq. (4)'s
-start × end grid for H-SCL(τ). Runs already finished in DIR are reused (each run resumes
-from its checkpoints), so an interrupted grid resumes by running the same command.
+start × end grid for H-SCL(τ); `--grid=queue` adds SCL and H-SCL(β) with a queue of about
+4,096 negatives (their table beside the same runs without it). Runs already finished in
+DIR are reused (each run resumes from its checkpoints), so an interrupted grid resumes by
+running the same command.
 Several processes may run the same command on one DIR (e.g. one per core, under
 `taskset`): a run another process holds is skipped; `--report_only` then writes the
 report from the finished runs.
@@ -36,7 +38,9 @@ from hscl_jax.experiments import image_grid
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Base config file.', lock_config=False)
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/hscl_compare', 'Root of the runs and the report.')
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds per setting (0, 1, ...).')
-_GRID = flags.DEFINE_list('grid', [], 'Grids to search: beta, tau (paper grids).')
+_GRID = flags.DEFINE_list(
+  'grid', [], 'Grids to search: beta, tau (paper grids); queue (SCL, H-SCL(β) with a queue).'
+)
 _PROTOCOL = flags.DEFINE_enum(
   'protocol', 'features', linear_probe.PROTOCOLS, 'Linear evaluation protocol.'
 )
@@ -53,7 +57,7 @@ def main(argv):
   grids = set(_GRID.value)
   if grids - set(image_grid.GRIDS):
     unknown = sorted(grids - set(image_grid.GRIDS))
-    raise app.UsageError(f'--grid takes beta and/or tau, got {unknown}.')
+    raise app.UsageError(f'--grid takes beta, tau and/or queue, got {unknown}.')
   metrics.show_only_own_info_logs()
   seeds = list(range(_SEEDS.value))
   args = (_CONFIG.value, _WORKDIR.value, seeds, grids, _PROTOCOL.value)

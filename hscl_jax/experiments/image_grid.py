@@ -49,16 +49,37 @@ class Setting:
 
   @property
   def label(self) -> str:
-    hyper = ', '.join(
-      f'{k}={v}' for k, v in self.overrides if k in ('beta', 'tau_start', 'tau_end')
-    )
-    return f'{self.method} ({hyper})' if hyper else self.method
+    hyper = [f'{k}={v}' for k, v in self.overrides if k in ('beta', 'tau_start', 'tau_end')]
+    if self.queue_size:
+      hyper.append(f'queue {self.queue_size}')
+    return f'{self.method} ({", ".join(hyper)})' if hyper else self.method
 
   @property
   def slug(self) -> str:
     parts = [self.method.lower().replace('(β)', '_beta').replace('(τ)', '_tau').replace('-', '')]
     parts += [f'{k}{v}' for k, v in self.overrides if k in ('beta', 'tau_start', 'tau_end')]
+    parts += [f'queue{self.queue_size}'] if self.queue_size else []
     return '_'.join(parts)
+
+  @property
+  def queue_size(self) -> int:
+    return dict(self.overrides).get('queue_size', 0)
+
+  def without_queue(self) -> Setting:
+    return Setting(self.method, tuple(o for o in self.overrides if o[0] not in QUEUE_FIELDS))
+
+
+# The queue experiment (--grid=queue): SCL and H-SCL(β) again with a queue of about this
+# many negatives (a multiple of a step's 2 x batch_size rows) of the online projections
+# (momentum 0: more negatives, nothing else changed), against the same runs without one.
+QUEUE_NEGATIVES = 4096
+QUEUE_METHODS = ('SCL', 'H-SCL(β)')
+QUEUE_FIELDS = ('queue_size', 'queue_momentum')
+
+
+def queue_size_for(config: ml_collections.ConfigDict) -> int:
+  rows = 2 * config.batch_size
+  return rows * max(1, round(QUEUE_NEGATIVES / rows))
 
 
 def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting]:
@@ -80,7 +101,10 @@ def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting
     )
     for s, e in taus
   ]
-  return sorted(out, key=lambda s: METHODS.index(s.method))
+  if 'queue' in grids:
+    queue = (('queue_size', queue_size_for(config)), ('queue_momentum', 0.0))
+    out += [Setting(s.method, s.overrides + queue) for s in out if s.method in QUEUE_METHODS]
+  return sorted(out, key=lambda s: METHODS.index(s.method))  # stable: a queue run after its own
 
 
 def run_config(base: ml_collections.ConfigDict, setting: Setting, seed: int):
@@ -194,8 +218,11 @@ def summarise(runs: list[dict]) -> dict[Setting, dict]:
 
 
 def best_per_method(summary) -> dict[str, Setting]:
+  """Table I's setting per method (runs with a queue are compared apart)."""
   best = {}
   for setting, stats in summary.items():
+    if setting.queue_size:
+      continue
     current = best.get(setting.method)
     if current is None or np.mean(stats['top1']) > np.mean(summary[current]['top1']):
       best[setting.method] = setting
@@ -337,6 +364,36 @@ def speed_table(summary, best) -> list[str]:
   return lines + ['']
 
 
+def queue_table(summary) -> list[str]:
+  """Each run with a queue beside the same setting without one (same seeds, same steps)."""
+  pairs = [(s.without_queue(), s) for s in summary if s.queue_size]
+  pairs = [(plain, queued) for plain, queued in pairs if plain in summary]
+  if not pairs:
+    return []
+  lines = [
+    '## Negatives from a queue',
+    '',
+    'The same runs with a queue of the online projections of earlier batches (momentum 0), '
+    'whose slots of another label are extra negatives; seeds of both columns: those finished '
+    'for the run with a queue.',
+    '',
+    '| setting | seeds | linear top-1 without | with queue | kNN top-1 without | with queue |',
+    '|---|---|---|---|---|---|',
+  ]
+  for plain, queued in pairs:
+    seeds = [run['seed'] for run in summary[queued]['runs']]
+    same = [i for i, run in enumerate(summary[plain]['runs']) if run['seed'] in seeds]
+    base = {key: [summary[plain][key][i] for i in same] for key in ('top1', 'knn')}
+    if len(base['top1']) != len(seeds):
+      continue  # a seed of the queue run has no plain run yet
+    lines.append(
+      f'| {queued.label} | {", ".join(map(str, seeds))} | {_mean_std(base["top1"])} | '
+      f'{_mean_std(summary[queued]["top1"])} | {_mean_std(base["knn"])} | '
+      f'{_mean_std(summary[queued]["knn"])} |'
+    )
+  return lines + ['']
+
+
 def run_times(summary) -> list[str]:
   """Wall time of each setting's runs: training epochs, kNN, and linear evaluation."""
   lines = [
@@ -391,6 +448,7 @@ def markdown_report(summary, best, config, seeds, protocol, grids, plots, raw=No
   ranking = _ranking([m for m in METHODS if m in best], lambda m: np.mean(summary[best[m]]['top1']))
   lines += ['', f'Ranking by mean linear top-1: {ranking}.', '']
   lines += speed_table(summary, best)
+  lines += queue_table(summary)
   if len(summary) > len(best):
     lines += ['## Every setting', '', '| setting | linear top-1 | kNN top-1 |', '|---|---|---|']
     for setting, stats in summary.items():
@@ -401,7 +459,7 @@ def markdown_report(summary, best, config, seeds, protocol, grids, plots, raw=No
   return '\n'.join(lines) + '\n'
 
 
-GRIDS = ('beta', 'tau')
+GRIDS = ('beta', 'tau', 'queue')
 REPORT_FILE = 'report.md'
 
 
