@@ -57,5 +57,8 @@ setuptools.setup(
     # Only needed to *prepare* TFDS datasets (download + convert to array_record). Its floor
     # is the version tested (constraints.txt); the lowest-direct check does not install it.
     'prepare': ['tensorflow-cpu>=2.21.0'],
+    # The PyTorch reference of the CPU benchmarks (bench_train_step --torch, bench_conv);
+    # never imported by the package. The version measured (its floor not searched).
+    'bench': ['torch>=2.13.0'],
   },
 )

@@ -16,7 +16,16 @@ step, the achieved FLOP/s, and MFU = achieved / peak, where the peak is the FLOP
 large float32 matmul (jnp.dot) measured in the same run: just before each model's timed
 steps and at the end. On a shared machine the peak moves with the load; MFU is reported
 against the highest peak seen (`mfu`) and against the one measured next to the model's
-steps (`mfu_local`), with the 1-minute load average.
+steps (`mfu_local`), with the 1-minute load average. `augment_ms`: the step's on-device
+augmentation alone (jitted on its own).
+
+--torch: the same step in PyTorch (benchmarks/torch_reference.py: the same model, H-SCL
+loss and Adam, no augmentation; torch's threads = the CPU count), timed right after each
+model's JAX steps: `torch_images_per_s` and `jax_over_torch`. Needs PyTorch
+(`pip install -e '.[bench]'`).
+
+    python benchmarks/bench_train_step.py --torch --models=resnet18 --batch_size=32
+    python benchmarks/bench_train_step.py --torch --models=small_cnn --batch_size=256
 """
 
 from __future__ import annotations
@@ -120,6 +129,7 @@ def bench_model(name, args):
     times.append(time.perf_counter() - start)
   seconds = min(times)
   images_per_step = args.batch_size * VIEWS
+  augment_seconds = augment_time(state, batch, augment_params, args.steps)
   achieved = flops / seconds
   return dict(
     model=name,
@@ -137,8 +147,32 @@ def bench_model(name, args):
     achieved_gflops=round(achieved / 1e9, 2),
     matmul_peak_local_gflops=round(peak / 1e9, 2),
     mfu_local=round(achieved / peak, 3),
+    augment_ms=round(1e3 * augment_seconds, 1),
     load_average_1min=round(os.getloadavg()[0], 2),
     loss=float(loss),
+  )
+
+
+def augment_time(state, batch, augment_params, repeats):
+  """Best time of the step's two-view augmentation of the batch, jitted alone."""
+  images = batch['image']
+  index = jnp.arange(images.shape[0])
+  fn = jax.jit(lambda rng, x: train.augment_batch(rng, 0, x, index, augment_params))
+  jax.block_until_ready(fn(state.rng, images))
+  return best_time(fn, state.rng, images, repeats=repeats)
+
+
+def torch_step(result, args):
+  """Adds the PyTorch step's images/s (same model, batch, loss, optimizer) to `result`."""
+  import torch_reference  # benchmarks/ is on sys.path when this script runs
+
+  images_per_s, loss = torch_reference.step_images_per_second(
+    result['model'], args.batch_size, args.image_size, args.steps, threads=os.cpu_count()
+  )
+  result.update(
+    torch_images_per_s=round(images_per_s, 2),
+    torch_loss=round(loss, 4),
+    jax_over_torch=round(result['images_per_s'] / images_per_s, 3),
   )
 
 
@@ -156,6 +190,7 @@ def main():
     help='the per-step diagnostics of training (config.diagnostics)',
   )
   parser.add_argument('--matmul_size', type=int, default=2048)
+  parser.add_argument('--torch', action='store_true', help='also time the PyTorch step')
   args = parser.parse_args()
 
   print(f'devices: {jax.devices()[:1]} (1-device mesh)  step: hscl_jax.train.make_train_step')
@@ -164,6 +199,8 @@ def main():
   results = []
   for name in args.models.split(','):
     result = bench_model(name, args)
+    if args.torch:
+      torch_step(result, args)
     results.append(result)
     peaks.append(result['matmul_peak_local_gflops'] * 1e9)
     print(json.dumps(result))
@@ -179,9 +216,15 @@ def main():
   )
   for r in results:
     r['mfu'] = round(r['achieved_gflops'] * 1e9 / peak, 3)
+    torch_part = (
+      f'  torch {r["torch_images_per_s"]:.2f} img/s, JAX/torch {r["jax_over_torch"]:.3f}'
+      if 'torch_images_per_s' in r
+      else ''
+    )
     print(
       f'{r["model"]:10s} {r["images_per_s"]:7.2f} {r["gflop_per_image"]:10.3f} '
       f'{r["achieved_gflops"]:8.2f} {peak / 1e9:7.1f} {r["mfu"]:6.3f} {r["mfu_local"]:9.3f}'
+      f'{torch_part}'
     )
 
 
