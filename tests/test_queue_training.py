@@ -17,13 +17,10 @@ from test_train import _random_batch
 from test_train import _sgd_config
 from test_train import _sigterm_at
 from test_train import compilation_cache_dir  # noqa: F401 (an autouse fixture)
+from test_train import run_steps
 from test_train import tiny_config
 
-from hscl_jax import augment
-from hscl_jax import models
 from hscl_jax import negative_queue
-from hscl_jax import optim
-from hscl_jax import parallel
 from hscl_jax import schema
 from hscl_jax import train
 
@@ -70,24 +67,6 @@ def _queue_config(queue_size=64, momentum=0.9, **model):
   return config
 
 
-def _steps(config, num_devices, batches):
-  """Every state after each step (host copies; the step donates its input), and losses."""
-  mesh = parallel.make_mesh(jax.devices()[:num_devices])
-  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=3, total_steps=3)
-  optimizer = optim.create_optimizer(config.optimizer, schedule)
-  params = augment.AugmentParams.from_config(config.augment)
-  state = train.create_train_state(config, model, optimizer, params.image_size, mesh)
-  step = train.make_train_step(config, model, optimizer, params, mesh)
-  hyper = train.loss_hyperparameters(config, 1)
-  states, losses = [jax.device_get(state)], []
-  for batch in batches:
-    state, loss = step(state, parallel.global_batch(batch, mesh, ('image', 'label')), hyper)
-    states.append(jax.device_get(state))
-    losses.append(float(loss))
-  return states, losses, state
-
-
 BATCHES = [_random_batch(seed) for seed in range(3)]
 
 
@@ -95,7 +74,7 @@ def test_key_encoder_follows_the_online_encoder_by_ema():
   """θ_k starts at θ_q and after each step is m·θ_k + (1 − m)·θ_q(new), by hand; its
   BatchNorm statistics are its own (they differ from the online ones after a step)."""
   m = 0.9
-  states, _, _ = _steps(_queue_config(momentum=m), 1, BATCHES)
+  states, _, _ = run_steps(_queue_config(momentum=m), 1, BATCHES)
   _assert_trees_equal(states[0].key_encoder['params'], states[0].params)
   expected = states[0].params
   for state in states[1:]:
@@ -116,9 +95,9 @@ def test_first_step_with_momentum_equals_without():
   """θ_k = θ_q at the first step: the keys are the online features, so the loss equals
   m = 0's and the run without a queue (empty at the first step); from the second step the
   lagging key encoder and the filled queue change it."""
-  _, with_momentum, _ = _steps(_queue_config(momentum=0.9), 1, BATCHES)
-  _, without_momentum, _ = _steps(_queue_config(momentum=0.0), 1, BATCHES)
-  _, no_queue, _ = _steps(_queue_config(queue_size=0, momentum=0.0), 1, BATCHES)
+  _, with_momentum, _ = run_steps(_queue_config(momentum=0.9), 1, BATCHES)
+  _, without_momentum, _ = run_steps(_queue_config(momentum=0.0), 1, BATCHES)
+  _, no_queue, _ = run_steps(_queue_config(queue_size=0, momentum=0.0), 1, BATCHES)
   np.testing.assert_allclose(with_momentum[0], without_momentum[0], rtol=1e-6)
   np.testing.assert_allclose(with_momentum[0], no_queue[0], rtol=1e-6)
   assert abs(with_momentum[1] - without_momentum[1]) > 1e-4
@@ -128,7 +107,7 @@ def test_first_step_with_momentum_equals_without():
 def test_queue_holds_the_previous_batches_keys_without_momentum():
   """m = 0: after step t the queue's newest rows are the online projections of step t's
   batch (the queue's rows against the step's own loss of a one-step run)."""
-  states, _, _ = _steps(_queue_config(momentum=0.0), 1, BATCHES)
+  states, _, _ = run_steps(_queue_config(momentum=0.0), 1, BATCHES)
   queue = states[1].queue
   assert int(queue.position) == 32 and queue.filled.sum() == 32
   np.testing.assert_allclose(np.linalg.norm(queue.keys[:32], axis=1), 1.0, rtol=1e-5)
@@ -150,8 +129,8 @@ def test_four_devices_match_one_device_with_a_queue():
   and as 1 device after 3 steps (the queue wrapped), with the same parameters."""
   assert jax.device_count() == 4
   config = _queue_config()
-  four_states, four_losses, live = _steps(config, 4, BATCHES)
-  one_states, one_losses, _ = _steps(config, 1, BATCHES)
+  four_states, four_losses, live = run_steps(config, 4, BATCHES)
+  one_states, one_losses, _ = run_steps(config, 1, BATCHES)
   np.testing.assert_allclose(four_losses, one_losses, rtol=1e-5)
   _assert_states_close(four_states[-1], one_states[-1])
   for leaf in jax.tree.leaves(dataclasses.asdict(live.queue)):
@@ -163,9 +142,9 @@ def test_chunked_queue_step_equals_unchunked_with_group_norm():
   """chunk_size with a queue and a key encoder (GroupNorm mixes no samples): the key
   encoder runs chunk by chunk too, and nothing changes."""
   config = _queue_config(norm='group')
-  plain, plain_losses, _ = _steps(config, 4, BATCHES)
+  plain, plain_losses, _ = run_steps(config, 4, BATCHES)
   config.chunk_size = 2
-  chunked, chunked_losses, _ = _steps(config, 4, BATCHES)
+  chunked, chunked_losses, _ = run_steps(config, 4, BATCHES)
   np.testing.assert_allclose(chunked_losses, plain_losses, rtol=1e-6)
   _assert_states_close(chunked[-1], plain[-1], rtol=1e-5, atol=1e-6)
 

@@ -103,7 +103,9 @@ def _checkpoint_steps(workdir):
 # 4 devices == 1 device.
 
 
-def _three_steps(config, num_devices, batch):
+def run_steps(config, num_devices, batches):
+  """(host copies of the state before and after each step, the losses, the live last
+  state): one step per batch on a mesh of `num_devices` (the step donates its input)."""
   mesh = parallel.make_mesh(jax.devices()[:num_devices])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
   schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=3, total_steps=3)
@@ -112,11 +114,17 @@ def _three_steps(config, num_devices, batch):
   state = train.create_train_state(config, model, optimizer, params.image_size, mesh)
   step = train.make_train_step(config, model, optimizer, params, mesh)
   hyper = train.loss_hyperparameters(config, 1)
-  losses = []
-  for _ in range(3):
+  states, losses = [jax.device_get(state)], []
+  for batch in batches:
     state, loss = step(state, parallel.global_batch(batch, mesh, ('image', 'label')), hyper)
+    states.append(jax.device_get(state))
     losses.append(float(loss))
-  return jax.device_get(state), losses
+  return states, losses, state
+
+
+def _three_steps(config, num_devices, batch):
+  states, losses, _ = run_steps(config, num_devices, [batch] * 3)
+  return states[-1], losses
 
 
 def test_four_devices_match_one_device():
