@@ -55,7 +55,7 @@ def test_queue_grid_adds_scl_and_hscl_with_a_queue():
   best = image_grid.best_per_method(summary)
   assert not any(s.queue_size for s in best.values())
   table = '\n'.join(image_grid.queue_table(summary))
-  assert '| SCL (queue 4032) | 0, 1 | 50.00 ± 0.00 | 90.00 ± 0.00 |' in table
+  assert '| SCL (queue 4032, m=0.99) | 0, 1 | 50.00 ± 0.00 | 90.00 ± 0.00 |' in table
 
 
 def _fake_run(setting, seed, top1):

@@ -12,9 +12,9 @@ the four losses per epoch (Fig. 5), beside the raw pixels' weighted kNN on the s
 and the first epoch at which each method reaches SCL's final kNN accuracy. `--grid=beta`
 searches β ∈ {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); `--grid=tau` searches eq. (4)'s
 start × end grid for H-SCL(τ); `--grid=queue` adds SCL and H-SCL(β) with a queue of about
-4,096 negatives (their table beside the same runs without it). Runs already finished in
-DIR are reused (each run resumes from its checkpoints), so an interrupted grid resumes by
-running the same command.
+4,096 negatives from a momentum key encoder (their table beside the same runs without
+it). Runs already finished in DIR are reused (each run resumes from its checkpoints), so
+an interrupted grid resumes by running the same command.
 Several processes may run the same command on one DIR (e.g. one per core, under
 `taskset`): a run another process holds is skipped; `--report_only` then writes the
 report from the finished runs.
