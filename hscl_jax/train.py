@@ -277,13 +277,12 @@ def _value_and_grad(config, encode, loss_of, state: TrainState, inputs):
   """(loss, projections, new batch_stats, gradient): directly, or with gradient caching
   (one chunk's activations at a time, the same loss and gradient) when chunk_size > 0."""
   if config.chunk_size:
-    chunks = gradcache.split(inputs, inputs[0].shape[0] // config.chunk_size)
     (loss, _, z, batch_stats), grads = gradcache.value_and_grad(
       encode,
       lambda z: (loss_of(z), None),
       state.params,
       state.batch_stats,
-      chunks,
+      _chunks(config, inputs),
       axis_name=parallel.AXIS,
       unroll=config.chunk_unroll,
     )
@@ -297,6 +296,11 @@ def _value_and_grad(config, encode, loss_of, state: TrainState, inputs):
   return loss, z, batch_stats, grads
 
 
+def _chunks(config, inputs):
+  """The per-device inputs as config.chunk_size-sample chunks (gradient caching)."""
+  return gradcache.split(inputs, inputs[0].shape[0] // config.chunk_size)
+
+
 def _key_features(config, encode, key_encoder, inputs):
   """(the key encoder's projections of the batch, the key encoder with the BatchNorm
   statistics of that forward pass), chunked as the online encoder; (None, None) without."""
@@ -304,16 +308,15 @@ def _key_features(config, encode, key_encoder, inputs):
     return None, None
   params, batch_stats = key_encoder['params'], key_encoder['batch_stats']
   if config.chunk_size:
-    chunks = gradcache.split(inputs, inputs[0].shape[0] // config.chunk_size)
     z, batch_stats = gradcache.forward_only(
-      encode, params, batch_stats, chunks, unroll=config.chunk_unroll
+      encode, params, batch_stats, _chunks(config, inputs), unroll=config.chunk_unroll
     )
   else:
     z, batch_stats = encode(params, batch_stats, inputs)
   return jax.lax.stop_gradient(z), {'params': params, 'batch_stats': batch_stats}
 
 
-def _after_update(config, state: TrainState, params, key_encoder, keys, labels):
+def _after_update(config, queue, params, key_encoder, keys, labels):
   """(queue, key encoder) after the optimizer step: θ_k ← m·θ_k + (1 − m)·θ_q, and the
   batch's keys (the key encoder's, else the online projections) enqueued."""
   if key_encoder is not None:
@@ -321,7 +324,6 @@ def _after_update(config, state: TrainState, params, key_encoder, keys, labels):
       key_encoder['params'], params, config.queue_momentum
     )
     key_encoder = {**key_encoder, 'params': key_params}
-  queue = state.queue
   if queue is not None:
     queue = negative_queue.enqueue(queue, keys, labels, parallel.AXIS)
   return queue, key_encoder
@@ -361,7 +363,7 @@ def make_train_step(
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     keys = z if keys is None else keys
-    queue, key_encoder = _after_update(config, state, params, key_encoder, keys, labels)
+    queue, key_encoder = _after_update(config, state.queue, params, key_encoder, keys, labels)
     step_metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads)}
     if config.diagnostics:
       step_metrics.update(diagnostics_fn(z, labels, hyper))
