@@ -129,9 +129,9 @@ def anchor_and_key_rows(features, labels, axis_name, keys=None) -> tuple[Rows, R
   batch, views, dim = features.shape
   z = features.astype(jnp.float32)
   if keys is not None:
+    keys = jax.lax.stop_gradient(jnp.asarray(keys, jnp.float32))  # array-likes too
     if keys.shape != features.shape:
       raise ValueError(f'keys must have the shape of features, {features.shape}; got {keys.shape}.')
-    keys = jax.lax.stop_gradient(jnp.asarray(keys, jnp.float32))
   key_z = z if keys is None else keys
   if labels is None:
     labels = jnp.zeros((batch,), jnp.int32)
