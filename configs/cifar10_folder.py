@@ -19,7 +19,7 @@ five methods × 3 seeds fit in about 2.5 hours on a 2-core CPU (two workers, one
     classifier 2,000 steps and underfits (UCL seed 0: linear 0.407 against kNN 0.424;
     0.466 at batch 512 and 1e-2, 0.486 at batch 128 and 1e-2).
 On an accelerator drop the budget overrides, e.g. --config.model.name=resnet18
---config.train_examples=None --config.batch_size=512 --config.num_epochs=200.
+--config.train_examples=0 --config.batch_size=512 --config.num_epochs=200.
 """
 
 from __future__ import annotations
@@ -33,18 +33,4 @@ def get_config():
   config.augment.image_size = 32
   config.augment.mean, config.augment.std = default.NORMALIZATION['cifar10']
 
-  config.model.name = 'small_cnn'
-  config.augment.crop_scale = (0.2, 1.0)
-  config.train_examples = 10_000
-  config.batch_size = 128
-  config.num_epochs = 6
-  config.optimizer.learning_rate = 3e-3
-  config.optimizer.schedule = 'cosine'
-  config.optimizer.warmup_epochs = 0.5
-  config.knn.every_epochs = 1
-  config.linear_eval.batch_size = 128
-  config.linear_eval.learning_rate = 1e-2
-  config.checkpoint_every_epochs = 1
-  config.keep_checkpoints = 1
-  config.log_every_steps = 10
-  return config
+  return default.cpu_budget(config, train_examples=10_000, num_epochs=6)

@@ -37,7 +37,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.test_split = 'test'  # kNN queries
   # Train on a class-balanced subset of this many training examples, drawn by split_seed
   # (the same subset for every method and seed); the kNN bank and the linear evaluation
-  # use the same subset, the test split stays whole. None = the whole split.
+  # use the same subset, the test split stays whole. 0 or None (unset) = the whole split:
+  # `--config.train_examples=0` on the command line.
   config.train_examples = config_dict.placeholder(int)
   # Image files and TFDS records of a split whose decoded uint8 size is at most this many
   # GiB are decoded once per process, in parallel, then read from memory (0 = always lazy).
@@ -155,4 +156,26 @@ def get_config() -> ml_collections.ConfigDict:
   config.keep_checkpoints = 3
   config.log_every_steps = 50  # progress line (and non-finite check) period
 
+  return config
+
+
+def cpu_budget(config: ml_collections.ConfigDict, *, train_examples: int, num_epochs: int):
+  """The CPU-budget comparison's settings (docs/results/cifar10/, configs/cifar10_folder.py
+  says why each): small_cnn, a class-balanced subset, batch 128, Adam 3e-3 with warm-up
+  and a cosine schedule, crops of at least 20 %, the kNN every epoch, the linear
+  evaluation at batch 128 and Adam 1e-2, one checkpoint kept."""
+  config.model.name = 'small_cnn'
+  config.augment.crop_scale = (0.2, 1.0)
+  config.train_examples = train_examples
+  config.batch_size = 128
+  config.num_epochs = num_epochs
+  config.optimizer.learning_rate = 3e-3
+  config.optimizer.schedule = 'cosine'
+  config.optimizer.warmup_epochs = 0.5
+  config.knn.every_epochs = 1
+  config.linear_eval.batch_size = 128
+  config.linear_eval.learning_rate = 1e-2
+  config.checkpoint_every_epochs = 1
+  config.keep_checkpoints = 1
+  config.log_every_steps = 10
   return config

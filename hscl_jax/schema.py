@@ -96,7 +96,9 @@ FIELDS: dict[str, Field] = {
   'split_seed': Field(),
   'train_split': Field(),
   'test_split': Field(),
-  'train_examples': Field(unset_or(at_least(1, 'leave it unset for the whole training split'))),
+  'train_examples': Field(
+    unset_or(at_least(0, 'use 0 (or leave it unset) for the whole training split'))
+  ),
   'decode_cache_gib': Field(at_least(0, 'use e.g. 2'), free=True),
   'positive_mode': Field(choice(data.POSITIVE_MODES)),
   'method': Field(choice(METHODS)),

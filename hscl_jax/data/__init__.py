@@ -16,6 +16,7 @@ from hscl_jax.data.image_folder import ImageFolderSource
 from hscl_jax.data.loaders import POSITIVE_MODES
 from hscl_jax.data.loaders import EvalLoader
 from hscl_jax.data.loaders import TrainLoader
+from hscl_jax.data.loaders import epoch_permutation
 from hscl_jax.data.loaders import steps_per_epoch
 from hscl_jax.data.sources import DATASETS
 from hscl_jax.data.sources import SPLITS
@@ -43,6 +44,7 @@ __all__ = [
   'TrainLoader',
   'UnknownDatasetError',
   'dataset_info',
+  'epoch_permutation',
   'get_source',
   'run_sources',
   'steps_per_epoch',

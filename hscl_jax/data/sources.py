@@ -112,7 +112,7 @@ def run_sources(config) -> tuple:
   )
   # .get: a config.json written before these fields existed (linear_eval of an old run).
   cache_bytes = int(config.get('decode_cache_gib', DEFAULT_CACHE_BYTES / 2**30) * 2**30)
-  num_examples = config.get('train_examples')
+  num_examples = config.get('train_examples') or None  # 0, like None, is the whole split
   train = _lazy_source(config.dataset, config.train_split, **kwargs)
   if num_examples is not None:
     num_classes = len(np.unique(train.labels()))
@@ -121,7 +121,7 @@ def run_sources(config) -> tuple:
         'train_examples',
         f'{num_examples} is not between the {num_classes} classes and the '
         f'{len(train)} examples of the {config.dataset} {config.train_split} split',
-        f'use a value in [{num_classes}, {len(train)}], or leave it unset for the whole split',
+        f'use a value in [{num_classes}, {len(train)}], or 0 for the whole split',
       )
   name = f'{config.dataset} {config.train_split}'
   train = _subset_and_cache(train, num_examples, config.split_seed, cache_bytes, name)

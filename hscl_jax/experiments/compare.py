@@ -1,8 +1,8 @@
 r"""The paper's comparison (Table I, Figs. 1, 4, 5) on any config, as a Markdown report.
 
     python -m hscl_jax.experiments.compare --config=configs/digits.py --seeds=3 \
-        --workdir=/tmp/hscl_compare [--grid=beta,tau,queue] [--protocol=features] \
-        [--report_dir=docs/results/digits] [--report_only]
+        --workdir=/tmp/hscl_compare [--seeds_for=scl=5,hscl_beta=5] [--grid=beta,tau,queue] \
+        [--protocol=features] [--report_dir=docs/results/digits] [--report_only]
 
 Trains UCL, H-UCL, SCL, H-SCL(β) and H-SCL(τ) with the same budget (the config's), runs
 the linear evaluation on each, and writes DIR/report.md (mean ± std over seeds, the best
@@ -38,6 +38,12 @@ from hscl_jax.experiments import image_grid
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Base config file.', lock_config=False)
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/hscl_compare', 'Root of the runs and the report.')
 _SEEDS = flags.DEFINE_integer('seeds', 3, 'Seeds per setting (0, 1, ...).')
+_SEEDS_FOR = flags.DEFINE_list(
+  'seeds_for',
+  [],
+  'METHOD=N pairs giving a method its own number of seeds, e.g. scl=5,hscl_beta=5 '
+  '(methods: ucl, hucl, scl, hscl_beta, hscl_tau).',
+)
 _GRID = flags.DEFINE_list(
   'grid', [], 'Grids to search: beta, tau (paper grids); queue (SCL, H-SCL(β) with a queue).'
 )
@@ -59,15 +65,23 @@ def main(argv):
     unknown = sorted(grids - set(image_grid.GRIDS))
     raise app.UsageError(f'--grid takes beta, tau and/or queue, got {unknown}.')
   metrics.show_only_own_info_logs()
-  seeds = list(range(_SEEDS.value))
-  args = (_CONFIG.value, _WORKDIR.value, seeds, grids, _PROTOCOL.value)
+  try:
+    seeds_for = {name: int(count) for name, count in (p.split('=', 1) for p in _SEEDS_FOR.value)}
+    plan = image_grid.plan_runs(_CONFIG.value, list(range(_SEEDS.value)), grids, seeds_for)
+  except ValueError as error:
+    raise app.UsageError(
+      f'--seeds_for={",".join(_SEEDS_FOR.value)}: {error} (e.g. --seeds_for=scl=5,hscl_beta=5)'
+    )
+  run_args = (_CONFIG.value, _WORKDIR.value, plan, _PROTOCOL.value)
+  report_args = (_CONFIG.value, _WORKDIR.value, plan, grids, _PROTOCOL.value)
   if not _REPORT_ONLY.value:
     try:
-      errors.exit_on_user_error(lambda: image_grid.run_grid(*args), workdir=_WORKDIR.value)
+      errors.exit_on_user_error(lambda: image_grid.run_grid(*run_args), workdir=_WORKDIR.value)
     except image_grid.Preempted:
       sys.exit(143)  # SIGTERM: the run in progress saved; the same command resumes the grid
   report = errors.exit_on_user_error(
-    lambda: image_grid.write_report(*args, report_dir=_REPORT_DIR.value), workdir=_WORKDIR.value
+    lambda: image_grid.write_report(*report_args, report_dir=_REPORT_DIR.value),
+    workdir=_WORKDIR.value,
   )
   print(report or f'No finished run in {_WORKDIR.value} yet.')
 

@@ -307,7 +307,7 @@ def raw_pixel_knn(config, root: str) -> dict:
   mean image, L2-normalised. Cached in ROOT/raw_pixel_knn.json per split definition."""
   key = {
     'dataset': dataset_label(config),
-    'train_examples': config.train_examples,
+    'train_examples': config.train_examples or None,
     'split_seed': config.split_seed,
     'image_size': config.augment.image_size,
     'k': config.knn.k,
@@ -403,6 +403,92 @@ def queue_table(summary) -> list[str]:
   return lines + ['']
 
 
+# The pairs of the paper's claims: hardening with labels against labels alone and against
+# hardening alone; labels and hardening each against UCL.
+PAIRS = (('H-SCL(β)', 'SCL'), ('H-SCL(β)', 'H-UCL'), ('SCL', 'UCL'), ('H-UCL', 'UCL'))
+
+
+def paired_differences(summary, best, key: str, first: str, second: str) -> dict[int, float]:
+  """Seed -> `first` − `second` of a per-run figure (`key`: 'top1' or 'knn' of summarise),
+  over the seeds both methods' Table I settings finished: the seeds of a comparison share
+  the subset and the data order, so a per-seed difference cancels what they share."""
+  values = {}
+  for method in (first, second):
+    stats = summary[best[method]]
+    values[method] = {run['seed']: value for run, value in zip(stats['runs'], stats[key])}
+  seeds = sorted(set(values[first]) & set(values[second]))
+  return {seed: values[first][seed] - values[second][seed] for seed in seeds}
+
+
+def _difference_cells(differences: dict[int, float]) -> str:
+  points = 100 * np.asarray(list(differences.values()), np.float64)
+  spread = (
+    f'{points.mean():+.2f} ± {points.std(ddof=1):.2f}' if len(points) > 1 else f'{points[0]:+.2f}'
+  )
+  return f'{spread} | {int((points > 0).sum())} of {len(points)}'
+
+
+def paired_table(summary, best) -> list[str]:
+  """Per-seed paired differences (points, mean ± std over seeds, and in how many seeds
+  the difference is positive) of linear and kNN top-1 for PAIRS."""
+  pairs = [(a, b) for a, b in PAIRS if a in best and b in best]
+  rows = []
+  for first, second in pairs:
+    linear = paired_differences(summary, best, 'top1', first, second)
+    if linear:
+      knn_cells = _difference_cells(paired_differences(summary, best, 'knn', first, second))
+      rows.append(
+        f'| {first} − {second} | {", ".join(map(str, linear))} | '
+        f'{_difference_cells(linear)} | {knn_cells} |'
+      )
+  if not rows:
+    return []
+  return [
+    '## Paired differences (same seed: same subset, same data order)',
+    '',
+    'Per seed, the first method minus the second (points of top-1); mean ± std over the '
+    'seeds both finished, and the number of seeds in which the difference is positive.',
+    '',
+    '| pair | seeds | linear top-1 Δ | positive in | kNN top-1 Δ | positive in |',
+    '|---|---|---|---|---|---|',
+    *rows,
+    '',
+  ]
+
+
+def same_class_per_anchor(labels: np.ndarray, batch_size: int, seed: int, num_epochs: int):
+  """Measured in the batches a run trains on (the loader's order for `seed`): the mean
+  number of other samples of an anchor's class in its batch, and the fraction of anchors
+  with at least one."""
+  num_batches = data.steps_per_epoch(len(labels), batch_size)
+  counts = []
+  for epoch in range(num_epochs):
+    order = data.epoch_permutation(seed, epoch, len(labels))[: num_batches * batch_size]
+    batches = labels[order].reshape(num_batches, batch_size)
+    same = (batches[:, :, None] == batches[:, None, :]).sum(axis=-1) - 1
+    counts.append(same.ravel())
+  counts = np.concatenate(counts)
+  return float(counts.mean()), float((counts > 0).mean())
+
+
+def batch_composition(config, seeds) -> list[str]:
+  """The report's line on how many same-class samples an anchor meets per batch."""
+  labels = data.run_sources(config)[0].labels()
+  if labels.min() < 0:
+    return []  # unlabelled training data: no classes to count
+  measured = [same_class_per_anchor(labels, config.batch_size, s, config.num_epochs) for s in seeds]
+  mean, with_one = np.mean(measured, axis=0)
+  return [
+    '## Labels in a batch',
+    '',
+    f'An anchor meets {mean:.2f} other samples of its class per batch of '
+    f'{config.batch_size} on average, and {100 * with_one:.1f} % of anchors meet at least one '
+    f'(measured in the training batches of seeds {", ".join(map(str, seeds))}, '
+    f'{len(np.unique(labels))} classes).',
+    '',
+  ]
+
+
 def run_times(summary) -> list[str]:
   """Wall time of each setting's runs: training epochs, kNN, and linear evaluation."""
   lines = [
@@ -456,6 +542,7 @@ def markdown_report(summary, best, config, seeds, protocol, grids, plots, raw=No
     )
   ranking = _ranking([m for m in METHODS if m in best], lambda m: np.mean(summary[best[m]]['top1']))
   lines += ['', f'Ranking by mean linear top-1: {ranking}.', '']
+  lines += paired_table(summary, best)
   lines += speed_table(summary, best)
   lines += queue_table(summary)
   if len(summary) > len(best):
@@ -472,12 +559,31 @@ GRIDS = ('beta', 'tau', 'queue')
 REPORT_FILE = 'report.md'
 
 
-def run_grid(config, root: str, seeds: list[int], grids: set[str], protocol: str) -> None:
-  """Every setting × seed not finished yet, seed by seed (seed 0 of every setting first);
-  runs that another process holds are left to it."""
+def method_slug(method: str) -> str:
+  """'H-SCL(β)' -> 'hscl_beta': a method's name as a run directory and --seeds_for spell it."""
+  return Setting(method, ()).slug
+
+
+def plan_runs(config, seeds: list[int], grids: set[str], seeds_for: dict[str, int] | None = None):
+  """(setting, seed) pairs, seed by seed (seed 0 of every setting first). `seeds_for` maps
+  a method's slug (ucl, hucl, scl, hscl_beta, hscl_tau) to its own number of seeds
+  (0, 1, ...), e.g. more seeds for the pair a claim rests on; others get `seeds`."""
+  seeds_for = seeds_for or {}
+  unknown = sorted(set(seeds_for) - {method_slug(m) for m in METHODS})
+  if unknown:
+    raise ValueError(
+      f'--seeds_for names unknown methods {unknown}; use {", ".join(map(method_slug, METHODS))}'
+    )
+  count = lambda s: seeds_for.get(method_slug(s.method), len(seeds))
+  last = max([len(seeds), *seeds_for.values()])
+  return [(s, seed) for seed in range(last) for s in settings(config, grids) if seed < count(s)]
+
+
+def run_grid(config, root: str, plan: list, protocol: str) -> None:
+  """Every (setting, seed) of `plan` (plan_runs) not finished yet, in order; runs that
+  another process holds are left to it."""
   os.makedirs(root, exist_ok=True)
-  plan = [(s, seed) for seed in seeds for s in settings(config, grids)]
-  logging.info('%d runs: %d settings × %d seeds', len(plan), len(plan) // len(seeds), len(seeds))
+  logging.info('%d runs', len(plan))
   start = time.perf_counter()
   for done, (setting, seed) in enumerate(plan, start=1):
     run = run_one(config, setting, seed, root, protocol)
@@ -487,13 +593,12 @@ def run_grid(config, root: str, seeds: list[int], grids: set[str], protocol: str
     logging.info('[%d/%d, %s] %s: %s', done, len(plan), elapsed, label, outcome)
 
 
-def write_report(config, root: str, seeds, grids, protocol: str, report_dir: str | None = None):
-  """ROOT/report.md (or REPORT_DIR/report.md) and its plots from the finished runs;
-  returns the report's text (None while no run has finished)."""
+def write_report(config, root: str, plan, grids, protocol: str, report_dir: str | None = None):
+  """ROOT/report.md (or REPORT_DIR/report.md) and its plots from the finished runs of
+  `plan` (plan_runs); returns the report's text (None while no run has finished)."""
   runs = [
     run
-    for seed in seeds
-    for s in settings(config, grids)
+    for s, seed in plan
     if (run := finished_run(root, s, seed, linear_settings(config, protocol))) is not None
   ]
   if not runs:
@@ -504,8 +609,10 @@ def write_report(config, root: str, seeds, grids, protocol: str, report_dir: str
   best = best_per_method(summary)
   plots = plot_report(summary, best, out_dir)
   raw = raw_pixel_knn(config, root)
+  seeds = sorted({seed for _, seed in plan})
   report = markdown_report(summary, best, config, seeds, protocol, grids, plots, raw)
-  missing = len(seeds) * len(settings(config, grids)) - len(runs)
+  report += '\n' + '\n'.join(batch_composition(config, seeds))
+  missing = len(plan) - len(runs)
   report += f'\n{len(runs)} runs finished' + (f', {missing} missing.' if missing else '.') + '\n'
   with open(os.path.join(out_dir, REPORT_FILE), 'w') as f:
     f.write(report)

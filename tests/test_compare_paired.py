@@ -1,0 +1,107 @@
+"""The comparison's plan with per-method seeds, its paired differences and its count of
+same-class samples per batch, each against a computation by hand."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import digits  # noqa: E402
+from hscl_jax import data  # noqa: E402
+from hscl_jax.experiments import image_grid  # noqa: E402
+
+
+def test_plan_gives_the_named_methods_their_own_seeds_seed_by_seed():
+  config = digits.get_config()
+  plan = image_grid.plan_runs(config, [0, 1, 2], set(), {'scl': 5, 'hscl_beta': 5})
+  labels = [(s.method, seed) for s, seed in plan]
+  assert len(plan) == 3 * 5 + 2 * 2
+  assert labels[:5] == [(m, 0) for m in image_grid.METHODS]  # seed 0 of every method first
+  assert labels[-4:] == [('SCL', 3), ('H-SCL(β)', 3), ('SCL', 4), ('H-SCL(β)', 4)]
+  assert image_grid.plan_runs(config, [0], set(), {'ucl': 0}) == [
+    (s, 0) for s in image_grid.settings(config, set()) if s.method != 'UCL'
+  ]
+  with pytest.raises(ValueError, match=r"unknown methods \['h-scl'\]; use ucl, hucl, scl"):
+    image_grid.plan_runs(config, [0], set(), {'h-scl': 5})
+
+
+def test_compare_refuses_a_bad_seeds_for_in_one_line():
+  out = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.experiments.compare',
+      '--config=configs/digits.py',
+      '--seeds_for=scl:5',
+      '--report_only',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.returncode != 0
+  assert '--seeds_for=scl:5' in out.stderr and 'e.g. --seeds_for=scl=5,hscl_beta=5' in out.stderr
+
+
+def _run(setting, seed, top1, knn):
+  return {
+    'setting': setting,
+    'seed': seed,
+    'history': [{'epoch': 1, 'knn_top1': knn}],
+    'linear': {'top1': top1, 'top5': 1.0},
+  }
+
+
+# linear top-1, kNN top-1 per method and seed; H-UCL lacks seed 2, SCL and H-SCL(β) have 4.
+GRID = {
+  'UCL': {0: (0.40, 0.30), 1: (0.42, 0.33), 2: (0.41, 0.31)},
+  'H-UCL': {0: (0.43, 0.32), 1: (0.41, 0.36)},
+  'SCL': {0: (0.45, 0.35), 1: (0.44, 0.34), 2: (0.47, 0.38), 3: (0.46, 0.36)},
+  'H-SCL(β)': {0: (0.47, 0.36), 1: (0.43, 0.37), 2: (0.50, 0.38), 3: (0.49, 0.39)},
+}
+
+
+def test_paired_table_matches_a_hand_computation():
+  config = digits.get_config()
+  by_method = {s.method: s for s in image_grid.settings(config, set())}
+  runs = [
+    _run(by_method[m], seed, *values) for m, seeds in GRID.items() for seed, values in seeds.items()
+  ]
+  summary = image_grid.summarise(runs)
+  best = image_grid.best_per_method(summary)
+  table = '\n'.join(image_grid.paired_table(summary, best))
+  # H-SCL(β) − SCL over seeds 0-3: linear +2, −1, +3, +3 points; kNN +1, +3, 0, +3.
+  linear, knn = np.array([2.0, -1.0, 3.0, 3.0]), np.array([1.0, 3.0, 0.0, 3.0])
+  assert (
+    f'| H-SCL(β) − SCL | 0, 1, 2, 3 | +{linear.mean():.2f} ± {linear.std(ddof=1):.2f} | 3 of 4 | '
+    f'+{knn.mean():.2f} ± {knn.std(ddof=1):.2f} | 3 of 4 |'
+  ) in table
+  # H-SCL(β) − H-UCL: only the seeds both finished (0, 1): linear +4, +2; kNN +4, +1.
+  assert '| H-SCL(β) − H-UCL | 0, 1 | +3.00 ± 1.41 | 2 of 2 | +2.50 ± 2.12 | 2 of 2 |' in table
+  # SCL − UCL over 0-2: linear +5, +2, +6; kNN +5, +1, +7.
+  assert '| SCL − UCL | 0, 1, 2 | +4.33 ± 2.08 | 3 of 3 | +4.33 ± 3.06 | 3 of 3 |' in table
+  # H-UCL − UCL over 0, 1: linear +3, −1; kNN +2, +3.
+  assert '| H-UCL − UCL | 0, 1 | +1.00 ± 2.83 | 1 of 2 | +2.50 ± 0.71 | 2 of 2 |' in table
+
+
+def test_same_class_count_is_that_of_the_loaders_batches():
+  """Counted in the batches the training loader really gives, per seed and epoch."""
+  labels = np.random.default_rng(0).integers(0, 7, size=50).astype(np.int32)
+  source = data.ArraySource(np.zeros((50, 2, 2, 3), np.uint8), labels, 7)
+  for seed in (0, 3):
+    loader = data.TrainLoader(source, global_batch_size=16, seed=seed, shard_index=0, shard_count=1)
+    others = []
+    for _ in range(2 * 3):  # 2 epochs of 3 batches (2 of the 50 examples dropped per epoch)
+      batch = next(loader)['label']
+      others += [int((batch == label).sum()) - 1 for label in batch]
+    mean, with_one = image_grid.same_class_per_anchor(labels, 16, seed, num_epochs=2)
+    assert mean == pytest.approx(np.mean(others)) and 0 < mean < 15
+    assert with_one == pytest.approx(np.mean(np.array(others) > 0)) and 0 < with_one < 1

@@ -1,0 +1,197 @@
+"""Every `python -m hscl_jax...` command written in a doc or a docstring parses.
+
+Commands are read from README.md, docs/**/*.md, benchmarks/README.md (code blocks and code
+spans) and from the docstrings of hscl_jax/, configs/ and launch/ Python files, with
+backslash continuations joined. For each: the module is one of the programs; every flag
+is one that program defines (or absl's own); a `--config=FILE[:ARG]` loads, with every
+`--config.FIELD=VALUE` override applied by ml_collections' own flag parser (so a value the
+field's type cannot take, e.g. `--config.train_examples=None` for an int, fails here as it
+would for a user), and the result passes the schema's validation. Placeholders (`DIR`,
+`<name>`, `...`, `[optional]` brackets) are read as such: an elided command (`...`) is
+checked for its flags only, a placeholder config path is not loaded.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+import shlex
+import sys
+
+from absl import flags
+from ml_collections import config_flags
+import pytest
+
+from hscl_jax import schema
+from hscl_jax.graphs import train as graph_train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # configs/<name>.py imports `configs.default`
+ABSL_FLAGS = {'help', 'helpfull', 'helpshort', 'flagfile', 'logtostderr', 'v', 'verbosity'}
+_COMMAND = re.compile(r'python -m (hscl_jax[\w.]*)((?:[^\n`\\]|\\\n)*)')
+# ml_collections loads config files with importlib's deprecated load_module().
+_LOAD_MODULE_WARNING = 'ignore:the load_module:DeprecationWarning'
+_SHELL_END = {'&', '&&', '|', ';', '#', '>', '2>&1'}
+
+
+def _docstrings(path: pathlib.Path) -> list[str]:
+  tree = ast.parse(path.read_text(encoding='utf-8'))
+  nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+  return [doc for node in nodes if (doc := ast.get_docstring(node, clean=False))]
+
+
+def _texts():
+  for path in [
+    REPO / 'README.md',
+    REPO / 'benchmarks' / 'README.md',
+    *(REPO / 'docs').rglob('*.md'),
+  ]:
+    yield path, path.read_text(encoding='utf-8')
+  for folder in ('hscl_jax', 'configs', 'launch'):
+    for path in sorted((REPO / folder).rglob('*.py')):
+      for doc in _docstrings(path):
+        yield path, doc
+
+
+def documented_commands() -> list[tuple[str, str, list[str]]]:
+  """(where, module, arguments) of every documented command."""
+  commands = []
+  for path, text in _texts():
+    for match in _COMMAND.finditer(text):
+      words = []
+      for word in shlex.split(match.group(2).replace('\\\n', ' '), comments=False, posix=True):
+        if word in _SHELL_END or word.startswith('#'):
+          break
+        words.append(word)
+      commands.append((str(path.relative_to(REPO)), match.group(1), words))
+  return commands
+
+
+def program_file(module: str) -> pathlib.Path | None:
+  """The file `python -m module` runs, if it is a program (it calls app.run)."""
+  base = REPO / module.replace('.', '/')
+  for path in (base.with_suffix('.py'), base / '__main__.py'):
+    if path.is_file() and 'app.run(' in path.read_text():
+      return path
+  return None
+
+
+def _defined_flags(program: str) -> set[str]:
+  tree = ast.parse(program_file(program).read_text())
+  names = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Call) and getattr(node.func, 'attr', '').startswith('DEFINE'):
+      if node.args and isinstance(node.args[0], ast.Constant):
+        names.add(node.args[0].value)
+  return names
+
+
+def _flag_names(words):
+  """(name, value or None) of each --flag; brackets of optional parts and '...' dropped."""
+  for word in words:
+    word = word.strip('[]')
+    if word.startswith('--'):
+      name, _, value = word[2:].partition('=')
+      yield name, value if _ else None
+
+
+def _is_placeholder(text: str) -> bool:
+  return '<' in text or '{' in text or text.isupper() or text in ('...', 'FILE')
+
+
+def test_commands_are_found_in_docs_and_docstrings():
+  where = {w for w, _, _ in documented_commands()}
+  assert {'README.md', 'docs/training.md', 'configs/tiny_imagenet.py'} <= where
+  assert len(documented_commands()) > 40
+
+
+@pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
+@pytest.mark.parametrize(
+  'where,program,words',
+  documented_commands(),
+  ids=[f'{w}:{" ".join([p, *a])[:60]}' for w, p, a in documented_commands()],
+)
+def test_documented_command_parses(where, program, words, monkeypatch):
+  monkeypatch.chdir(REPO)  # the documented config paths are relative to the repository
+  assert program_file(program), f'{where}: python -m {program} is not a program'
+  known = _defined_flags(program) | ABSL_FLAGS
+  config_file, overrides = None, []
+  for name, value in _flag_names(words):
+    if name.startswith('config.'):
+      assert 'config' in known, f'{where}: {program} takes no --config'
+      overrides.append(f'--{name}={value}')
+      continue
+    bare = name[2:] if name.startswith('no') and name[2:] in known else name
+    assert bare in known, f'{where}: {program} has no flag --{name}'
+    if name == 'config':
+      config_file = value
+  if config_file is None or _is_placeholder(config_file.split(':')[0]) or '...' in words:
+    return
+  for choice in _alternatives(overrides):
+    argv = ['prog', f'--config={config_file}', *choice]
+    flag_values = flags.FlagValues()
+    config_flags.DEFINE_config_file('config', None, flag_values=flag_values, sys_argv=argv)
+    flag_values(argv)  # raises on an override the field's type cannot take
+    if program == 'hscl_jax.graphs':
+      graph_train.validate_config(flag_values.config)
+    else:
+      schema.validate_config(flag_values.config, num_devices=1)
+
+
+def _alternatives(overrides: list[str]) -> list[list[str]]:
+  """`--config.method=ucl|hucl` written as a choice: one list of overrides per choice."""
+  split = [o.split('=', 1) for o in overrides]
+  count = max([len(value.split('|')) for _, value in split] + [1])
+  return [
+    [f'{name}={value.split("|")[min(i, len(value.split("|")) - 1)]}' for name, value in split]
+    for i in range(count)
+  ]
+
+
+@pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
+def test_a_bad_override_in_a_doc_would_fail(monkeypatch):
+  monkeypatch.chdir(REPO)
+  """The check above is not vacuous: the override this test suite was written for."""
+  argv = ['prog', '--config=configs/cifar10_folder.py', '--config.train_examples=None']
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, flag_values=flag_values, sys_argv=argv)
+  with pytest.raises(flags.IllegalFlagValueError):
+    flag_values(argv)
+
+
+_OVERRIDE = re.compile(r'--config\.([\w.]+)=([^\s`\'",)\]]+)')
+
+
+def documented_overrides() -> list[tuple[str, str]]:
+  """(where, '--config.FIELD=VALUE') of every override a doc or docstring shows, inside a
+  command or in prose ('pass --config.train_examples=0 for the whole split')."""
+  found = set()
+  for path, text in _texts():
+    for match in _OVERRIDE.finditer(text):
+      found.add((str(path.relative_to(REPO)), match.group(0).rstrip('.;:')))
+  return sorted(found)
+
+
+def _parses(config_file: str, override: str) -> bool:
+  argv = ['prog', f'--config={config_file}', override]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, flag_values=flag_values, sys_argv=argv)
+  try:
+    flag_values(argv)
+  except (flags.UnrecognizedFlagError, AttributeError, KeyError):
+    return False  # a field of the other program's config
+  return True
+
+
+@pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
+@pytest.mark.parametrize('where,override', documented_overrides())
+def test_documented_override_parses(where, override, monkeypatch):
+  """Each override's value parses as its field's type in the image or the graph config."""
+  monkeypatch.chdir(REPO)
+  name, value = override.split('=', 1)
+  values = [v for v in value.split('|') if not _is_placeholder(v)]
+  for choice in values:
+    assert any(
+      _parses(config, f'{name}={choice}') for config in ('configs/default.py', 'configs/graphs.py')
+    ), f'{where}: {override} names no field of configs/default.py or configs/graphs.py'
