@@ -52,12 +52,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   metrics.show_only_own_info_logs()
-  metadata = errors.exit_on_user_error(_export_from_flags)
+  meta = errors.exit_on_user_error(_export_from_flags)
+  weights = _OUT.value
   print(
-    f'{metadata["architecture"]} ({metadata["stem"]} stem, checkpoint step '
-    f'{metadata["checkpoint_step"]}) -> {_OUT.value} and '
-    f'{torch_export.metadata_path(_OUT.value)}'
+    f'{meta["architecture"]} ({meta["stem"]} stem) at checkpoint step {meta["checkpoint_step"]}:'
   )
+  print(f'  {weights}\n  {torch_export.metadata_path(weights)}')
 
 
 if __name__ == '__main__':

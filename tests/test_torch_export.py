@@ -166,7 +166,10 @@ def test_resnet18_cifar_stem_through_the_command(tmp_path):
     timeout=300,
   )
   assert out.returncode == 0, out.stderr[-3000:]
-  assert f'checkpoint step {STEP}) -> {weights}' in out.stdout
+  meta_file = tmp_path / 'backbone.json'
+  assert (
+    out.stdout == f'resnet18 (cifar stem) at checkpoint step {STEP}:\n  {weights}\n  {meta_file}\n'
+  )
   meta = _check_round_trip(tmp_path, jax_features, raw)
   config = _config('resnet18', 'cifar', 36)
   assert meta['same_padding_convs'] == ['layer2.0.conv1', 'layer3.0.conv1', 'layer4.0.conv1']
