@@ -62,8 +62,8 @@ def check_exportable(config: config_dict.ConfigDict, out: str) -> None:
   name = config.model.name
   if not name.startswith('resnet'):
     raise ExportError(
-      f'config.model.name is {name!r}: only ResNets export (resnet18, resnet34, resnet50), '
-      'as torchvision has no model of the others.'
+      f'config.model.name is {name!r}: only ResNets export (torchvision has no model of '
+      'the others). Fix: train with --config.model.name=resnet18, resnet34 or resnet50.'
     )
   if config.model.norm != 'batch':
     raise ExportError(
