@@ -60,5 +60,9 @@ setuptools.setup(
     # The PyTorch reference of the CPU benchmarks (bench_train_step --torch, bench_conv);
     # never imported by the package. The version measured (its floor not searched).
     'bench': ['torch>=2.13.0'],
+    # Loading a backbone written by `python -m hscl_jax.export --format=torch` (and its
+    # test); never imported by the package (it writes safetensors itself). The versions
+    # tested, a matching pair: PyPI's torchvision 0.29 does not import beside torch 2.13.
+    'torch': ['torch>=2.14.1', 'torchvision>=0.29.1', 'safetensors>=0.8.0'],
   },
 )

@@ -1,0 +1,228 @@
+"""`python -m hscl_jax.export --format=torch`: the backbone in torchvision's ResNet, checked
+by loading it (strict) and comparing PyTorch's features with JAX's on the same images.
+
+The checkpoints are written directly (no training) with every parameter and BatchNorm
+statistic random, away from its initial value (the zero-initialised last scale of each
+block would hide the residual branch, unit variances would hide a swapped statistic), so
+each exported tensor matters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import default  # noqa: E402
+from hscl_jax import augment  # noqa: E402
+from hscl_jax import checkpointing  # noqa: E402
+from hscl_jax import errors  # noqa: E402
+from hscl_jax import metrics  # noqa: E402
+from hscl_jax import models  # noqa: E402
+from hscl_jax import torch_export  # noqa: E402
+
+NEEDS = 'the export round trip needs PyTorch: pip install -e ".[torch]"'
+torch = pytest.importorskip('torch', reason=NEEDS)
+torchvision = pytest.importorskip('torchvision', reason=NEEDS)
+safetensors_torch = pytest.importorskip('safetensors.torch', reason=NEEDS)
+
+STEP = 7
+NUM_IMAGES = 4
+
+
+def _config(name: str, stem: str, image_size: int):
+  config = default.get_config()
+  config.model.name = name
+  config.model.stem = stem
+  config.augment.image_size = image_size
+  return config
+
+
+def _random_variables(config):
+  """Every parameter and BatchNorm statistic drawn with NumPy (nothing to compile):
+  He-normal kernels, scales and variances in [0.5, 1.5], biases and means around 0."""
+  model = models.create_model(config.model)
+  size = config.augment.image_size
+  shapes = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), (size, size, 3)))
+  rng = np.random.default_rng(0)
+
+  def draw(path, leaf):
+    name = path[-1].key
+    if name == 'kernel':
+      fan_out = math.prod(leaf.shape[:-2]) * leaf.shape[-1]
+      value = rng.normal(0.0, math.sqrt(2.0 / fan_out), leaf.shape)
+    elif name in ('scale', 'var'):
+      value = rng.uniform(0.5, 1.5, leaf.shape)
+    else:  # bias, mean
+      value = rng.normal(0.0, 0.2, leaf.shape)
+    return jnp.asarray(value, jnp.float32)
+
+  return jax.tree.map_with_path(draw, shapes)
+
+
+def _write_run(workdir, config, variables):
+  """A run's config.json and one checkpoint at STEP, as training writes them."""
+  metrics.write_config(str(workdir), config)
+  checkpointer = checkpointing.Checkpointer(str(workdir), keep=1)
+  checkpointer.save(STEP, variables, iterator_state={})
+  checkpointer.close()
+
+
+def _run(tmp_path, name, stem, image_size):
+  """(run directory, uint8 images, the JAX features of the saved variables)."""
+  config = _config(name, stem, image_size)
+  raw = jax.random.randint(jax.random.key(2), (NUM_IMAGES, image_size, image_size, 3), 0, 256)
+  raw = np.asarray(raw, np.uint8)
+  images = augment.preprocess_eval(
+    jnp.asarray(raw), augment.AugmentParams.from_config(config.augment)
+  )
+  variables = _random_variables(config)
+  workdir = tmp_path / 'run'
+  _write_run(workdir, config, variables)
+  model = models.create_model(config.model)
+  features = model.apply(variables, images, train=False, method='features')
+  return workdir, raw, np.asarray(features)
+
+
+def _docs_code() -> str:
+  """The Python block of docs/training.md's "Using the backbone in PyTorch"."""
+  text = (REPO / 'docs' / 'training.md').read_text()
+  section = text[text.index('## Using the backbone in PyTorch') :]
+  return section.split('```python\n', 1)[1].split('```', 1)[0]
+
+
+def _torch_model(directory):
+  """(model, metadata) built by the docs' code in `directory` (backbone.safetensors, .json)."""
+  namespace = {}
+  with contextlib.chdir(directory):
+    exec(_docs_code(), namespace)
+  return namespace['model'], namespace['meta']
+
+
+def _torchvision_padding(model, meta):
+  """Undoes the docs' padding: torchvision's padding=1 on every side."""
+  for name in meta['same_padding_convs']:
+    conv = model.get_submodule(name)
+    conv.padding = (1, 1)
+    conv._forward_pre_hooks.clear()
+
+
+def _torch_features(model, meta, raw):
+  """Features of uint8 NHWC images, normalised as the metadata says."""
+  x = torch.from_numpy(raw).permute(0, 3, 1, 2).float() / 255
+  mean = torch.tensor(meta['mean']).view(1, 3, 1, 1)
+  std = torch.tensor(meta['std']).view(1, 3, 1, 1)
+  with torch.no_grad():
+    return model((x - mean) / std).numpy()
+
+
+def _max_difference(model, meta, raw, jax_features):
+  torch_features = _torch_features(model, meta, raw)
+  assert torch_features.shape == jax_features.shape == (NUM_IMAGES, meta['feature_dim'])
+  return float(np.max(np.abs(torch_features - jax_features)))
+
+
+def _check_round_trip(directory, jax_features, raw):
+  """The docs' model's features equal JAX's to float32 rounding; torchvision's padding
+  differs. Returns the metadata."""
+  model, meta = _torch_model(directory)
+  scale = float(np.max(np.abs(jax_features)))
+  difference = _max_difference(model, meta, raw, jax_features)
+  _torchvision_padding(model, meta)
+  unpadded = _max_difference(model, meta, raw, jax_features)
+  print(
+    f'{meta["architecture"]}: max |torch - jax| {difference:.2e} for features up to '
+    f'{scale:.3g} (torchvision padding: {unpadded:.2e})'
+  )
+  tolerance = 1e-5 * max(1.0, scale)  # float32 rounding through the network's depth
+  assert difference <= tolerance
+  assert unpadded > 100 * tolerance  # the metadata's padding is needed
+  return meta
+
+
+def test_resnet18_cifar_stem_through_the_command(tmp_path):
+  """The real command; 36 px, so layer4's strided convolution sees an odd size (9 px)."""
+  workdir, raw, jax_features = _run(tmp_path, 'resnet18', 'cifar', 36)
+  weights = tmp_path / 'backbone.safetensors'
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  command = [sys.executable, '-m', 'hscl_jax.export', f'--workdir={workdir}']
+  out = subprocess.run(
+    [*command, '--format=torch', f'--out={weights}'],
+    cwd=REPO,
+    env={**env, 'JAX_PLATFORMS': 'cpu'},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  meta_file = tmp_path / 'backbone.json'
+  assert (
+    out.stdout == f'resnet18 (cifar stem) at checkpoint step {STEP}:\n  {weights}\n  {meta_file}\n'
+  )
+  meta = _check_round_trip(tmp_path, jax_features, raw)
+  config = _config('resnet18', 'cifar', 36)
+  assert meta['same_padding_convs'] == ['layer2.0.conv1', 'layer3.0.conv1', 'layer4.0.conv1']
+  expected = {
+    'architecture': 'resnet18',
+    'stem': 'cifar',
+    'image_size': 36,
+    'feature_dim': 512,
+    'checkpoint_step': STEP,
+    'mean': list(config.augment.mean),
+    'std': list(config.augment.std),
+  }
+  assert {key: meta[key] for key in expected} == expected
+  assert set(meta['replace_modules']) == {'conv1', 'maxpool', 'fc'}
+
+
+def test_resnet50_imagenet_stem(tmp_path):
+  workdir, raw, jax_features = _run(tmp_path, 'resnet50', 'imagenet', 64)
+  weights = tmp_path / 'backbone.safetensors'
+  torch_export.export_torch(str(workdir), str(weights))
+  meta = _check_round_trip(tmp_path, jax_features, raw)
+  assert meta['same_padding_convs'] == ['layer2.0.conv2', 'layer3.0.conv2', 'layer4.0.conv2']
+  assert set(meta['replace_modules']) == {'fc'}
+  assert (meta['feature_dim'], meta['image_size']) == (2048, 64)
+
+
+def _one_line_error(tmp_path, config, *, out='backbone.safetensors') -> str:
+  """The message of a run without a checkpoint: what is checked first is refused."""
+  workdir = tmp_path / 'run'
+  metrics.write_config(str(workdir), config)
+  with pytest.raises(errors.UserError) as raised:
+    torch_export.export_torch(str(workdir), str(tmp_path / out))
+  assert '\n' not in str(raised.value)
+  assert not list(tmp_path.glob('*.safetensors')) and not list(tmp_path.glob('*.json'))
+  return str(raised.value)
+
+
+def test_only_batchnorm_resnets_export(tmp_path):
+  config = _config('small_cnn', 'cifar', 8)
+  assert 'only ResNets export' in _one_line_error(tmp_path, config)
+  config = _config('resnet18', 'cifar', 8)
+  config.model.norm = 'group'
+  assert 'only BatchNorm ResNets export' in _one_line_error(tmp_path, config)
+
+
+def test_workdir_without_checkpoint_names_it_and_the_fix(tmp_path):
+  message = _one_line_error(tmp_path, _config('resnet18', 'cifar', 8))
+  assert str(tmp_path / 'run' / 'checkpoints') in message
+  assert 'python -m hscl_jax.main' in message
+
+
+def test_bad_output_path(tmp_path):
+  config = _config('resnet18', 'cifar', 8)
+  assert 'must end in .safetensors' in _one_line_error(tmp_path, config, out='b.pt')
+  message = _one_line_error(tmp_path, config, out='missing/b.safetensors')
+  assert 'does not exist' in message
