@@ -29,7 +29,7 @@ from hscl_jax.graphs import train as graph_train
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # configs/<name>.py imports `configs.default`
 ABSL_FLAGS = {'help', 'helpfull', 'helpshort', 'flagfile', 'logtostderr', 'v', 'verbosity'}
-_COMMAND = re.compile(r'python -m (hscl_jax[\w.]*)((?:[^\n`\\]|\\\n)*)')
+_COMMAND = re.compile(r'python -m (hscl_jax(?:\.\w+)+)((?:[^\n`\\]|\\\n)*)')
 # ml_collections loads config files with importlib's deprecated load_module().
 _LOAD_MODULE_WARNING = 'ignore:the load_module:DeprecationWarning'
 _SHELL_END = {'&', '&&', '|', ';', '#', '>', '2>&1'}
