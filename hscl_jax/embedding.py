@@ -18,6 +18,8 @@ from typing import Any
 
 from absl import logging
 import jax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from ml_collections import config_dict
 import numpy as np
 
@@ -139,9 +141,11 @@ def compute_features(
   feature_fn = evaluation.make_feature_fn(
     encoder.model, encoder.augment_params, mesh, projections=projections
   )
+  # Restored onto one device; the feature function wants them replicated over the mesh.
+  variables = jax.device_put(encoder.variables, NamedSharding(mesh, P()))
   features, labels, mask = evaluation.extract_features(
     feature_fn,
-    encoder.variables,
+    variables,
     source,
     batch_size,
     mesh,
