@@ -144,12 +144,7 @@ def compute_features(
   # Restored onto one device; the feature function wants them replicated over the mesh.
   variables = jax.device_put(encoder.variables, NamedSharding(mesh, P()))
   features, labels, mask = evaluation.extract_features(
-    feature_fn,
-    variables,
-    source,
-    batch_size,
-    mesh,
-    check=_ProgressLine(len(source), batch_size),
+    feature_fn, variables, source, batch_size, mesh, check=_ProgressLine(len(source), batch_size)
   )
   return features[mask], labels[mask]
 
