@@ -88,18 +88,20 @@ def nearest_neighbours(embedded, queries: np.ndarray, k: int, path: str) -> None
   names = embedded.class_names
   similarity = embedded.test_features[queries] @ embedded.train_features.T
   nearest = np.argsort(-similarity, axis=1, kind='stable')[:, :k]
-  fig, axes = _pyplot().subplots(
-    len(queries), k + 1, figsize=(1.25 * (k + 1), 1.45 * len(queries)), squeeze=False
-  )
+  fig = _pyplot().figure(figsize=(1.25 * (k + 1.3), 1.45 * len(queries)))
+  grid = fig.add_gridspec(len(queries), k + 2, width_ratios=[1, 0.3] + [1] * k)
   for row, (query, neighbours) in enumerate(zip(queries, nearest)):
     label = embedded.test_labels[query]
-    _show(axes[row, 0], embedded.test[int(query)]['image'], f'query: {names[label]}', None, 8)
-    axes[row, 0].set_ylabel(f'test #{query}', fontsize=7)
-    for col, j in enumerate(neighbours, start=1):
+    ax = fig.add_subplot(grid[row, 0])
+    _show(ax, embedded.test[int(query)]['image'], f'query: {names[label]}', None, 8)
+    same = int(np.sum(embedded.train_labels[neighbours] == label))
+    ax.set_ylabel(f'test #{query}\n{same}/{k} same class', fontsize=7)
+    for col, j in enumerate(neighbours, start=2):
       neighbour_label = embedded.train_labels[j]
       wrong = neighbour_label != label
       title = f'{similarity[row, j]:.3f}' + (f'\n{names[neighbour_label]}' if wrong else '\n')
-      _show(axes[row, col], embedded.train[int(j)]['image'], title, WRONG if wrong else None)
+      ax = fig.add_subplot(grid[row, col])
+      _show(ax, embedded.train[int(j)]['image'], title, WRONG if wrong else None)
   fig.suptitle(
     f'Nearest training images of {len(queries)} seeded test queries (cosine similarity of '
     'backbone features); red: another class',
