@@ -64,17 +64,10 @@ def top_negatives(
   return np.where(weights > 0, order, -1), weights
 
 
-def false_negative_counts(
-  z: np.ndarray,
-  labels: np.ndarray,
-  hardening: losses.Hardening,
-  temperature: float,
-  negatives: str,
-  k: int,
-) -> tuple[np.ndarray, np.ndarray]:
-  """(same-class negatives, weighted negatives) among each anchor's top k: int [n] each."""
+def false_negative_counts(indices: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(same-class negatives, weighted negatives) among each anchor's top negatives
+  (`top_negatives`' indices, -1 for none): int [n] each."""
   labels = np.asarray(labels)
-  indices, _ = top_negatives(z, labels, hardening, temperature, negatives, k)
   chosen = indices >= 0
   same_class = chosen & (labels[np.maximum(indices, 0)] == labels[:, None])
   return same_class.sum(axis=1), chosen.sum(axis=1)
@@ -93,7 +86,8 @@ def false_negative_fraction(
   anchors counted (those with a weighted negative)."""
   fractions, unweighted = [], []
   for z, labels in batches:
-    same_class, chosen = false_negative_counts(z, labels, hardening, temperature, negatives, k)
+    indices, _ = top_negatives(z, labels, hardening, temperature, negatives, k)
+    same_class, chosen = false_negative_counts(indices, labels)
     mask = negative_mask(labels, negatives)
     all_same = (mask & (np.asarray(labels)[:, None] == np.asarray(labels)[None, :])).sum(axis=1)
     counted = chosen > 0

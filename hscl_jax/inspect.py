@@ -20,6 +20,9 @@ from hscl_jax import metrics
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 _OUT = flags.DEFINE_string('out', None, 'Directory the figures and JSON go to.', required=True)
+_CHECKPOINT_STEP = flags.DEFINE_integer(
+  'checkpoint_step', None, 'Checkpoint step (default: the newest that restores).'
+)
 _HARDENING = flags.DEFINE_enum(
   'hardening', None, inspection.HARDENINGS, "Hardening to rank negatives by (default: the run's)."
 )
@@ -29,9 +32,6 @@ _TAU = flags.DEFINE_float(
 )
 _K = flags.DEFINE_integer('k', inspection.NUM_SHOWN_NEGATIVES, 'Top-k negatives counted.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the queries, anchors and test batches.')
-_CHECKPOINT_STEP = flags.DEFINE_integer(
-  'checkpoint_step', None, 'Checkpoint step (default: the newest that restores).'
-)
 
 
 def main(argv):
@@ -42,12 +42,12 @@ def main(argv):
     lambda: inspection.inspect_run(
       _WORKDIR.value,
       _OUT.value,
+      checkpoint_step=_CHECKPOINT_STEP.value,
       hardening=_HARDENING.value,
       beta=_BETA.value,
       tau=_TAU.value,
       k=_K.value,
       seed=_SEED.value,
-      checkpoint_step=_CHECKPOINT_STEP.value,
     )
   )
   print(
