@@ -70,10 +70,16 @@ def test_split_features_are_the_monitors(digits_run, tmp_path):
   assert summary['checkpoint_step'] == max(checkpointing.finished_steps(str(workdir)))
 
 
-def test_projections_are_the_heads_outputs(digits_run, tmp_path):
+def test_projections_are_the_heads_outputs_with_a_progress_line(
+  digits_run, tmp_path, monkeypatch, caplog
+):
   workdir, config, result = digits_run
   out = tmp_path / 'train.npz'
-  embedding.embed(str(workdir), str(out), split='train', projections=True)
+  monkeypatch.setattr(embedding, 'PROGRESS_EVERY_SECONDS', 0.0)  # a line every batch
+  with caplog.at_level('INFO'):
+    embedding.embed(str(workdir), str(out), split='train', projections=True)
+  for done in (512, 1024):
+    assert f'embedded {done}/1438 images ({100 * done / 1438:.0f}%)' in caplog.text
   saved = np.load(out)
   train, _ = data.run_sources(config)
   assert saved['features'].shape == (len(train), config.model.head_out)
