@@ -125,9 +125,9 @@ def embed_splits(workdir: str, config, checkpoint_step: int | None) -> tuple[int
   )
 
 
-def test_batches(num_examples: int, batch_size: int, seed: int) -> list[np.ndarray]:
-  """A seeded shuffle of the test split cut into batches of `batch_size` (the last one
-  shorter; dropped if it has a single sample, which has no negative)."""
+def seeded_batches(num_examples: int, batch_size: int, seed: int) -> list[np.ndarray]:
+  """Indices 0..num_examples-1 (the test split), shuffled by `seed` and cut into batches of
+  `batch_size` (the last one shorter; dropped if it holds one sample: no negative)."""
   order = np.random.default_rng(seed).permutation(num_examples)
   batches = [order[i : i + batch_size] for i in range(0, num_examples, batch_size)]
   return [b for b in batches if len(b) > 1]
@@ -137,7 +137,7 @@ def false_negative_report(
   embedded: Embedded, choice: HardeningChoice, config, k: int, seed: int
 ) -> dict[str, Any]:
   """false_negatives.json's content: H-UCL's and H-SCL's fractions over the test split."""
-  batches = test_batches(len(embedded.test_labels), config.batch_size, seed)
+  batches = seeded_batches(len(embedded.test_labels), config.batch_size, seed)
   pairs = [(embedded.test_projections[b], embedded.test_labels[b]) for b in batches]
   hardening = choice.function()
   by_set = {
@@ -188,15 +188,16 @@ def inspect_run(
   rng = np.random.default_rng(seed)
   title = f'{config.method} on {config.dataset}, checkpoint step {step}'
   figures.tsne_map(embedded, os.path.join(out_dir, TSNE_FILE), title, seed)
-  queries = np.sort(rng.choice(len(embedded.test_labels), NUM_QUERIES, replace=False))
+  num_test = len(embedded.test_labels)
+  queries = np.sort(rng.choice(num_test, min(NUM_QUERIES, num_test), replace=False))
   figures.nearest_neighbours(
     embedded, queries, NUM_NEIGHBOURS, os.path.join(out_dir, NEIGHBOURS_FILE)
   )
-  batch = test_batches(len(embedded.test_labels), config.batch_size, seed)[0]
+  batch = seeded_batches(len(embedded.test_labels), config.batch_size, seed)[0]
   figures.hardest_negatives(
     embedded,
     batch,
-    NUM_ANCHORS,
+    min(NUM_ANCHORS, len(batch)),
     choice,
     config.temperature,
     os.path.join(out_dir, HARDEST_FILE),
