@@ -81,18 +81,17 @@ def folder_source(folder: str, image_size: int) -> data.ImageFilesSource:
   other = {size: n for size, n in source.file_sizes.items() if size != (image_size, image_size)}
   if other:
     (width, height), _ = max(other.items(), key=lambda item: item[1])
+    side = f'{image_size}x{image_size}'
     logging.info(
-      '%d of the %d images of %s are not %dx%d (e.g. %dx%d): each is centre-cropped to a '
-      "square and resized to %dx%d, the run's config.augment.image_size.",
+      '%d of the %d images of %s are not %s (e.g. %dx%d): each is centre-cropped to a square '
+      "and resized to %s, the run's config.augment.image_size.",
       sum(other.values()),
       len(source),
       folder,
-      image_size,
-      image_size,
+      side,
       width,
       height,
-      image_size,
-      image_size,
+      side,
     )
   return source
 
@@ -186,7 +185,7 @@ def embed(
   config = linear_probe.load_run_config(workdir)
   linear_probe.resolve_step(workdir, checkpoint_step)  # no checkpoint: one line, now
   image_size = augment.AugmentParams.from_config(config.augment).image_size
-  source = folder_source(folder, image_size) if folder else split_source(config, split)
+  source = folder_source(folder, image_size) if folder is not None else split_source(config, split)
   encoder = restore(workdir, config, checkpoint_step=checkpoint_step, with_head=projections)
   what = 'projection-head outputs' if projections else 'backbone features'
   logging.info('embedding %d images (%s, checkpoint step %d)', len(source), what, encoder.step)
@@ -196,10 +195,10 @@ def embed(
     'features': features.astype(np.float32),
     'labels': labels.astype(np.int32),
     'class_names': np.asarray(
-      source.class_names if folder else data.class_names(config.dataset, source), str
+      source.class_names if folder is not None else data.class_names(config.dataset, source), str
     ),
   }
-  if folder:
+  if folder is not None:
     arrays['paths'] = np.asarray(source.paths, str)
   else:
     arrays['indices'] = np.arange(len(source), dtype=np.int64)

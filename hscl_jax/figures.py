@@ -133,8 +133,11 @@ def hardest_negatives(
       _show(ax, embedded.test[anchor]['image'], f'anchor: {names[labels[row]]}', None, 8)
       for col, (j, weight) in enumerate(zip(top[row], weights[row]), start=1):
         ax = fig.add_subplot(grid[row, first + col])
-        if j < 0:
+        if j < 0:  # fewer than k negatives of weight > 0 (a threshold hardening)
           ax.axis('off')
+          if col == 1:  # out of the layout: tight_layout would shrink every image for it
+            note = ax.text(0, 0.5, 'no negative with η(g) > 0', transform=ax.transAxes, fontsize=9)
+            note.set_in_layout(False)
           continue
         false = labels[j] == labels[row]
         title = f'q={weight:.3f}\n{names[labels[j]]}'
