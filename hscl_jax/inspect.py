@@ -20,35 +20,30 @@ from hscl_jax import metrics
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 _OUT = flags.DEFINE_string('out', None, 'Directory the figures and JSON go to.', required=True)
-_CHECKPOINT_STEP = flags.DEFINE_integer(
-  'checkpoint_step', None, 'Checkpoint step (default: the newest that restores).'
-)
-_HARDENING = flags.DEFINE_enum(
-  'hardening', None, inspection.HARDENINGS, "Hardening to rank negatives by (default: the run's)."
-)
-_BETA = flags.DEFINE_float('beta', None, "β of --hardening=exp (default: the run's config.beta).")
-_TAU = flags.DEFINE_float(
-  'tau', None, "τ of --hardening=threshold (default: the run's τ at its last epoch)."
-)
-_K = flags.DEFINE_integer('k', inspection.NUM_SHOWN_NEGATIVES, 'Top-k negatives counted.')
-_SEED = flags.DEFINE_integer('seed', 0, 'Seed of the queries, anchors and test batches.')
+# inspection.inspect_run's keyword arguments, each from its flag.
+_OPTIONS = {
+  'checkpoint_step': flags.DEFINE_integer(
+    'checkpoint_step', None, 'Checkpoint step (default: the newest that restores).'
+  ),
+  'hardening': flags.DEFINE_enum(
+    'hardening', None, inspection.HARDENINGS, "Hardening to rank negatives by (default: the run's)."
+  ),
+  'beta': flags.DEFINE_float('beta', None, "β of --hardening=exp (default: the run's config.beta)"),
+  'tau': flags.DEFINE_float(
+    'tau', None, "τ of --hardening=threshold (default: the run's τ at its last epoch)."
+  ),
+  'k': flags.DEFINE_integer('k', inspection.NUM_SHOWN_NEGATIVES, 'Top-k negatives counted.'),
+  'seed': flags.DEFINE_integer('seed', 0, 'Seed of the queries, anchors and test batches.'),
+}
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   metrics.show_only_own_info_logs()
+  options = {name: flag.value for name, flag in _OPTIONS.items()}
   result = errors.exit_on_user_error(
-    lambda: inspection.inspect_run(
-      _WORKDIR.value,
-      _OUT.value,
-      checkpoint_step=_CHECKPOINT_STEP.value,
-      hardening=_HARDENING.value,
-      beta=_BETA.value,
-      tau=_TAU.value,
-      k=_K.value,
-      seed=_SEED.value,
-    )
+    lambda: inspection.inspect_run(_WORKDIR.value, _OUT.value, **options)
   )
   print(
     f'H-UCL: {100 * result["hucl_false_negative_fraction"]:.1f}% of the top-{result["k"]} '
