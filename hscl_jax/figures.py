@@ -7,9 +7,9 @@ projections) and writes one PNG.
 
 from __future__ import annotations
 
-import matplotlib
 import numpy as np
 
+from hscl_jax import errors
 from hscl_jax import hard_negatives
 
 TSNE_MAX_POINTS = 5000  # t-SNE is quadratic in memory and slow beyond this on a CPU
@@ -18,8 +18,17 @@ WRONG = '#d62728'  # outline of a wrong-class neighbour or a same-class negative
 RIGHT = '#bbbbbb'
 
 
-def _pyplot():
-  matplotlib.use('Agg')  # files only, never a window
+def pyplot():
+  """matplotlib.pyplot on the Agg backend (files only, never a window); a missing
+  matplotlib (the `[report]` extra) is one line with the fix."""
+  try:
+    import matplotlib
+  except ImportError:
+    raise errors.UserError(
+      'python -m hscl_jax.inspect draws with matplotlib, which is not installed. Fix: '
+      "pip install -e '.[report]' (or pip install matplotlib)."
+    ) from None
+  matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # after choosing the backend
 
   return plt
@@ -27,6 +36,8 @@ def _pyplot():
 
 def _class_colours(num_classes: int) -> np.ndarray:
   """Distinct colours: tab10/tab20 for up to 20 classes, evenly spread hues beyond."""
+  import matplotlib  # pyplot() has been called: it is installed
+
   if num_classes <= 10:
     return matplotlib.colormaps['tab10'](np.arange(num_classes))
   if num_classes <= 20:
@@ -53,7 +64,7 @@ def tsne_map(embedded, path: str, title: str, seed: int) -> None:
   points, labels = _embed_2d(features[shown], seed), labels[shown]
   names = embedded.class_names
   colours = _class_colours(len(names))
-  fig, ax = _pyplot().subplots(figsize=(8, 7))
+  fig, ax = pyplot().subplots(figsize=(8, 7))
   size = 4 if len(shown) > 2000 else 12
   ax.scatter(*points.T, c=colours[labels], s=size, linewidths=0, alpha=0.8)
   counts = np.bincount(labels, minlength=len(names))
@@ -88,7 +99,7 @@ def nearest_neighbours(embedded, queries: np.ndarray, k: int, path: str) -> None
   names = embedded.class_names
   similarity = embedded.test_features[queries] @ embedded.train_features.T
   nearest = np.argsort(-similarity, axis=1, kind='stable')[:, :k]
-  fig = _pyplot().figure(figsize=(1.25 * (k + 1.3), 1.45 * len(queries)))
+  fig = pyplot().figure(figsize=(1.25 * (k + 1.3), 1.45 * len(queries)))
   grid = fig.add_gridspec(len(queries), k + 2, width_ratios=[1, 0.3] + [1] * k)
   for row, (query, neighbours) in enumerate(zip(queries, nearest)):
     label = embedded.test_labels[query]
@@ -118,7 +129,7 @@ def hardest_negatives(
   (other classes only); same-class (false) negatives outlined in red."""
   z, labels = embedded.test_projections[batch], embedded.test_labels[batch]
   names = embedded.class_names
-  fig = _pyplot().figure(figsize=(1.1 * (2 * k + 3), 1.35 * num_anchors + 0.9))
+  fig = pyplot().figure(figsize=(1.1 * (2 * k + 3), 1.35 * num_anchors + 0.9))
   grid = fig.add_gridspec(
     num_anchors, 2 * k + 3, width_ratios=[1] * (k + 1) + [0.35] + [1] * (k + 1)
   )
@@ -157,4 +168,4 @@ def hardest_negatives(
 def _save(fig, path: str, rect=(0, 0, 1, 1)) -> None:
   fig.tight_layout(rect=rect)
   fig.savefig(path, dpi=110)
-  _pyplot().close(fig)
+  pyplot().close(fig)

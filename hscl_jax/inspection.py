@@ -175,6 +175,7 @@ def inspect_run(
   """Writes the three PNGs and the JSON into `out_dir`; returns the JSON's content."""
   if k < 1:
     raise InspectError(f'--k={k} must be >= 1 (the top-k negatives counted); e.g. --k=8.')
+  figures.pyplot()  # no matplotlib: one line, before any work
   config = linear_probe.load_run_config(workdir)
   choice = run_hardening(config, hardening, beta, tau)
   choice.function()  # a bad β or τ is refused before any work

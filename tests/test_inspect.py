@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 from PIL import Image
@@ -10,6 +11,8 @@ import pytest
 import threadpoolctl
 
 from hscl_jax import data
+from hscl_jax import errors
+from hscl_jax import figures
 from hscl_jax import hard_negatives
 from hscl_jax import inspection
 from hscl_jax import linear_probe
@@ -150,3 +153,9 @@ def test_workdir_without_checkpoint_is_one_line(digits_run, tmp_path):
   (tmp_path / 'config.json').write_text((workdir / 'config.json').read_text())
   with pytest.raises(linear_probe.LinearEvalError, match='no checkpoint in .*: train first'):
     inspection.inspect_run(str(tmp_path), str(tmp_path / 'out'))
+
+
+def test_missing_matplotlib_is_one_line_with_the_fix(monkeypatch):
+  monkeypatch.setitem(sys.modules, 'matplotlib', None)  # `import matplotlib` now fails
+  with pytest.raises(errors.UserError, match=r"Fix: pip install -e '\.\[report\]'"):
+    figures.pyplot()
