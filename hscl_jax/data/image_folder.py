@@ -171,7 +171,8 @@ class ImageFilesSource:
   refused there, naming it; `file_sizes` counts the files' (width, height)."""
 
   def __init__(self, paths, labels, class_names, *, image_size: int = DEFAULT_IMAGE_SIZE):
-    self.paths, self._labels, self.class_names = list(paths), labels, class_names
+    self.paths, self.class_names = list(paths), class_names
+    self._labels = np.asarray(labels, np.int32)
     self.file_sizes = dict(_check_headers(tuple(self.paths)))
     self.num_classes = len(self.class_names)
     self.image_size = image_size
