@@ -22,13 +22,24 @@ from hscl_jax import parallel
 
 
 def make_feature_fn(
-  model: models.ContrastiveModel, augment_params: augment.AugmentParams, mesh: jax.sharding.Mesh
+  model: models.ContrastiveModel,
+  augment_params: augment.AugmentParams,
+  mesh: jax.sharding.Mesh,
+  *,
+  projections: bool = False,
 ):
-  """jit(shard_map): (variables, eval batch) -> (normalised features, labels, mask), sharded."""
+  """jit(shard_map): (variables, eval batch) -> (normalised features, labels, mask), sharded.
+
+  The features are the backbone's (the kNN monitor's), or with `projections` the projection
+  head's outputs (what the loss sees; `variables` must then hold the head's entries too).
+  """
 
   def per_device(variables, batch):
     x = augment.preprocess_eval(batch['image'], augment_params)
-    h = model.apply(variables, x, train=False, method=models.ContrastiveModel.features)
+    if projections:
+      _, h = model.apply(variables, x, train=False)
+    else:
+      h = model.apply(variables, x, train=False, method=models.ContrastiveModel.features)
     return losses.l2_normalize(h), batch['label'], batch['mask']
 
   return jax.jit(

@@ -74,12 +74,17 @@ def resolve_step(workdir: str, step: int | None) -> int:
 
 
 def restore_encoder(
-  workdir: str, step: int, model: models.ContrastiveModel, image_shape: tuple[int, int, int]
+  workdir: str,
+  step: int,
+  model: models.ContrastiveModel,
+  image_shape: tuple[int, int, int],
+  modules: tuple[str, ...] = ('encoder',),
 ) -> dict[str, Any]:
-  """Model variables holding only the encoder's entries, restored onto the default device."""
+  """Model variables holding only the entries of `modules` (the encoder by default; add
+  'head' for the projection head), restored onto the default device."""
   abstract = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), image_shape))
   target = {
-    collection: {'encoder': abstract[collection]['encoder']}
+    collection: {module: abstract[collection][module] for module in modules}
     for collection in ('params', 'batch_stats')
   }
   try:
@@ -89,18 +94,22 @@ def restore_encoder(
 
 
 def restore_usable_encoder(
-  workdir: str, step: int | None, model: models.ContrastiveModel, image_shape: tuple[int, int, int]
+  workdir: str,
+  step: int | None,
+  model: models.ContrastiveModel,
+  image_shape: tuple[int, int, int],
+  modules: tuple[str, ...] = ('encoder',),
 ) -> tuple[int, dict[str, Any]]:
   """(step, encoder variables) of checkpoint `step`, or by default of the newest one that
   restores (a damaged newer one is skipped with a warning). An unusable checkpoint raises
-  LinearEvalError listing the steps that can be used."""
+  LinearEvalError listing the steps that can be used. `modules` as `restore_encoder`'s."""
   steps = checkpointing.finished_steps(workdir)
   first = resolve_step(workdir, step)  # raises if there is none, or no such step
   candidates = [first] if step is not None else steps[::-1]
   failed = {}
   for candidate in candidates:
     try:
-      variables = restore_encoder(workdir, candidate, model, image_shape)
+      variables = restore_encoder(workdir, candidate, model, image_shape, modules)
     except LinearEvalError as e:
       failed[candidate] = e
       continue
@@ -112,7 +121,9 @@ def restore_usable_encoder(
         candidate,
       )
     return candidate, variables
-  usable = [s for s in steps[::-1] if s not in failed and _restores(workdir, s, model, image_shape)]
+  usable = [
+    s for s in steps[::-1] if s not in failed and _restores(workdir, s, model, image_shape, modules)
+  ]
   first_step, first_error = next(iter(failed.items()))
   raise LinearEvalError(
     f'checkpoint step {first_step} cannot be used: {first_error} Usable steps: '
@@ -120,9 +131,9 @@ def restore_usable_encoder(
   )
 
 
-def _restores(workdir, step, model, image_shape) -> bool:
+def _restores(workdir, step, model, image_shape, modules) -> bool:
   try:
-    restore_encoder(workdir, step, model, image_shape)
+    restore_encoder(workdir, step, model, image_shape, modules)
   except LinearEvalError:
     return False
   return True

@@ -3,6 +3,7 @@ summary, table, plots."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -126,3 +127,35 @@ def test_compare_end_to_end(tmp_path):
 def test_ranking_marks_ties():
   scores = {'UCL': 0.90, 'SCL': 0.95, 'H-UCL': 0.90}
   assert image_grid._ranking(list(scores), scores.get) == 'SCL > UCL = H-UCL'
+
+
+def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
+  """The best H-SCL(β) run of seed 0 has every inspect figure: linked (relative to the
+  report) with its false-negative fraction; UCL's has only one figure: not linked."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, {'beta'})
+  runs = [_fake_run(s, 0, 0.5 + 0.01 * i) for i, s in enumerate(plan)]
+  best = image_grid.best_per_method(image_grid.summarise(runs))
+  root, report_dir = tmp_path / 'root', tmp_path / 'report'
+  hscl = pathlib.Path(image_grid.run_dir(str(root), best['H-SCL(β)'], 0)) / 'inspect'
+  hscl.mkdir(parents=True)
+  for name in ('tsne.png', 'neighbours.png', 'hardest_negatives.png'):
+    (hscl / name).write_bytes(b'png')
+  statistic = {'hucl_false_negative_fraction': 0.4567, 'k': 8}
+  (hscl / 'false_negatives.json').write_text(json.dumps(statistic))
+  ucl = pathlib.Path(image_grid.run_dir(str(root), best['UCL'], 0)) / 'inspect'
+  ucl.mkdir(parents=True)
+  (ucl / 'tsne.png').write_bytes(b'png')
+  lines = image_grid.inspect_links(str(root), best, 0, str(report_dir))
+  rows = [line for line in lines if line.startswith('| ') and 'setting' not in line]
+  relative = f'../root/{best["H-SCL(β)"].slug}/seed0/inspect'
+  assert rows == [
+    f'| {best["H-SCL(β)"].label} | [tsne]({relative}/tsne.png) · '
+    f'[neighbours]({relative}/neighbours.png) · '
+    f'[hardest_negatives]({relative}/hardest_negatives.png) | 45.7 % (k = 8) |'
+  ]
+  report = image_grid.markdown_report(
+    image_grid.summarise(runs), best, config, [0], 'features', {'beta'}, [], inspected=lines
+  )
+  assert rows[0] in report
+  assert image_grid.inspect_links(str(tmp_path / 'empty'), best, 0, str(report_dir)) == []

@@ -25,6 +25,8 @@ ENTRY_POINTS = {
   'hscl_jax.main': 'hscl_jax.main',
   'hscl_jax.linear_eval': 'hscl_jax.linear_eval',
   'hscl_jax.export': 'hscl_jax.export',
+  'hscl_jax.embed': 'hscl_jax.embed',
+  'hscl_jax.inspect': 'hscl_jax.inspect',
   'hscl_jax.prepare': 'hscl_jax.prepare',
   'hscl_jax.graphs.__main__': 'hscl_jax.graphs',
   'hscl_jax.experiments.compare': 'hscl_jax.experiments.compare',

@@ -12,7 +12,9 @@ from hscl_jax.data.arrays import stratified_split
 from hscl_jax.data.errors import DatasetNotPreparedError
 from hscl_jax.data.errors import ImageFolderError
 from hscl_jax.data.errors import UnknownDatasetError
+from hscl_jax.data.image_folder import ImageFilesSource
 from hscl_jax.data.image_folder import ImageFolderSource
+from hscl_jax.data.image_folder import list_image_files
 from hscl_jax.data.loaders import POSITIVE_MODES
 from hscl_jax.data.loaders import EvalLoader
 from hscl_jax.data.loaders import TrainLoader
@@ -21,6 +23,7 @@ from hscl_jax.data.loaders import steps_per_epoch
 from hscl_jax.data.sources import DATASETS
 from hscl_jax.data.sources import SPLITS
 from hscl_jax.data.sources import DatasetInfo
+from hscl_jax.data.sources import class_names
 from hscl_jax.data.sources import dataset_info
 from hscl_jax.data.sources import get_source
 from hscl_jax.data.sources import run_sources
@@ -31,11 +34,13 @@ __all__ = [
   'ArraySource',
   'SubsetSource',
   'balanced_subset',
+  'class_names',
   'DATASETS',
   'DatasetInfo',
   'DatasetNotPreparedError',
   'EvalLoader',
   'ImageFolderError',
+  'ImageFilesSource',
   'ImageFolderSource',
   'POSITIVE_MODES',
   'SPLITS',
@@ -46,6 +51,7 @@ __all__ = [
   'dataset_info',
   'epoch_permutation',
   'get_source',
+  'list_image_files',
   'run_sources',
   'steps_per_epoch',
   'stratified_split',

@@ -12,10 +12,13 @@ Any format PIL reads is accepted; grayscale, palette and RGBA images become RGB
 (alpha is dropped). Every image is centre-cropped to a square and resized to
 ``image_size`` so that batches stack. Every file's header is read when a split is opened,
 so a file that is not an image stops the run before training, naming it.
+`list_image_files` and `ImageFilesSource` read any folder of images (embedding a user's
+own images: labelled by class folder when it has that layout).
 """
 
 from __future__ import annotations
 
+import collections
 from concurrent import futures
 import dataclasses
 import functools
@@ -239,36 +242,65 @@ def _center_square_resized(image: Image.Image, size: int) -> Image.Image:
   return image.resize((size, size), Image.Resampling.BILINEAR, box=box)
 
 
-def _header_error(path: str) -> str | None:
+def _header_size(path: str) -> tuple[int, int] | str:
+  """(width, height) from the file's header, or the error naming the file."""
   try:
-    with Image.open(path):  # reads the header only
-      return None
+    with Image.open(path) as image:  # reads the header only
+      return image.size
   except _PIL_ERRORS as error:
     return f'{path}: {error}'
 
 
 @functools.cache
-def _check_headers(paths: tuple[str, ...]) -> None:
-  """Raises naming the files whose header PIL cannot read (I/O-bound: threads)."""
+def _check_headers(paths: tuple[str, ...]) -> collections.Counter:
+  """{(width, height): number of files}; raises naming the files whose header PIL cannot
+  read (I/O-bound: threads)."""
   with futures.ThreadPoolExecutor(max_workers=16) as pool:
-    errors = [e for e in pool.map(_header_error, paths) if e is not None]
+    sizes = list(pool.map(_header_size, paths))
+  errors = [e for e in sizes if isinstance(e, str)]
   if errors:
     more = f' (and {len(errors) - 1} more)' if len(errors) > 1 else ''
     raise ImageFolderError(
       f'cannot read image file {errors[0]}{more}; remove or replace the unreadable files'
     )
+  return collections.Counter(sizes)
 
 
-class ImageFolderSource:
-  """Random-access source over one split of an image folder (images read lazily)."""
+def list_image_files(root: str) -> tuple[list[str], np.ndarray, list[str]]:
+  """(paths, labels, class_names) of every image file under `root`, recursively, sorted by
+  path. When every image lies in root/<class>/, a label is its class folder's index
+  (class_names sorted); otherwise every label is -1 and class_names is empty."""
+  if not root or not os.path.isdir(root):
+    raise ImageFolderError(f'image folder {root!r} does not exist or is not a directory')
+  extensions = image_extensions()
+  paths = []
+  for directory, subdirs, names in os.walk(root):
+    subdirs[:] = [d for d in subdirs if not d.startswith('.')]  # prunes hidden folders
+    paths.extend(
+      os.path.join(directory, name)
+      for name in names
+      if not name.startswith('.') and os.path.splitext(name)[1].lower() in extensions
+    )
+  paths.sort()
+  if not paths:
+    raise ImageFolderError(f'no image files under {root}')
+  parents = [os.path.relpath(os.path.dirname(p), root) for p in paths]
+  if any(parent == '.' or os.sep in parent for parent in parents):
+    return paths, np.full(len(paths), -1, np.int32), []
+  class_names = sorted(set(parents))
+  index = {name: i for i, name in enumerate(class_names)}
+  return paths, np.asarray([index[p] for p in parents], np.int32), class_names
 
-  def __init__(self, root: str, split: str, *, seed: int = 0, image_size: int = DEFAULT_IMAGE_SIZE):
-    scanned = scan_image_folder(root, split, seed)
-    self.paths, self._labels = scanned.paths, scanned.labels
-    self.class_ids, self.class_names = scanned.class_ids, scanned.class_names
-    if not self.paths:
-      raise ImageFolderError(f"split '{split}' of image folder {root} is empty")
-    _check_headers(tuple(self.paths))
+
+class ImageFilesSource:
+  """Random-access source over given image files, read lazily, each centre-cropped and
+  resized to `image_size`. Every header is read at construction: an unreadable file is
+  refused there, naming it; `file_sizes` counts the files' (width, height)."""
+
+  def __init__(self, paths, labels, class_names, *, image_size: int = DEFAULT_IMAGE_SIZE):
+    self.paths, self.class_names = list(paths), class_names
+    self._labels = np.asarray(labels, np.int32)
+    self.file_sizes = dict(_check_headers(tuple(self.paths)))
     self.num_classes = len(self.class_names)
     self.image_size = image_size
     self.image_shape = (image_size, image_size, 3)
@@ -284,3 +316,14 @@ class ImageFolderSource:
 
   def labels(self) -> np.ndarray:
     return self._labels
+
+
+class ImageFolderSource(ImageFilesSource):
+  """Random-access source over one split of an image folder (images read lazily)."""
+
+  def __init__(self, root: str, split: str, *, seed: int = 0, image_size: int = DEFAULT_IMAGE_SIZE):
+    scanned = scan_image_folder(root, split, seed)
+    if not scanned.paths:
+      raise ImageFolderError(f"split '{split}' of image folder {root} is empty")
+    super().__init__(scanned.paths, scanned.labels, scanned.class_names, image_size=image_size)
+    self.class_ids = scanned.class_ids  # folder names or WordNet ids; class_names: readable

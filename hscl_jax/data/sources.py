@@ -35,6 +35,25 @@ class DatasetInfo:
   unlabelled_splits: tuple[str, ...] = ()
 
 
+# Names of the classes of datasets whose sources carry none (image folders name theirs).
+KNOWN_CLASS_NAMES = {
+  'digits': tuple('0123456789'),
+  'cifar10': (
+    'airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck',
+  ),
+  'stl10': ('airplane', 'bird', 'car', 'cat', 'deer', 'dog', 'horse', 'monkey', 'ship', 'truck'),
+}  # fmt: skip
+
+
+def class_names(dataset: str, source) -> list[str]:
+  """The class names of a source of `dataset`: its own (`source.class_names`), the known
+  ones, or the class indices as text."""
+  own = getattr(source, 'class_names', None)
+  if own:
+    return list(own)
+  return list(KNOWN_CLASS_NAMES.get(dataset, map(str, range(source.num_classes))))
+
+
 def check_name(name: str) -> None:
   if name not in DATASETS:
     raise UnknownDatasetError(f"unknown dataset '{name}'; valid names: {', '.join(DATASETS)}")

@@ -26,6 +26,7 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import data
+from hscl_jax import inspection
 from hscl_jax import knn
 from hscl_jax import linear_probe
 from hscl_jax import metrics
@@ -38,6 +39,7 @@ TAU_STARTS = (-0.5, -0.3, -0.1)
 TAU_ENDS = (-0.1, 0.0, 0.1)
 METHODS = ('UCL', 'H-UCL', 'SCL', 'H-SCL(β)', 'H-SCL(τ)')
 FOUR_LOSSES = ('loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl')
+INSPECT_DIR = 'inspect'  # RUN/inspect: where the report looks for a run's inspect figures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -506,7 +508,38 @@ def run_times(summary) -> list[str]:
   return lines + ['']
 
 
-def markdown_report(summary, best, config, seeds, protocol, grids, plots, raw=None) -> str:
+def inspect_links(root: str, best, seed: int, out_dir: str) -> list[str]:
+  """The report's section linking the figures `python -m hscl_jax.inspect --workdir=RUN
+  --out=RUN/inspect` wrote for the best setting of each method (seed `seed`), with their
+  H-UCL false-negative fraction; empty when no run has them."""
+  rows = []
+  for method in METHODS:
+    if method not in best:
+      continue
+    folder = os.path.join(run_dir(root, best[method], seed), INSPECT_DIR)
+    figures = [f for f in inspection.FILES if f.endswith('.png')]
+    if not all(os.path.isfile(os.path.join(folder, f)) for f in figures):
+      continue
+    links = [f'[{f[:-4]}]({os.path.relpath(os.path.join(folder, f), out_dir)})' for f in figures]
+    with open(os.path.join(folder, inspection.STATISTIC_FILE)) as f:
+      statistic = json.load(f)
+    fraction = f'{100 * statistic["hucl_false_negative_fraction"]:.1f} % (k = {statistic["k"]})'
+    rows.append(f'| {best[method].label} | {" · ".join(links)} | {fraction} |')
+  if not rows:
+    return []
+  return [
+    f'## What the encoders learned (seed {seed}; `python -m hscl_jax.inspect`, docs/inspect.md)',
+    '',
+    "| setting | figures | same-class share of H-UCL's top-k negatives |",
+    '|---|---|---|',
+    *rows,
+    '',
+  ]
+
+
+def markdown_report(
+  summary, best, config, seeds, protocol, grids, plots, raw=None, inspected=()
+) -> str:
   dataset = dataset_label(config)
   subset = (
     f'a class-balanced subset of {config.train_examples} training examples (bank of the kNN '
@@ -551,6 +584,7 @@ def markdown_report(summary, best, config, seeds, protocol, grids, plots, raw=No
       lines.append(f'| {setting.label} | {_mean_std(stats["top1"])} | {_mean_std(stats["knn"])} |')
     lines.append('')
   lines += run_times(summary)
+  lines += list(inspected)
   lines += ['## Plots', ''] + [f'![{p}]({p})' for p in plots]
   return '\n'.join(lines) + '\n'
 
@@ -610,7 +644,8 @@ def write_report(config, root: str, plan, grids, protocol: str, report_dir: str 
   plots = plot_report(summary, best, out_dir)
   raw = raw_pixel_knn(config, root)
   seeds = sorted({seed for _, seed in plan})
-  report = markdown_report(summary, best, config, seeds, protocol, grids, plots, raw)
+  inspected = inspect_links(root, best, seeds[0], out_dir)
+  report = markdown_report(summary, best, config, seeds, protocol, grids, plots, raw, inspected)
   report += '\n' + '\n'.join(batch_composition(config, seeds))
   missing = len(plan) - len(runs)
   report += f'\n{len(runs)} runs finished' + (f', {missing} missing.' if missing else '.') + '\n'

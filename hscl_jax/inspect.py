@@ -1,0 +1,57 @@
+r"""Figures of what a training run learned, and how often its hardest negatives are false
+(the program; hscl_jax.inspection says what it computes and does the work).
+
+    python -m hscl_jax.inspect --workdir=RUN --out=DIR \
+        [--hardening=exp --beta=B | --hardening=threshold --tau=T] [--k=8] [--seed=0]
+
+Writes DIR/tsne.png, DIR/neighbours.png, DIR/hardest_negatives.png and
+DIR/false_negatives.json (docs/inspect.md describes each). The hardening defaults to the
+run's own (config.hardening with config.beta, or τ at the last epoch).
+"""
+
+from __future__ import annotations
+
+from absl import app
+from absl import flags
+
+from hscl_jax import errors
+from hscl_jax import inspection
+from hscl_jax import metrics
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
+_OUT = flags.DEFINE_string('out', None, 'Directory the figures and JSON go to.', required=True)
+# inspection.inspect_run's keyword arguments, each from its flag.
+_OPTIONS = {
+  'checkpoint_step': flags.DEFINE_integer(
+    'checkpoint_step', None, 'Checkpoint step (default: the newest that restores).'
+  ),
+  'hardening': flags.DEFINE_enum(
+    'hardening', None, inspection.HARDENINGS, "Hardening to rank negatives by (default: the run's)."
+  ),
+  'beta': flags.DEFINE_float('beta', None, "β of --hardening=exp (default: the run's config.beta)"),
+  'tau': flags.DEFINE_float(
+    'tau', None, "τ of --hardening=threshold (default: the run's τ at its last epoch)."
+  ),
+  'k': flags.DEFINE_integer('k', inspection.NUM_SHOWN_NEGATIVES, 'Top-k negatives counted.'),
+  'seed': flags.DEFINE_integer('seed', 0, 'Seed of the queries, anchors and test batches.'),
+}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  metrics.show_only_own_info_logs()
+  options = {name: flag.value for name, flag in _OPTIONS.items()}
+  result = errors.exit_on_user_error(
+    lambda: inspection.inspect_run(_WORKDIR.value, _OUT.value, **options)
+  )
+  print(
+    f'H-UCL: {100 * result["hucl_false_negative_fraction"]:.1f}% of the top-{result["k"]} '
+    f'negatives are same-class ({100 * result["hucl_same_class_fraction_of_all_negatives"]:.1f}% '
+    f'of all negatives; {result["num_anchors"]} anchors); H-SCL: '
+    f'{100 * result["hscl_false_negative_fraction"]:.1f}%. Figures in {_OUT.value}'
+  )
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,194 @@
+"""`python -m hscl_jax.embed`: the kNN monitor's features of a split or a folder, as .npz."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+from PIL import Image
+import pytest
+
+from hscl_jax import augment
+from hscl_jax import checkpointing
+from hscl_jax import data
+from hscl_jax import embedding
+from hscl_jax import evaluation
+from hscl_jax import models
+from hscl_jax import parallel
+from hscl_jax.data import image_folder
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _direct_features(config, variables, images, *, projections=False):
+  """Features computed here on one device, normalised in NumPy (float64): no mesh, no
+  loader, no feature function of the package."""
+  model = models.create_model(config.model)
+  x = augment.preprocess_eval(np.asarray(images), augment.AugmentParams.from_config(config.augment))
+  h, z = jax.jit(lambda v, x: model.apply(v, x, train=False))(variables, x)
+  out = np.asarray(z if projections else h, np.float64)
+  return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def _trained_variables(result):
+  return jax.device_get({'params': result.state.params, 'batch_stats': result.state.batch_stats})
+
+
+def test_split_features_are_the_monitors(digits_run, tmp_path):
+  """Embedding the test split (restored from the checkpoint) gives exactly what the kNN
+  monitor computes from the trained state, in the split's order, normalised, labelled."""
+  workdir, config, result = digits_run
+  out = tmp_path / 'test.npz'
+  summary = embedding.embed(str(workdir), str(out), split='test')
+  saved = np.load(out)
+  assert set(saved.files) == {'features', 'labels', 'class_names', 'indices'}
+  _, test = data.run_sources(config)
+  mesh = parallel.make_mesh()
+  assert mesh.size == 4
+  monitor = evaluation.make_feature_fn(
+    models.create_model(config.model), augment.AugmentParams.from_config(config.augment), mesh
+  )
+  features, labels, mask = evaluation.extract_features(
+    monitor, _trained_variables(result), test, config.knn.batch_size, mesh
+  )
+  np.testing.assert_array_equal(saved['features'], features[mask])
+  np.testing.assert_array_equal(saved['labels'], test.labels())
+  np.testing.assert_array_equal(saved['indices'], np.arange(len(test)))
+  assert list(saved['class_names']) == [str(i) for i in range(10)]
+  assert saved['features'].shape == (len(test), models.feature_dim(config.model.name))
+  assert saved['features'].dtype == np.float32
+  np.testing.assert_allclose(np.linalg.norm(saved['features'], axis=1), 1.0, atol=1e-6)
+  first = [test[i]['image'] for i in range(5)]
+  direct = _direct_features(config, _trained_variables(result), first)
+  np.testing.assert_allclose(saved['features'][:5], direct, atol=1e-5)
+  assert summary['num_images'] == len(test)
+  assert summary['checkpoint_step'] == max(checkpointing.finished_steps(str(workdir)))
+
+
+def test_projections_are_the_heads_outputs_with_a_progress_line(
+  digits_run, tmp_path, monkeypatch, caplog
+):
+  workdir, config, result = digits_run
+  out = tmp_path / 'train.npz'
+  monkeypatch.setattr(embedding, 'PROGRESS_EVERY_SECONDS', 0.0)  # a line every batch
+  with caplog.at_level('INFO'):
+    embedding.embed(str(workdir), str(out), split='train', projections=True)
+  for done in (512, 1024):
+    assert f'embedded {done}/1438 images ({100 * done / 1438:.0f}%)' in caplog.text
+  saved = np.load(out)
+  train, _ = data.run_sources(config)
+  assert saved['features'].shape == (len(train), config.model.head_out)
+  picks = [0, 7, len(train) - 1]
+  direct = _direct_features(
+    config, _trained_variables(result), [train[i]['image'] for i in picks], projections=True
+  )
+  np.testing.assert_allclose(saved['features'][picks], direct, atol=1e-5)
+  np.testing.assert_array_equal(saved['labels'], train.labels())
+
+
+def _write_images(root: pathlib.Path, size: int) -> list[pathlib.Path]:
+  """Two class folders of random RGB images of side `size`, names out of sorted order."""
+  rng = np.random.default_rng(0)
+  paths = []
+  for name, count in (('zebra', 3), ('ant', 2)):
+    (root / name).mkdir(parents=True)
+    for i in (2, 0, 1)[:count]:
+      path = root / name / f'img{i}.png'
+      Image.fromarray(rng.integers(0, 256, (size, size, 3), np.uint8)).save(path)
+      paths.append(path)
+  return sorted(paths)
+
+
+def test_folder_of_another_size_is_resized_labelled_and_in_path_order(digits_run, tmp_path, caplog):
+  workdir, config, result = digits_run
+  paths = _write_images(tmp_path / 'images', size=20)
+  out = tmp_path / 'folder.npz'
+  with caplog.at_level('INFO'):
+    embedding.embed(str(workdir), str(out), folder=str(tmp_path / 'images'))
+  assert '5 of the 5 images of' in caplog.text and 'resized to 8x8' in caplog.text
+  saved = np.load(out)
+  assert list(saved['paths']) == [str(p) for p in paths]
+  assert list(saved['class_names']) == ['ant', 'zebra']
+  np.testing.assert_array_equal(saved['labels'], [0, 0, 1, 1, 1])
+  images = [image_folder.load_rgb(str(p), 8) for p in paths]
+  direct = _direct_features(config, _trained_variables(result), images)
+  np.testing.assert_allclose(saved['features'], direct, atol=1e-5)
+
+
+def test_flat_folder_has_unknown_labels(digits_run, tmp_path):
+  workdir, _, _ = digits_run
+  _write_images(tmp_path / 'images', size=8)
+  for path in list((tmp_path / 'images').rglob('*.png')):
+    path.rename(tmp_path / 'images' / f'{path.parent.name}_{path.name}')
+  out = tmp_path / 'flat.npz'
+  embedding.embed(str(workdir), str(out), folder=str(tmp_path / 'images'))
+  saved = np.load(out)
+  np.testing.assert_array_equal(saved['labels'], [-1] * 5)
+  assert len(saved['class_names']) == 0 and len(saved['paths']) == 5
+
+
+def test_unreadable_file_is_refused_naming_it_before_any_work(digits_run, tmp_path, monkeypatch):
+  workdir, _, _ = digits_run
+  _write_images(tmp_path / 'images', size=8)
+  bad = tmp_path / 'images' / 'ant' / 'broken.png'
+  bad.write_bytes(b'not an image')
+
+  def no_restore(*args, **kwargs):
+    raise AssertionError('the checkpoint was read before the folder was checked')
+
+  monkeypatch.setattr(embedding, 'restore', no_restore)
+  out = tmp_path / 'never.npz'
+  with pytest.raises(data.ImageFolderError, match=f'cannot read image file {bad}'):
+    embedding.embed(str(workdir), str(out), folder=str(tmp_path / 'images'))
+  assert not out.exists()
+
+
+@pytest.mark.parametrize(
+  'kwargs, message',
+  [
+    (dict(out='x.npz'), 'pass exactly one of --folder=DIR'),
+    (dict(out='x.npz', folder='a', split='test'), 'pass exactly one of --folder=DIR'),
+    (dict(out='x.csv', split='test'), r"--out='x.csv' must name a .npz file"),
+    (dict(out='x.npz', split='valid'), "--split='valid' is not a split of the run"),
+  ],
+)
+def test_bad_requests_are_one_line(digits_run, kwargs, message):
+  workdir, _, _ = digits_run
+  out = kwargs.pop('out')
+  with pytest.raises(embedding.EmbedError, match=message):
+    embedding.embed(str(workdir), out, **kwargs)
+
+
+def _embed_program(*args):
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  return subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.embed', *args],
+    cwd=REPO,
+    env={**env, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+
+
+def test_program_writes_the_file_and_refuses_a_workdir_without_checkpoint(digits_run, tmp_path):
+  workdir, _, _ = digits_run
+  out = _embed_program(f'--workdir={workdir}', '--split=test', f'--out={tmp_path}/t.npz')
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.startswith('embedded 359 images (backbone features, dim 128')
+  assert np.load(tmp_path / 't.npz')['features'].shape == (359, 128)
+  untrained = tmp_path / 'untrained'
+  untrained.mkdir()
+  shutil.copy(workdir / 'config.json', untrained / 'config.json')
+  out = _embed_program(f'--workdir={untrained}', '--split=test', f'--out={tmp_path}/u.npz')
+  assert out.returncode == 1
+  lines = [line for line in out.stderr.splitlines() if line.startswith('E')]
+  assert len(lines) == 1 and 'Traceback' not in out.stderr
+  assert (
+    f'no checkpoint in {untrained}/checkpoints: train first (python -m hscl_jax.main)' in (lines[0])
+  )

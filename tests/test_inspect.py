@@ -1,0 +1,161 @@
+"""`python -m hscl_jax.inspect`: the figures, and the false-negative fraction against NumPy."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+from PIL import Image
+import pytest
+import threadpoolctl
+
+from hscl_jax import data
+from hscl_jax import errors
+from hscl_jax import figures
+from hscl_jax import hard_negatives
+from hscl_jax import inspection
+from hscl_jax import linear_probe
+from hscl_jax import losses
+
+
+def _batch(n=18, dim=4, num_classes=3, seed=0):
+  """Unit vectors clustered by class (so same-class samples are often, not always, the
+  most similar) and their labels."""
+  rng = np.random.default_rng(seed)
+  labels = np.arange(n) % num_classes
+  centres = rng.normal(size=(num_classes, dim))
+  z = centres[labels] + 1.2 * rng.normal(size=(n, dim))
+  return (z / np.linalg.norm(z, axis=1, keepdims=True)).astype(np.float32), labels
+
+
+def _numpy_fractions(z, labels, weight_of, k):
+  """Per anchor: among the k other samples of largest weight_of(g) > 0 (ties: larger g),
+  the fraction of the anchor's class; written from the definition, one anchor at a time."""
+  z = np.asarray(z, np.float64)
+  fractions = []
+  for i in range(len(z)):
+    candidates = []
+    for j in range(len(z)):
+      g = z[i] @ z[j] / 0.5
+      if j != i and weight_of(g) > 0:
+        candidates.append((weight_of(g), g, j))
+    top = [j for _, _, j in sorted(candidates, reverse=True)[:k]]
+    if top:
+      fractions.append(np.mean([labels[j] == labels[i] for j in top]))
+  return np.asarray(fractions)
+
+
+def test_exponential_hardening_fraction_equals_numpy():
+  z, labels = _batch()
+  beta = 2.0
+  expected = _numpy_fractions(z, labels, lambda g: np.exp(beta * g), k=4)
+  result = hard_negatives.false_negative_fraction(
+    [(z, labels)], losses.exponential(beta), temperature=0.5, k=4
+  )
+  assert 0.2 < expected.mean() < 0.9  # neither trivially 0 nor 1
+  assert result['fraction'] == pytest.approx(expected.mean(), abs=1e-12)
+  assert result['num_anchors'] == 18
+  assert result['unweighted'] == pytest.approx(5 / 17)  # 5 of the 17 others share the class
+
+
+def test_threshold_hardening_counts_only_weighted_negatives_over_batches():
+  """Under a threshold some anchors weight fewer than k negatives, some none (not
+  counted); two batches are averaged over their anchors."""
+  (z1, y1), (z2, y2) = _batch(seed=1), _batch(n=12, seed=2)
+  tau = np.exp(1.2)  # e^g >= tau  <=>  g >= 1.2, i.e. z.z' >= 0.6
+  weight_of = lambda g: float(g >= np.log(np.float32(tau)))  # noqa: E731
+  per_anchor = np.concatenate(
+    [_numpy_fractions(z, y, weight_of, k=3) for z, y in ((z1, y1), (z2, y2))]
+  )
+  result = hard_negatives.false_negative_fraction(
+    [(z1, y1), (z2, y2)], losses.threshold(tau), temperature=0.5, k=3
+  )
+  assert 0 < len(per_anchor) < 30  # some anchors have no weighted negative
+  top, _ = hard_negatives.top_negatives(z1, y1, losses.threshold(tau), 0.5, 'hucl', 3)
+  _, chosen = hard_negatives.false_negative_counts(top, y1)
+  assert chosen.min() == 0 and 0 < np.mean(chosen < 3) < 1 and chosen.max() == 3
+  assert result['num_anchors'] == len(per_anchor)
+  assert result['fraction'] == pytest.approx(per_anchor.mean(), abs=1e-12)
+
+
+def test_weights_are_the_normalised_hardening_and_hscl_never_picks_the_same_class():
+  z, labels = _batch()
+  hardening = losses.exponential(1.5)
+  q, g = hard_negatives.hardening_weights(z, labels, hardening, 0.5, 'hscl')
+  z64 = np.asarray(z, np.float64)
+  eta = np.exp(1.5 * (z64 @ z64.T) / 0.5) * (labels[:, None] != labels[None, :])
+  np.testing.assert_allclose(q, eta / eta.sum(axis=1, keepdims=True), rtol=1e-6)
+  indices, weights = hard_negatives.top_negatives(z, labels, hardening, 0.5, 'hscl', 8)
+  assert np.all(indices >= 0) and np.all(np.diff(weights, axis=1) <= 0)
+  assert not np.any(labels[indices] == labels[:, None])
+  same, chosen = hard_negatives.false_negative_counts(indices, labels)
+  assert np.all(same == 0) and np.all(chosen == 8)
+  assert hard_negatives.false_negative_fraction([(z, labels)], hardening, 0.5, 8, 'hscl') == {
+    'fraction': 0.0,
+    'unweighted': 0.0,
+    'num_anchors': 18,
+  }
+
+
+def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path):
+  workdir, config, _ = digits_run
+  out = tmp_path / 'inspect'
+  # One OpenMP thread for t-SNE: on a shared 2-core machine more threads take 10x longer.
+  with threadpoolctl.threadpool_limits(limits=1, user_api='openmp'):
+    result = inspection.inspect_run(str(workdir), str(out))
+  assert sorted(p.name for p in out.iterdir()) == sorted(inspection.FILES)
+  for name in inspection.FILES:
+    if name.endswith('.png'):
+      with Image.open(out / name) as image:
+        assert min(image.size) > 500, (name, image.size)
+  saved = json.loads((out / inspection.STATISTIC_FILE).read_text())
+  assert saved == result
+  _, test = data.run_sources(config)
+  assert saved['k'] == 8 and saved['hardening'] == 'exp' and saved['beta'] == config.beta
+  assert saved['num_anchors'] == len(test) == 359
+  assert saved['num_batches'] == 2 and saved['batch_size'] == 256
+  assert saved['hscl_false_negative_fraction'] == 0.0
+  assert 0.0 < saved['hucl_false_negative_fraction'] <= 1.0
+  assert 0.05 < saved['hucl_same_class_fraction_of_all_negatives'] < 0.15  # ~1/10
+
+
+def test_run_hardening_defaults_to_the_runs_and_takes_flags(digits_run):
+  _, config, _ = digits_run
+  assert inspection.run_hardening(config) == inspection.HardeningChoice('exp', config.beta)
+  assert inspection.run_hardening(config, 'exp', beta=3.0).value == 3.0
+  threshold = inspection.run_hardening(config, 'threshold')
+  only_tau = np.exp(config.tau_start / config.temperature)  # eq. (4): one epoch uses start
+  assert threshold.name == 'threshold' and threshold.value == pytest.approx(only_tau, rel=1e-6)
+  longer = config.copy_and_resolve_references()
+  longer.num_epochs = 10
+  last_tau = np.exp(config.tau_end / config.temperature)  # eq. (4) at the last epoch
+  assert inspection.run_hardening(longer, 'threshold').value == pytest.approx(last_tau, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+  'kwargs, error, message',
+  [
+    (dict(beta=-1.0), inspection.InspectError, r'--beta=-1.0: beta must be finite and >= 0'),
+    (dict(hardening='cosine'), inspection.InspectError, "--hardening='cosine' is not a"),
+    (dict(k=0), inspection.InspectError, '--k=0 must be >= 1'),
+  ],
+)
+def test_bad_settings_are_one_line_before_any_work(digits_run, tmp_path, kwargs, error, message):
+  workdir, _, _ = digits_run
+  with pytest.raises(error, match=message):
+    inspection.inspect_run(str(workdir), str(tmp_path / 'out'), **kwargs)
+  assert not (tmp_path / 'out').exists()
+
+
+def test_workdir_without_checkpoint_is_one_line(digits_run, tmp_path):
+  workdir, _, _ = digits_run
+  (tmp_path / 'config.json').write_text((workdir / 'config.json').read_text())
+  with pytest.raises(linear_probe.LinearEvalError, match='no checkpoint in .*: train first'):
+    inspection.inspect_run(str(tmp_path), str(tmp_path / 'out'))
+
+
+def test_missing_matplotlib_is_one_line_with_the_fix(monkeypatch):
+  monkeypatch.setitem(sys.modules, 'matplotlib', None)  # `import matplotlib` now fails
+  with pytest.raises(errors.UserError, match=r"Fix: pip install -e '\.\[report\]'"):
+    figures.pyplot()
