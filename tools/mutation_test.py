@@ -132,15 +132,15 @@ MUTANTS = (
   M(
     'tau_schedule_epoch_off_by_one',
     'hscl_jax/losses/image.py',
-    '(jnp.asarray(epoch, jnp.float32) - 1.0)',
-    'jnp.asarray(epoch, jnp.float32)',
+    '(xp.asarray(epoch, dtype) - 1.0)',
+    'xp.asarray(epoch, dtype)',
     ('tests/test_losses.py', '-k', 'tau_schedule'),
   ),
   M(
     'beta_schedule_ceil',
     'hscl_jax/losses/image.py',
-    'drops = jnp.floor(',
-    'drops = jnp.ceil(',
+    'drops = xp.floor(',
+    'drops = xp.ceil(',
     ('tests/test_losses.py', '-k', 'beta_annealing'),
   ),
   M(
