@@ -28,6 +28,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 import tensorboard_events  # noqa: E402
+from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
 from hscl_jax import augment  # noqa: E402,E501
@@ -161,20 +162,6 @@ def test_four_devices_match_one_device():
 
 # ----------------------------------------------------------------------------------------
 # End to end, preemption and resume.
-
-
-@contextlib.contextmanager
-def no_implicit_transfers():
-  """As JAX_TRANSFER_GUARD=disallow: a host value reaching the device other than by
-  jax.device_put (a jnp op on NumPy input, a NumPy argument of a jit) raises. Global, not
-  thread-local, so Orbax's threads are held to it too. (The CPU's device-to-host copies
-  are views: only host-to-device transfers are checked here.)"""
-  previous = jax.config.jax_transfer_guard
-  jax.config.update('jax_transfer_guard', 'disallow')
-  try:
-    yield
-  finally:
-    jax.config.update('jax_transfer_guard', previous)
 
 
 @dataclasses.dataclass(frozen=True)
