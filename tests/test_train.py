@@ -635,7 +635,7 @@ def _main(workdir, *flags, timeout=300):
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
     text=True,
-    env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+    env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_TRANSFER_GUARD': 'disallow'},
   )
 
 
