@@ -183,6 +183,12 @@ def compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool,
   )
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _encoder_keys(seed: int, count: int) -> jax.Array:
+  """The encoders' initialisation keys, made on the device (no transfer of the seed)."""
+  return jax.random.split(jax.random.key(seed), count)
+
+
 def host_batches(dataset, groups: list[list[np.ndarray]], budget: data.Budget):
   """[encoders][batches] graph-index arrays -> NumPy arrays of shape [encoders, batches, ...]
   (placed on the device by the caller's explicit jax.device_put)."""
@@ -218,7 +224,7 @@ def train_encoders(
     for _ in range(config.num_epochs)
   ]
   budget = data.budget_for(dataset, [b for groups in plan for g in groups for b in g], batch_size)
-  keys = jax.jit(lambda: jax.random.split(jax.random.key(config.seed), len(train_sets)))()
+  keys = _encoder_keys(config.seed, len(train_sets))
   first = host_batches(dataset, [[train_sets[0][:batch_size]]], budget)
   state = init(keys, jax.device_put(jax.tree.map(lambda x: x[0, 0], first)))
   beta = jax.device_put(np.float32(beta_of(config)))

@@ -289,7 +289,8 @@ class Kernel:
   pair_loss: Callable
   stop_gradient_weights: bool
   precision: Precision
-  # False for detached keys (a key encoder's): ∂/∂k.z, an n×n·d matmul, is not computed.
+  # False for detached keys (a key encoder's): ∂/∂k.z, an n×n·d matmul, is not traced
+  # (jit's dead-code elimination dropped it before; eager callers computed it).
   key_gradient: bool = True
 
   def similarity(self, q: Rows, k: Rows) -> Array:
