@@ -39,7 +39,7 @@ def epoch_throughput(config, dataset, num_encoders: int, repeats: int = 3) -> fl
     for _ in range(num_encoders)
   ]
   budget = data.budget_for(dataset, [b for g in groups for b in g], config.batch_size)
-  batches = train.device_batches(dataset, groups, budget)
+  batches = jax.device_put(train.host_batches(dataset, groups, budget))
   state = init(
     jax.random.split(jax.random.key(0), num_encoders), jax.tree.map(lambda x: x[0, 0], batches)
   )

@@ -54,11 +54,13 @@ def _loss_step(block_size):
   return jax.jit(jax.value_and_grad(loss))
 
 
-def _matmul_step(kernel_layout=False, with_queue=False):
+def _matmul_step(kernel_layout=False, with_queue=False, detached_keys=False):
   """z zᵀ forward and its backward (two n×n×d matmuls): the bound any kernel must pay;
   with ``kernel_layout``, the backward matmuls as the loss kernels lay them out. With
   ``with_queue`` the step takes a third argument, K more keys: z [z; queue]ᵀ (n×(n+K)×d)
-  and both backward matmuls in full (the queue is differentiated too)."""
+  and both backward matmuls in full (the queue is differentiated too). With
+  ``detached_keys`` the third argument is all the keys (a key encoder's rows, then the
+  queue), which get no gradient: z keysᵀ and the anchors' one backward matmul."""
   import jax
   import jax.numpy as jnp
 
@@ -75,10 +77,11 @@ def _matmul_step(kernel_layout=False, with_queue=False):
 
   def bare(z, cotangent, queue=None):
     rows = z.reshape(-1, DIM)
-    keys = rows if queue is None else jnp.concatenate([rows, queue])
+    keys = rows if queue is None else queue if detached_keys else jnp.concatenate([rows, queue])
     return jnp.vdot(gram(rows, keys) if kernel_layout else rows @ keys.T, cotangent)
 
-  return jax.jit(jax.value_and_grad(bare, argnums=(0, 2) if with_queue else 0))
+  argnums = (0, 2) if with_queue and not detached_keys else 0
+  return jax.jit(jax.value_and_grad(bare, argnums=argnums))
 
 
 def _time(fn, *args, repeats):

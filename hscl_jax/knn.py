@@ -7,7 +7,9 @@ temperature 0.5 on L2-normalised backbone features.
 
 Queries are processed on the device in fixed-size chunks (``jax.lax.map``), so the
 similarity matrix held in memory is [chunk_size, bank_size], and the function compiles
-once per (bank size, query count) and never per chunk.
+once per (bank size, query count) and never per chunk. Host inputs reach the device by an
+explicit ``jax.device_put`` and the accuracy is counted on the host, so the monitor runs
+under ``jax.transfer_guard('disallow')`` as one compiled program.
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from hscl_jax import losses
 
 
 @functools.partial(jax.jit, static_argnames=('num_classes', 'k', 'chunk_size'))
 def _predict(bank, bank_labels, bank_mask, queries, *, num_classes, k, chunk_size, temperature):
-  """Predictions for `queries` [num_chunks * chunk_size, d] (already padded)."""
+  """Predictions for `queries` [num_queries, d], padded here to whole chunks."""
+  num_queries = queries.shape[0]
+  padding = -num_queries % chunk_size
+  bank_labels = bank_labels.astype(jnp.int32)
+  bank_mask = jnp.ones(bank.shape[:1], bool) if bank_mask is None else bank_mask.astype(bool)
   bank = losses.l2_normalize(bank)
-  queries = losses.l2_normalize(queries).reshape(-1, chunk_size, bank.shape[-1])
+  queries = jnp.pad(losses.l2_normalize(queries), ((0, padding), (0, 0)))
+  queries = queries.reshape(-1, chunk_size, bank.shape[-1])
 
   def predict_chunk(q):
     sims = q @ bank.T  # [chunk, bank]
@@ -39,7 +47,12 @@ def _predict(bank, bank_labels, bank_mask, queries, *, num_classes, k, chunk_siz
     )
     return jnp.argmax(votes, axis=-1).astype(jnp.int32)
 
-  return jax.lax.map(predict_chunk, queries).reshape(-1)
+  return jax.lax.map(predict_chunk, queries).reshape(-1)[:num_queries]
+
+
+def _on_device(x):
+  """A JAX array as it is; anything else (NumPy, lists) by an explicit transfer."""
+  return x if x is None or isinstance(x, jax.Array) else jax.device_put(np.asarray(x))
 
 
 def weighted_knn_predict(
@@ -65,8 +78,7 @@ def weighted_knn_predict(
     chunk_size: queries per device step (memory ~ chunk_size x bank floats).
     bank_mask: optional bool [bank]; False rows (padding) are never neighbours.
   """
-  bank_features = jnp.asarray(bank_features)
-  query_features = jnp.asarray(query_features)
+  bank_features, query_features = _on_device(bank_features), _on_device(query_features)
   if bank_features.ndim != 2 or query_features.ndim != 2:
     raise ValueError('bank_features and query_features must be [n, d] arrays.')
   if bank_features.shape[1] != query_features.shape[1]:
@@ -81,24 +93,17 @@ def weighted_knn_predict(
       f'Need k >= 1, chunk_size >= 1, temperature > 0; got {k}, {chunk_size}, {temperature}.'
     )
   if num_queries == 0:
-    return jnp.zeros((0,), jnp.int32)
-  k = min(k, num_bank)
-  chunk_size = min(chunk_size, num_queries)
-  padded = -(-num_queries // chunk_size) * chunk_size
-  query_features = jnp.pad(query_features, ((0, padded - num_queries), (0, 0)))
-  if bank_mask is None:
-    bank_mask = jnp.ones((num_bank,), bool)
-  preds = _predict(
+    return jax.device_put(np.zeros((0,), np.int32))
+  return _predict(
     bank_features,
-    jnp.asarray(bank_labels, jnp.int32),
-    jnp.asarray(bank_mask, bool),
+    _on_device(bank_labels),
+    _on_device(bank_mask),
     query_features,
     num_classes=num_classes,
-    k=k,
-    chunk_size=chunk_size,
-    temperature=jnp.float32(temperature),
+    k=min(k, num_bank),
+    chunk_size=min(chunk_size, num_queries),
+    temperature=jax.device_put(np.float32(temperature)),  # traced: no recompilation
   )
-  return preds[:num_queries]
 
 
 def weighted_knn_accuracy(
@@ -118,7 +123,7 @@ def weighted_knn_accuracy(
 
   `query_mask` (bool [queries]) drops padded queries from the average; see
   `weighted_knn_predict` for the other arguments. Returns a Python float (NaN when
-  no query is valid).
+  no query is valid), counted on the host.
   """
   preds = weighted_knn_predict(
     bank_features,
@@ -130,10 +135,9 @@ def weighted_knn_accuracy(
     chunk_size=chunk_size,
     bank_mask=bank_mask,
   )
-  correct = preds == jnp.asarray(query_labels, jnp.int32)
-  if query_mask is None:
-    query_mask = jnp.ones(correct.shape, bool)
-  query_mask = jnp.asarray(query_mask, bool)
-  total = jnp.sum(query_mask)
-  hits = jnp.sum(correct & query_mask)
-  return float(hits / total) if int(total) else float('nan')
+  preds, query_labels, query_mask = jax.device_get((preds, query_labels, query_mask))
+  correct = preds == np.asarray(query_labels, np.int32)
+  query_mask = np.ones(correct.shape, bool) if query_mask is None else np.asarray(query_mask, bool)
+  total, hits = np.sum(query_mask), np.sum(correct & query_mask)
+  # The float32 quotient, as earlier runs recorded it.
+  return float(np.float32(hits) / np.float32(total)) if total else float('nan')

@@ -143,16 +143,6 @@ def _restores(workdir, step, model, image_shape, modules) -> bool:
 # Features and the linear classifier.
 
 
-def make_encoder_fn(model: models.ContrastiveModel, variables):
-  """Jitted augmented, normalised images -> backbone features (BatchNorm in eval mode)."""
-
-  @jax.jit
-  def encode(images):
-    return model.apply(variables, images, train=False, method='features')
-
-  return encode
-
-
 def _cross_entropy(classifier, features, labels):
   logits = features @ classifier['w'] + classifier['b']
   return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
@@ -162,13 +152,17 @@ def _topk_correct(logits, labels, k):
   return jnp.any(jax.lax.top_k(logits, k)[1] == labels[:, None], axis=1)
 
 
-def evaluate(classifier, features, labels) -> dict[str, float]:
+@jax.jit
+def _accuracies(classifier, features, labels):
   logits = features @ classifier['w'] + classifier['b']
   top5 = min(5, logits.shape[1])
-  return {
-    'top1': float(jnp.mean(_topk_correct(logits, labels, 1))),
-    'top5': float(jnp.mean(_topk_correct(logits, labels, top5))),
-  }
+  return jnp.mean(_topk_correct(logits, labels, 1)), jnp.mean(_topk_correct(logits, labels, top5))
+
+
+def evaluate(classifier, features, labels) -> dict[str, float]:
+  """Top-1 and top-5 accuracy; the arguments on the host or the device."""
+  top1, top5 = jax.device_get(_accuracies(*jax.device_put((classifier, features, labels))))
+  return {'top1': float(top1), 'top5': float(top5)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,8 +185,13 @@ def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
   batch = min(cfg.batch_size, num_examples)
   steps = max(num_examples // batch, 1)
   optimizer = setup.optimizer()
-  classifier = setup.init()
-  opt_state = optimizer.init(classifier)
+
+  @jax.jit  # the zeros made on the device: no transfer
+  def initial():
+    classifier = setup.init()
+    return classifier, optimizer.init(classifier)
+
+  classifier, opt_state = initial()
 
   @jax.jit
   def step(classifier, opt_state, x, y):
@@ -214,7 +213,7 @@ def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
         'linear eval epoch %d/%d  loss %.4f  %.0fs elapsed, ETA %.0fs',
         epoch,
         cfg.num_epochs,
-        float(loss),
+        float(jax.device_get(loss)),
         elapsed,
         eta,
       )
@@ -234,20 +233,19 @@ def _extract(model, variables, params: augment.AugmentParams, source, batch_size
 def _augmented_batches(model, variables, source, params: augment.AugmentParams, seed):
   """Random resized crop + flip of raw images, encoded on the fly by the frozen encoder."""
   crop_flip = dataclasses.replace(params, jitter_prob=0.0, grayscale_prob=0.0, blur_prob=0.0)
-  encode = make_encoder_fn(model, variables)
   images = np.stack([source[i]['image'] for i in range(len(source))])
   labels = np.asarray([source[i]['label'] for i in range(len(source))], np.int32)
-  key = jax.random.key(seed)
 
   @jax.jit
-  def view(batch_key, raw):
-    pair = jnp.stack([raw, raw], axis=1)
-    return augment.two_views(batch_key, pair, crop_flip)[:, 0]
+  def features_of_views(epoch, i, raw):
+    """One augmented view of each image, encoded (BatchNorm in eval mode), normalised."""
+    batch_key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), epoch), i)
+    view = augment.two_views(batch_key, jnp.stack([raw, raw], axis=1), crop_flip)[:, 0]
+    return losses.l2_normalize(model.apply(variables, view, train=False, method='features'))
 
   def batch_fn(indices, epoch, i):
-    batch_key = jax.random.fold_in(jax.random.fold_in(key, epoch), i)
-    features = losses.l2_normalize(encode(view(batch_key, jnp.asarray(images[indices]))))
-    return features, jnp.asarray(labels[indices])
+    batch = jax.device_put((np.int32(epoch), np.int32(i), images[indices], labels[indices]))
+    return features_of_views(*batch[:3]), batch[3]
 
   return batch_fn
 
@@ -273,14 +271,13 @@ def linear_evaluate(
   test_x, test_y = _extract(model, variables, params, test_source, cfg.batch_size)
   setup = LinearSetup(num_classes=train_source.num_classes, feature_dim=train_x.shape[1], cfg=cfg)
   if cfg.protocol == 'features':
-    train_x, train_y = jnp.asarray(train_x), jnp.asarray(train_y)
-    batch_fn = lambda idx, epoch, i: (train_x[idx], train_y[idx])
+    batch_fn = lambda idx, epoch, i: jax.device_put((train_x[idx], train_y[idx]))
   else:
     batch_fn = _augmented_batches(model, variables, train_source, params, config.seed)
   classifier = _train_loop(setup, len(train_y), batch_fn, config.seed)
   result = {
     'protocol': cfg.protocol,
-    **evaluate(classifier, jnp.asarray(test_x), jnp.asarray(test_y)),
+    **evaluate(classifier, test_x, test_y),
     'checkpoint_step': step,
     'num_train': int(len(train_y)),
     'num_test': int(len(test_y)),

@@ -2,7 +2,8 @@
 
 The batch is split along the mesh axis 'data'; parameters and optimizer state are
 replicated. These helpers move batches onto the mesh and values back to the host; they
-work unchanged with one process or many (each process feeds its own slice).
+work unchanged with one process or many (each process feeds its own slice). They are the
+training's explicit transfers: it runs under jax.transfer_guard('disallow') (docs/training.md).
 """
 
 from __future__ import annotations
@@ -36,16 +37,23 @@ def global_batch(local_batch: dict[str, np.ndarray], mesh: jax.sharding.Mesh, ke
   }
 
 
+def replicated(tree, mesh: jax.sharding.Mesh):
+  """Host values (a pytree of NumPy arrays, the same on every process) replicated over the
+  mesh: an explicit transfer, so the compiled step never receives host values."""
+  return jax.device_put(tree, NamedSharding(mesh, P()))
+
+
 def replicated_value(x: jax.Array) -> np.ndarray:
   """The value of an array replicated over the mesh, read from this process's first copy.
 
-  (float(x) or device_get would need every shard addressable, false with several processes.)
+  (float(x) or device_get(x) would need every shard addressable, false with several
+  processes.)
   """
-  return np.asarray(x.addressable_data(0))
+  return jax.device_get(x.addressable_data(0))
 
 
 def to_host(x: jax.Array) -> np.ndarray:
   """The whole value of an array sharded over the processes, on every host."""
   if jax.process_count() == 1:
-    return np.asarray(x)
+    return jax.device_get(x)
   return np.asarray(multihost_utils.process_allgather(x, tiled=True))

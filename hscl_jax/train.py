@@ -28,6 +28,7 @@ and learning rate, written to DIR/metrics.jsonl and TensorBoard; then an Orbax c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import signal
 import threading
 import time
@@ -83,6 +84,15 @@ class Plan:
     """1-based epoch that optimisation step `step` (0-based) belongs to."""
     return step // self.steps_per_epoch + 1
 
+  def learning_rate_at(self, step: int) -> float:
+    """The learning rate of `step`, on the host. The optax schedule is jnp code: evaluated
+    eagerly it would compile a dozen one-op programs; here it is one compiled program."""
+    return float(jax.device_get(self._compiled_learning_rate(jax.device_put(np.int32(step)))))
+
+  @functools.cached_property
+  def _compiled_learning_rate(self):
+    return jax.jit(self.learning_rate)
+
 
 def make_plan(config: ml_collections.ConfigDict, num_train_examples: int) -> Plan:
   if config.batch_size > num_train_examples:
@@ -101,9 +111,10 @@ def make_plan(config: ml_collections.ConfigDict, num_train_examples: int) -> Pla
 
 
 def loss_hyperparameters(config: ml_collections.ConfigDict, epoch: int) -> dict[str, np.ndarray]:
-  """beta (HCL annealing if enabled) and tau (eq. 4) of a 1-based epoch.
+  """beta (HCL annealing if enabled) and tau (eq. 4) of a 1-based epoch, on the host.
 
-  They enter the compiled step as arrays, so changing them never recompiles.
+  They enter the compiled step as arrays (`parallel.replicated`), so changing them never
+  recompiles.
   """
   if config.beta_anneal_steps > 0:
     beta = losses.beta_schedule(
@@ -658,6 +669,7 @@ class _Run:
     """Steps to the end of `epoch`; a SIGTERM raises Preempted between two steps."""
     end_step = epoch * self.plan.steps_per_epoch
     step = self.step
+    hyper = parallel.replicated(hyper, self.mesh)
     start, start_time = step, time.perf_counter()
     self.progress.resume_timer()
     try:
@@ -691,8 +703,8 @@ class _Run:
     if metrics.is_due(epoch, self.config.knn.every_epochs, self.plan.num_epochs):
       record.update(self.knn())
     # Fresh zeros each epoch: the step donates (deletes) the state's buffers.
-    zeros = jax.tree.map(jnp.zeros_like, self.state.metric_sums)
-    self.state = self.state.replace(metric_sums=zeros)
+    zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), self.state.metric_sums)
+    self.state = self.state.replace(metric_sums=parallel.replicated(zeros, self.mesh))
     self.writer.write(epoch * self.plan.steps_per_epoch, record)
     logging.info('%s', epoch_summary(record))
     self.last_record, self.position = record, EpochPosition()
@@ -710,7 +722,7 @@ class _Run:
     record.update(
       epoch=epoch,
       step=step,
-      learning_rate=float(self.plan.learning_rate(step - 1)),
+      learning_rate=self.plan.learning_rate_at(step - 1),
       epoch_time=self.position.seconds,
       images_per_second=2 * samples / seconds,
       samples_per_second=samples / seconds,

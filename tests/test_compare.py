@@ -4,6 +4,7 @@ summary, table, plots."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -114,6 +115,7 @@ def test_compare_end_to_end(tmp_path):
       f'--workdir={tmp_path}',
     ],
     cwd=REPO,
+    env={**os.environ, 'JAX_TRANSFER_GUARD': 'disallow'},  # every transfer explicit
     capture_output=True,
     text=True,
     timeout=900,

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from transfer_guard import no_implicit_transfers
 
 from configs import graphs as graphs_config
 from hscl_jax import losses
@@ -269,9 +270,11 @@ def test_unknown_estimator_is_one_line_naming_the_valid_values(toy_dir):
   ],
 )
 def test_end_to_end_tiny_run(toy_dir, tmp_path, method, protocol, encoders, estimator):
+  """Under the transfer guard: every transfer of the graph program explicit."""
   workdir = str(tmp_path / 'run')
   config = _config(toy_dir, method=method, protocol=protocol, estimator=estimator)
-  result = train.run(config, workdir)
+  with no_implicit_transfers():
+    result = train.run(config, workdir)
   with open(os.path.join(workdir, 'graph_eval.json')) as f:
     written = json.load(f)
   assert written == result

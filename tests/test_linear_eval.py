@@ -16,6 +16,8 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
+from transfer_guard import no_implicit_transfers  # noqa: E402
+
 from configs import digits  # noqa: E402
 from hscl_jax import augment  # noqa: E402
 from hscl_jax import checkpointing  # noqa: E402
@@ -41,7 +43,8 @@ def trained(tmp_path_factory):
   """One epoch on digits over the 4 fake devices of the test process."""
   workdir = tmp_path_factory.mktemp('run')
   config = one_epoch_config()
-  train.train_and_evaluate(config, str(workdir))
+  with no_implicit_transfers():
+    train.train_and_evaluate(config, str(workdir))
   return workdir, config
 
 
@@ -50,11 +53,12 @@ def _snapshot(directory):
 
 
 def test_pipeline_from_another_process_on_one_device(trained):
-  """Checkpoint written with 4 devices, read by `linear_eval` in a 1-device process."""
+  """Checkpoint written with 4 devices, read by `linear_eval` in a 1-device process (under
+  the transfer guard: every transfer explicit)."""
   workdir, _ = trained
   before = _snapshot(workdir)
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
-  env['JAX_PLATFORMS'] = 'cpu'
+  env.update(JAX_PLATFORMS='cpu', JAX_TRANSFER_GUARD='disallow')
   out = subprocess.run(
     [sys.executable, '-m', 'hscl_jax.linear_eval', f'--workdir={workdir}', '--num_epochs=30'],
     cwd=REPO,
@@ -112,7 +116,8 @@ def test_reported_accuracy_is_recomputed_on_the_test_split(trained, tmp_path, mo
     return classifiers[-1]
 
   monkeypatch.setattr(linear_probe, '_train_loop', capture)
-  result = linear_probe.linear_evaluate(config, str(copy))
+  with no_implicit_transfers():
+    result = linear_probe.linear_evaluate(config, str(copy))
   (classifier,) = classifiers
   train_source, test_source = data.run_sources(config)
   assert (result['num_train'], result['num_test']) == (len(train_source), len(test_source))
@@ -132,7 +137,8 @@ def test_augmented_protocol(trained, tmp_path):
   shutil.copytree(workdir, copy)
   config.linear_eval.protocol = 'augmented'
   config.linear_eval.num_epochs = 3
-  result = linear_probe.linear_evaluate(config, str(copy))
+  with no_implicit_transfers():
+    result = linear_probe.linear_evaluate(config, str(copy))
   assert result['protocol'] == 'augmented'
   assert result['top1'] > 0.3, result
 

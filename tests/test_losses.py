@@ -638,6 +638,28 @@ class ScheduleTest(parameterized.TestCase):
       losses.tau_schedule(1, start=-0.3, end=0.0, num_epochs=1), np.exp(-0.6), rtol=1e-6
     )
 
+  def test_host_epochs_give_numpy_without_device_work(self):
+    """The training loop's path: a Python epoch gives a NumPy float32 computed on the host
+    (under the transfer guard), equal to the JAX path's value within float32 rounding."""
+    for epoch in (1, 2, 5):
+      with jax.transfer_guard('disallow'):
+        tau = losses.tau_schedule(epoch, start=-0.5, end=0.1, num_epochs=5, temperature=0.1)
+        beta = losses.beta_schedule(epoch, beta=2.0, num_epochs=5, num_steps=2)
+      self.assertIsInstance(tau, np.float32)
+      self.assertIsInstance(beta, np.float32)
+      on_device = jnp.int32(epoch)
+      self.assertIsInstance(
+        losses.tau_schedule(on_device, start=-0.5, end=0.1, num_epochs=5), jax.Array
+      )
+      np.testing.assert_allclose(
+        tau,
+        losses.tau_schedule(on_device, start=-0.5, end=0.1, num_epochs=5, temperature=0.1),
+        rtol=1e-6,
+      )
+      np.testing.assert_allclose(
+        beta, losses.beta_schedule(on_device, beta=2.0, num_epochs=5, num_steps=2), rtol=1e-6
+      )
+
   def test_beta_annealing(self):
     betas = [
       float(losses.beta_schedule(e, beta=2.0, num_epochs=8, num_steps=4)) for e in range(1, 9)

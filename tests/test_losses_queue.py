@@ -20,6 +20,7 @@ from test_losses import assert_value_matches
 from test_losses import normalized
 
 from hscl_jax import losses
+from hscl_jax.losses import kernel as loss_kernel
 
 # --------------------------------------------------------------------------------------
 # The float64 reference (test_losses.reference_loss) counts the queue's filled slots as
@@ -267,6 +268,31 @@ class KeysTest(parameterized.TestCase):
     features, *_ = random_batch(45)
     with self.assertRaisesRegex(ValueError, 'keys must have the shape of features'):
       losses.ucl(features, keys=features[:, :1])
+
+
+@pytest.mark.parametrize('block_size', [0, 3])
+@pytest.mark.parametrize('name', ['ucl', 'hscl_exp'])  # the kernel is the same for all
+def test_keys_gradient_skips_the_keys_matmul(name, block_size, monkeypatch):
+  """With keys= the anchors' gradient is the one the kernel computes with the keys'
+  gradient too (how it was computed before: the keys' part then dropped), bit for bit,
+  and the program has fewer matmuls (the keys' n×n·d one per tile is gone)."""
+  loss, _ = LOSSES[name]
+  features, labels, *queue = random_batch(48)
+  keys = _keys_near(features, 49)
+
+  def gradient_and_matmuls():
+    grad = jax.grad(
+      lambda f: loss(f, labels, keys=keys, block_size=block_size, **queue_kwargs(*queue))
+    )
+    return jax.jit(grad)(features), str(jax.make_jaxpr(grad)(features)).count('dot_general')
+
+  skipped, skipped_matmuls = gradient_and_matmuls()
+  original = loss_kernel.Kernel
+  with_keys_gradient = lambda **fields: original(**{**fields, 'key_gradient': True})
+  monkeypatch.setattr(loss_kernel, 'Kernel', with_keys_gradient)
+  full, full_matmuls = gradient_and_matmuls()
+  np.testing.assert_array_equal(skipped, full)
+  assert skipped_matmuls < full_matmuls
 
 
 @pytest.mark.skipif(jax.device_count() < 4, reason='needs 4 devices (tests/conftest.py)')

@@ -7,6 +7,8 @@ run) is reused by the runs that must reproduce it.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import pathlib
@@ -26,6 +28,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 import tensorboard_events  # noqa: E402
+from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
 from hscl_jax import augment  # noqa: E402,E501
@@ -161,11 +164,65 @@ def test_four_devices_match_one_device():
 # End to end, preemption and resume.
 
 
+@dataclasses.dataclass(frozen=True)
+class Compilation:
+  program: str  # e.g. 'jit(per_device_step)'
+  epochs_finished: int  # before it, in this run
+  in_checkpoint_write: bool
+
+
+@contextlib.contextmanager
+def compilations():
+  """Yields a list that gets a `Compilation` for every program compiled (or loaded from
+  the compilation cache) in the block."""
+  compiled, finished, writing = [], [], []
+
+  def listener(event, duration, **kwargs):
+    del duration
+    if event == '/jax/core/compile/backend_compile_duration':
+      compiled.append(Compilation(kwargs['fun_name'], len(finished), bool(writing)))
+
+  def counting_epochs(finish_epoch):
+    def wrapped(*args):
+      finish_epoch(*args)
+      finished.append(True)
+
+    return wrapped
+
+  def flagging_writes(save):
+    def wrapped(*args):
+      writing.append(True)
+      try:
+        return save(*args)
+      finally:
+        writing.pop()
+
+    return wrapped
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    with pytest.MonkeyPatch.context() as patch:
+      patch.setattr(train._Run, 'finish_epoch', counting_epochs(train._Run.finish_epoch))
+      patch.setattr(
+        checkpointing.Checkpointer, 'save', flagging_writes(checkpointing.Checkpointer.save)
+      )
+      yield compiled
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+
+
 @pytest.fixture(scope='module')
-def uninterrupted(tmp_path_factory):
+def uninterrupted_run(tmp_path_factory):
+  """(workdir, result, compilations) of the tiny run, under the transfer guard."""
   workdir = tmp_path_factory.mktemp('uninterrupted')
-  result = train.train_and_evaluate(tiny_config(), str(workdir))
-  return workdir, result
+  with no_implicit_transfers(), compilations() as compiled:
+    result = train.train_and_evaluate(tiny_config(), str(workdir))
+  return workdir, result, compiled
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(uninterrupted_run):
+  return uninterrupted_run[:2]
 
 
 def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted):
@@ -190,6 +247,22 @@ def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted):
   assert saved == json.loads(json.dumps(tiny_config().to_dict()))
   events = list((workdir / 'tensorboard').iterdir())
   assert events and events[0].name.startswith('events.out.tfevents')
+
+
+def test_run_compiles_each_program_once_in_its_first_epoch(uninterrupted_run):
+  """The train step compiles once; the initialisation, the learning-rate schedule, the
+  feature extraction and the kNN once each; nothing compiles after the first epoch, and
+  no one-op program ever (eager jnp arithmetic on the host would compile `add`, `cos`...),
+  except Orbax's: on several devices each replica writes a slice of every replicated
+  array (replica-parallel saving), one `slice` program per array shape."""
+  _, _, compiled = uninterrupted_run
+  schedule = train.make_plan(tiny_config(), 1438).learning_rate.__name__
+  ours = ['init', 'per_device_step', schedule, 'per_device', '_predict']
+  assert [c.program for c in compiled if not c.in_checkpoint_write] == [
+    f'jit({name})' for name in ours
+  ], compiled
+  assert {c.program for c in compiled if c.in_checkpoint_write} == {'jit(slice)'}, compiled
+  assert all(c.epochs_finished == 0 for c in compiled), compiled
 
 
 TIMING_KEYS = ('epoch_time', 'images_per_second', 'samples_per_second', 'knn_time')
@@ -269,11 +342,12 @@ def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
   uninterrupted, tmp_path, monkeypatch, interruptions
 ):
   """Whatever phase a SIGTERM lands in, the run stops (exit 143 from main) and the resumed
-  run's metrics.jsonl and TensorBoard scalars equal an uninterrupted run's, row for row."""
+  run's metrics.jsonl and TensorBoard scalars equal an uninterrupted run's, row for row;
+  every run under the transfer guard (`no_implicit_transfers`)."""
   reference_dir, reference = uninterrupted
   workdir = tmp_path / 'run'
   for interruption in interruptions:
-    with monkeypatch.context() as patch:
+    with monkeypatch.context() as patch, no_implicit_transfers():
       fired = _sigterm_at(patch, *interruption)
       stopped = train.train_and_evaluate(tiny_config(), str(workdir))
     assert fired and stopped.preempted, interruption
@@ -281,7 +355,8 @@ def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
       assert int(stopped.state.step) == interruption[1], interruption
       assert max(_checkpoint_steps(workdir)) == interruption[1], interruption
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
-  resumed = train.train_and_evaluate(tiny_config(), str(workdir))
+  with no_implicit_transfers():
+    resumed = train.train_and_evaluate(tiny_config(), str(workdir))
   assert not resumed.preempted
   _assert_trees_equal(resumed.state.params, reference.state.params)
   _assert_trees_equal(resumed.state.opt_state, reference.state.opt_state)
@@ -560,7 +635,7 @@ def _main(workdir, *flags, timeout=300):
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
     text=True,
-    env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+    env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'JAX_TRANSFER_GUARD': 'disallow'},
   )
 
 

@@ -183,10 +183,17 @@ def compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool,
   )
 
 
-def device_batches(dataset, groups: list[list[np.ndarray]], budget: data.Budget):
-  """[encoders][batches] graph-index arrays -> arrays of shape [encoders, batches, ...]."""
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _encoder_keys(seed: int, count: int) -> jax.Array:
+  """The encoders' initialisation keys, made on the device (no transfer of the seed)."""
+  return jax.random.split(jax.random.key(seed), count)
+
+
+def host_batches(dataset, groups: list[list[np.ndarray]], budget: data.Budget):
+  """[encoders][batches] graph-index arrays -> NumPy arrays of shape [encoders, batches, ...]
+  (placed on the device by the caller's explicit jax.device_put)."""
   return {
-    key: jnp.asarray(value)
+    key: value
     for key, value in data.stack_batches(
       [
         data.stack_batches([data.make_batch(dataset, g, budget) for g in batches])
@@ -217,16 +224,16 @@ def train_encoders(
     for _ in range(config.num_epochs)
   ]
   budget = data.budget_for(dataset, [b for groups in plan for g in groups for b in g], batch_size)
-  keys = jax.random.split(jax.random.key(config.seed), len(train_sets))
-  first = device_batches(dataset, [[train_sets[0][:batch_size]]], budget)
-  state = init(keys, jax.tree.map(lambda x: x[0, 0], first))
-  beta = jnp.float32(beta_of(config))
+  keys = _encoder_keys(config.seed, len(train_sets))
+  first = host_batches(dataset, [[train_sets[0][:batch_size]]], budget)
+  state = init(keys, jax.device_put(jax.tree.map(lambda x: x[0, 0], first)))
+  beta = jax.device_put(np.float32(beta_of(config)))
   writer = metrics.MetricWriter(workdir or '', enabled=workdir is not None)
   start = time.perf_counter()
   graphs_per_epoch = sum(len(s) for s in train_sets)
   for e, groups in enumerate(plan, 1):
-    state, loss = epoch(state, device_batches(dataset, groups, budget), beta)
-    loss = np.asarray(loss)
+    state, loss = epoch(state, jax.device_put(host_batches(dataset, groups, budget)), beta)
+    loss = jax.device_get(loss)
     if not np.all(np.isfinite(loss)):
       raise NonFiniteLossError(
         f'non-finite training loss at epoch {e} (per encoder: {loss.tolist()}). '
@@ -255,8 +262,8 @@ def embed_all(config, dataset: data.GraphDataset, state) -> np.ndarray:
   indices = np.arange(dataset.num_graphs)
   groups = [indices[i : i + size] for i in range(0, dataset.num_graphs, size)]
   budget = data.budget_for(dataset, groups, size)
-  batches = jax.tree.map(lambda x: x[0], device_batches(dataset, [groups], budget))
-  out = np.asarray(embed(state, batches))  # [encoders, batches * size, d], padded per batch
+  batches = jax.tree.map(lambda x: x[0], host_batches(dataset, [groups], budget))
+  out = jax.device_get(embed(state, jax.device_put(batches)))  # [encoders, batches·size, d]
   real = np.concatenate([np.arange(len(g)) + i * size for i, g in enumerate(groups)])
   return out[:, real]
 

@@ -92,26 +92,37 @@ def tau_schedule(epoch, *, start: float, end: float, num_epochs: int, temperatur
 
   l = start + (epoch - 1) / (num_epochs - 1) · (end - start). A single-epoch run uses
   ``start``. The paper's grid: start ∈ {-0.5, -0.3, -0.1}, end ∈ {-0.1, 0, 0.1}.
+  A JAX ``epoch`` (traced or not) gives a JAX array, a Python or NumPy one a NumPy
+  float32 (host arithmetic: no device work).
   """
   for name, value in (('start', start), ('end', end)):
     kernel.check_value(name, value, np.isfinite, 'finite')
   kernel.check_temperature(temperature)
-  progress = (jnp.asarray(epoch, jnp.float32) - 1.0) / max(num_epochs - 1, 1)
+  xp, dtype = _array_module(epoch)
+  progress = (xp.asarray(epoch, dtype) - 1.0) / max(num_epochs - 1, 1)
   level = start + progress * (end - start)
-  return jnp.exp(level / temperature)
+  return xp.exp(level / temperature).astype(np.float32)
 
 
 def beta_schedule(epoch, *, beta: float, num_epochs: int, num_steps: int):
   """HCL's annealed β at a 1-based ``epoch`` (Robinson et al., App. D.1).
 
   β starts at ``beta`` and drops by β/ℓ (ℓ = ``num_steps``) at every epoch that is a
-  multiple of num_epochs/ℓ, reaching 0 at the last epoch.
+  multiple of num_epochs/ℓ, reaching 0 at the last epoch. Array type as ``tau_schedule``.
   """
   if num_steps < 1:
     raise ValueError(f'num_steps (ℓ, the number of β changes) must be >= 1, got {num_steps}.')
   kernel.check_value('beta', beta, kernel.finite_at_least_zero, 'finite and >= 0')
-  drops = jnp.floor(jnp.asarray(epoch, jnp.float32) * num_steps / num_epochs)
-  return beta * jnp.clip(1.0 - drops / num_steps, 0.0, 1.0)
+  xp, dtype = _array_module(epoch)
+  drops = xp.floor(xp.asarray(epoch, dtype) * num_steps / num_epochs)
+  return (beta * xp.clip(1.0 - drops / num_steps, 0.0, 1.0)).astype(np.float32)
+
+
+def _array_module(epoch):
+  """(jax.numpy, float32) for a JAX array or tracer; (NumPy, float64) for a host number,
+  the training loop's epoch: no device transfer, no compilation, and a float32 result
+  rounded once from float64 (NumPy's and XLA's float32 exp differ in the last bit)."""
+  return (jnp, jnp.float32) if isinstance(epoch, jax.Array) else (np, np.float64)
 
 
 # --------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ queue of K keys it always streams (the queue's blocks skip the pair terms and th
 gradient): memory O((n + K)·d). An int forces blocks of that size, 0 the dense form.
 Both forms give the same value and gradient. The gradient is computed in the forward
 passes: the dense form uses one similarity matrix for value and gradient; the blockwise
-form makes three passes over each tile (log-sum-exps, pair losses, gradient).
+form makes three passes over each tile (log-sum-exps, pair losses, gradient). Detached
+keys (``keys=``, a key encoder's) get no gradient, and its matmul is skipped.
 
 Precision: ``precision=`` sets the precision of the similarity matmuls (and of their
 gradient), as ``jnp.dot``'s argument: a ``jax.lax.Precision`` or its name. The default,
@@ -288,11 +289,17 @@ class Kernel:
   pair_loss: Callable
   stop_gradient_weights: bool
   precision: Precision
+  # False for detached keys (a key encoder's): ∂/∂k.z, an n×n·d matmul, is not traced
+  # (jit's dead-code elimination dropped it before; eager callers computed it).
+  key_gradient: bool = True
 
   def similarity(self, q: Rows, k: Rows) -> Array:
     return similarity(q.z, k.z, self.precision)
 
   def similarity_pullback(self, d_sim, q: Rows, k: Rows):
+    """(∂/∂q.z, ∂/∂k.z); ∂/∂k.z is None without a key gradient."""
+    if not self.key_gradient:
+      return self.anchor_pullback(d_sim, k), None
     return similarity_pullback(d_sim, q.z, k.z, self.precision)
 
   def anchor_pullback(self, d_sim, k: Rows):
@@ -337,8 +344,11 @@ def key_slice(rows: Rows, start: int, stop: int) -> Rows:
   return jax.tree.map(lambda x: x[start:stop], rows)
 
 
-def no_queue_gradient(d_keys: Array, k: Rows, num_batch: int) -> Array:
-  """∂/∂k.z: the batch keys' rows of ``d_keys``, then zeros for the queue's keys."""
+def no_queue_gradient(d_keys: Array | None, k: Rows, num_batch: int) -> Array | None:
+  """∂/∂k.z: the batch keys' rows of ``d_keys``, then zeros for the queue's keys (None
+  without a key gradient)."""
+  if d_keys is None:
+    return None
   d_keys = d_keys[:num_batch]
   if num_batch == k.index.shape[0]:
     return d_keys
@@ -460,9 +470,13 @@ def blockwise_sums(
     d_rows, d_key_blocks = sweep(gradient_tile, jnp.zeros_like(rows.z), key_blocks)
     for part in queue_blocks:
       d_rows += queue_gradient(kernel, rows, part, expectation, d_log_e)
-    return d_keys + d_key_blocks.reshape(d_keys.shape), (total, count, d_rows)
+    if d_key_blocks is not None:
+      d_keys = d_keys + d_key_blocks.reshape(d_keys.shape)
+    return d_keys, (total, count, d_rows)
 
-  d_keys = jnp.zeros_like(key_blocks.z.reshape(-1, key_blocks.z.shape[-1]))
+  d_keys = None
+  if kernel.key_gradient:
+    d_keys = jnp.zeros_like(key_blocks.z.reshape(-1, key_blocks.z.shape[-1]))
   d_keys, out = jax.lax.scan(query_block, d_keys, query_blocks)
   total, count = jnp.sum(out[0]), jnp.sum(out[1])
   if not with_gradient:
@@ -480,8 +494,9 @@ def resolve_block_size(block_size, num_queries, num_keys):
 
 
 def loss_sums(kernel: Kernel, q: Rows, k: Rows, block: int | None, num_batch_keys=None):
-  """(Σ ℓ_ip, pair count) over the anchor rows ``q``, differentiable in q.z and k.z; keys
-  from ``num_batch_keys`` on are a queue (see ``blockwise_sums``)."""
+  """(Σ ℓ_ip, pair count) over the anchor rows ``q``, differentiable in q.z and (with
+  ``kernel.key_gradient``) k.z; keys from ``num_batch_keys`` on are a queue (see
+  ``blockwise_sums``)."""
 
   def sums(q, k, with_gradient):
     if block is None:
@@ -502,7 +517,7 @@ def loss_sums(kernel: Kernel, q: Rows, k: Rows, block: int | None, num_batch_key
   def backward(gradients, cotangents):
     d_q, d_k = gradients
     d_total = cotangents[0]  # the pair count is piecewise constant
-    return d_total * d_q, d_total * d_k, None, None
+    return d_total * d_q, None if d_k is None else d_total * d_k, None, None
 
   value.defvjp(value_and_gradient, backward)
   no_z = lambda rows: dataclasses.replace(rows, z=None)
@@ -546,6 +561,7 @@ def global_loss(
     pair_loss=pair_loss,
     stop_gradient_weights=stop_gradient_weights,
     precision=precision,
+    key_gradient=keys is None,  # the keys are detached (anchor_and_key_rows)
   )
   # γ folded into the anchors: g = (z_i / γ) · z_j, one scaling of n·d entries, not n².
   total, count = loss_sums(
