@@ -47,30 +47,19 @@ import bench_input  # noqa: E402
 import bench_losses  # noqa: E402
 import bench_train_step  # noqa: E402
 
-# The sizes of the full run and of --smoke (the same code at both).
-FULL = dict(
-  models='resnet18,resnet50',
-  dtypes='float32,bfloat16',
-  image_size=32,
-  batch_size=512,
-  steps=5,
-  matmul_size=8192,
-  loss_rows='16384,65536',
-  loss_block_size=2048,
-  loader_images=50_000,
-  loader_batches=20,
-)
-SMOKE = dict(  # one dtype: bfloat16, the less common path (float32's peaks still measured)
-  models='small_cnn',
-  dtypes='bfloat16',
-  image_size=16,
-  batch_size=8,
-  steps=2,
-  matmul_size=256,
-  loss_rows='256',
-  loss_block_size=128,
-  loader_images=512,
-  loader_batches=2,
+# Each size as (the full run, --smoke): the same code runs at both. The smoke run takes one
+# dtype, bfloat16, the less common path (float32's matmul peaks are measured anyway).
+SIZES = dict(
+  models=('resnet18,resnet50', 'small_cnn'),
+  dtypes=('float32,bfloat16', 'bfloat16'),
+  image_size=(32, 16),
+  batch_size=(512, 8),
+  steps=(5, 2),
+  matmul_size=(8192, 256),
+  loss_rows=('16384,65536', '256'),
+  loss_block_size=(2048, 128),
+  loader_images=(50_000, 512),
+  loader_batches=(20, 2),
 )
 PRECISIONS = ('highest', 'default')
 
@@ -79,14 +68,12 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--out', required=True, help='folder for accelerator.json and .md')
   parser.add_argument('--smoke', action='store_true', help='tiny sizes: checks the script')
-  for name, value in FULL.items():
-    parser.add_argument(
-      f'--{name}', type=type(value), help=f'default {value} (smoke: {SMOKE[name]})'
-    )
+  for name, (full, smoke) in SIZES.items():
+    parser.add_argument(f'--{name}', type=type(full), help=f'default {full} (smoke: {smoke})')
   args = parser.parse_args(argv)
-  for name, value in (SMOKE if args.smoke else FULL).items():
+  for name, (full, smoke) in SIZES.items():
     if getattr(args, name) is None:
-      setattr(args, name, value)
+      setattr(args, name, smoke if args.smoke else full)
   return args
 
 
@@ -119,55 +106,55 @@ def matmul_peaks(args) -> dict:
   return {key: round(value / 1e9, 2) for key, value in peaks.items()}
 
 
-def train_steps(args, peaks: dict) -> list[dict]:
-  """bench_train_step's measurement per model x dtype; MFU against the peak of that dtype
-  (the higher of this run's peak and the one measured next to the step)."""
-  rows = []
-  for model in args.models.split(','):
-    for dtype in args.dtypes.split(','):
-      step_args = argparse.Namespace(
-        batch_size=args.batch_size,
-        image_size=args.image_size,
-        dtype=dtype,
-        diagnostics=True,
-        steps=args.steps,
-        matmul_size=args.matmul_size,
-      )
-      result = bench_train_step.bench_model(model, step_args)
-      peak = max(peaks[f'{dtype} default'], result['matmul_peak_local_gflops'])
-      result['mfu'] = round(result['achieved_gflops'] / peak, 3)
-      rows.append(result)
-      print(json.dumps(result), flush=True)
-  return rows
+def measured(measure, **labels) -> dict:
+  """measure()'s row; where it fails (e.g. out of memory), the labels and the error's first
+  line, so that one failure does not cost the rest of the run."""
+  try:
+    row = measure()
+  except Exception as error:  # recorded in the report; the run goes on
+    first_line = (str(error).strip().splitlines() or [''])[0][:300]
+    row = dict(labels, error=f'{type(error).__name__}: {first_line}')
+  print(json.dumps(row), flush=True)
+  return row
 
 
-def loss_kernels(args, peaks: dict) -> list[dict]:
+def train_step(model: str, dtype: str, args, peaks: dict) -> dict:
+  """bench_train_step's measurement; MFU against the matmul peak of the step's dtype (the
+  higher of this run's peak and the one measured next to the step)."""
+  step_args = argparse.Namespace(
+    batch_size=args.batch_size,
+    image_size=args.image_size,
+    dtype=dtype,
+    diagnostics=True,
+    steps=args.steps,
+    matmul_size=args.matmul_size,
+  )
+  result = bench_train_step.bench_model(model, step_args)
+  peak = max(peaks[f'{dtype} default'], result['matmul_peak_local_gflops'])
+  result['mfu'] = round(result['achieved_gflops'] / peak, 3)
+  return result
+
+
+def loss_kernel(n: int, precision: str, args, peaks: dict) -> dict:
   """Forward+backward of the blockwise H-SCL kernel / the bare matmul bound."""
-  rows = []
-  for n in (int(size) for size in args.loss_rows.split(',')):
-    z, labels = bench_losses._setup(n)
-    for precision in PRECISIONS:
-      step = bench_losses._loss_step(args.loss_block_size, precision)
-      start = time.perf_counter()
-      compiled = step.lower(z, labels).compile()
-      compile_s = time.perf_counter() - start
-      jax.block_until_ready(compiled(z, labels))  # warm-up
-      seconds = bench_train_step.best_time(compiled, z, labels, repeats=args.steps)
-      bound_s = 6 * n * n * bench_losses.DIM / (peaks[f'float32 {precision}'] * 1e9)
-      rows.append(
-        dict(
-          rows=n,
-          dim=bench_losses.DIM,
-          block_size=args.loss_block_size,
-          precision=precision,
-          compile_s=round(compile_s, 2),
-          loss_ms=round(seconds * 1e3, 3),
-          matmul_bound_ms=round(bound_s * 1e3, 3),
-          ratio=round(seconds / bound_s, 2),
-        )
-      )
-      print(json.dumps(rows[-1]), flush=True)
-  return rows
+  z, labels = bench_losses._setup(n)
+  step = bench_losses._loss_step(args.loss_block_size, precision)
+  start = time.perf_counter()
+  compiled = step.lower(z, labels).compile()
+  compile_s = time.perf_counter() - start
+  jax.block_until_ready(compiled(z, labels))  # warm-up
+  seconds = bench_train_step.best_time(compiled, z, labels, repeats=args.steps)
+  bound_s = 6 * n * n * bench_losses.DIM / (peaks[f'float32 {precision}'] * 1e9)
+  return dict(
+    rows=n,
+    dim=bench_losses.DIM,
+    block_size=args.loss_block_size,
+    precision=precision,
+    compile_s=round(compile_s, 2),
+    loss_ms=round(seconds * 1e3, 3),
+    matmul_bound_ms=round(bound_s * 1e3, 3),
+    ratio=round(seconds / bound_s, 2),
+  )
 
 
 def input_pipeline(args, steps: list[dict]) -> dict:
@@ -183,6 +170,7 @@ def input_pipeline(args, steps: list[dict]) -> dict:
   consumed = {
     f'{step["model"]} {step["dtype"]}': step['images_per_s'] / bench_train_step.VIEWS
     for step in steps
+    if 'error' not in step
   }
   return dict(
     loader_samples_per_s=round(rate),
@@ -192,9 +180,42 @@ def input_pipeline(args, steps: list[dict]) -> dict:
   )
 
 
+# The columns of the tables: (header, JSON field).
+STEP_COLUMNS = (
+  ('batch', 'batch_size'),
+  ('px', 'image_size'),
+  ('compile s', 'compile_s'),
+  ('images/s', 'images_per_s'),
+  ('GFLOP/image', 'gflop_per_image'),
+  ('MFU', 'mfu'),
+)
+LOSS_COLUMNS = (
+  ('block', 'block_size'),
+  ('compile s', 'compile_s'),
+  ('ms', 'loss_ms'),
+  ('matmul bound ms', 'matmul_bound_ms'),
+  ('ratio', 'ratio'),
+)
+
+
+def _table(header: list, rows: list[list]) -> list[str]:
+  """A markdown table's lines (none without rows), then a blank line."""
+  if not rows:
+    return []
+  line = lambda cells: '| ' + ' | '.join(str(cell) for cell in cells) + ' |'
+  return [line(header), '|' + '---|' * len(header), *map(line, rows), '']
+
+
+def _cells(row: dict, columns) -> list:
+  """The row's fields in the columns' order, or the error it failed with."""
+  if 'error' in row:
+    return [f'failed: {row["error"]}'] + [''] * (len(columns) - 1)
+  return [row[field] for _, field in columns]
+
+
 def markdown(report: dict) -> str:
-  """The report as markdown tables (the figures of accelerator.json)."""
-  env = report['environment']
+  """What the report holds so far as markdown tables (the figures of accelerator.json)."""
+  env, steps, loss = report['environment'], report.get('train_step', []), report.get('loss', [])
   lines = [
     f'# Accelerator figures: {env["device_kind"]} ({env["platform"]}, {env["device_count"]} '
     f'device(s), 1 measured)',
@@ -202,37 +223,30 @@ def markdown(report: dict) -> str:
     f'jax {env["jax"]}, jaxlib {env["jaxlib"]}, Python {env["python"]}, {env["date"]}'
     f'{" (--smoke: tiny sizes, not figures)" if env["smoke"] else ""}',
     '',
-    '| matmul | GFLOP/s |',
-    '|---|---|',
-    *(f'| {key} | {value} |' for key, value in report['matmul_peak_gflops'].items()),
-    '',
-    '| train step | batch | px | compile s | images/s | GFLOP/image | MFU |',
-    '|---|---|---|---|---|---|---|',
-    *(
-      f'| {r["model"]} {r["dtype"]} | {r["batch_size"]} | {r["image_size"]} | '
-      f'{r["compile_s"]} | {r["images_per_s"]} | {r["gflop_per_image"]} | {r["mfu"]} |'
-      for r in report['train_step']
+    *_table(['matmul', 'GFLOP/s'], list(report.get('matmul_peak_gflops', {}).items())),
+    *_table(
+      ['train step', *(name for name, _ in STEP_COLUMNS)],
+      [[f'{r["model"]} {r["dtype"]}', *_cells(r, STEP_COLUMNS)] for r in steps],
     ),
-    '',
-    '| loss kernel (fwd+bwd) | precision | compile s | ms | matmul bound ms | ratio |',
-    '|---|---|---|---|---|---|',
-    *(
-      f'| n = {r["rows"]}, d = {r["dim"]}, block {r["block_size"]} | {r["precision"]} | '
-      f'{r["compile_s"]} | {r["loss_ms"]} | {r["matmul_bound_ms"]} | {r["ratio"]} |'
-      for r in report['loss']
-    ),
-    '',
-    f'Input: decoded cache {report["input"]["loader_samples_per_s"]} samples/s '
-    f'(batch {report["input"]["batch_size"]}).',
-    '',
-    '| step | consumes samples/s | loader / step |',
-    '|---|---|---|',
-    *(
-      f'| {key} | {value} | {report["input"]["loader_over_step"][key]} |'
-      for key, value in report['input']['step_samples_per_s'].items()
+    *_table(
+      [f'loss kernel, fwd+bwd, d = {bench_losses.DIM}', 'precision', *(n for n, _ in LOSS_COLUMNS)],
+      [[f'n = {r["rows"]}', r['precision'], *_cells(r, LOSS_COLUMNS)] for r in loss],
     ),
   ]
-  return '\n'.join(lines) + '\n'
+  if 'input' in report:
+    flow = report['input']
+    lines.append(
+      f'Input: decoded cache {flow["loader_samples_per_s"]} samples/s '
+      f'(batch {flow["batch_size"]}).\n'
+    )
+    lines += _table(
+      ['step', 'consumes samples/s', 'loader / step'],
+      [
+        [key, rate, flow['loader_over_step'][key]]
+        for key, rate in flow['step_samples_per_s'].items()
+      ],
+    )
+  return '\n'.join(lines)
 
 
 def main(argv=None):
@@ -243,13 +257,28 @@ def main(argv=None):
   print(json.dumps(report['environment']), flush=True)
   report['matmul_peak_gflops'] = peaks = matmul_peaks(args)
   print(json.dumps(peaks), flush=True)
-  report['train_step'] = train_steps(args, peaks)
-  report['loss'] = loss_kernels(args, peaks)
+  report['train_step'] = [
+    measured(lambda: train_step(model, dtype, args, peaks), model=model, dtype=dtype)
+    for model in args.models.split(',')
+    for dtype in args.dtypes.split(',')
+  ]
+  save(report, out)
+  report['loss'] = [
+    measured(lambda: loss_kernel(n, precision, args, peaks), rows=n, precision=precision)
+    for n in (int(size) for size in args.loss_rows.split(','))
+    for precision in PRECISIONS
+  ]
+  save(report, out)
   report['input'] = input_pipeline(args, report['train_step'])
+  print('\n' + save(report, out))
+
+
+def save(report: dict, out: pathlib.Path) -> str:
+  """Writes what is measured so far (a run cut short keeps it); returns the table."""
   (out / 'accelerator.json').write_text(json.dumps(report, indent=2) + '\n')
   table = markdown(report)
   (out / 'accelerator.md').write_text(table)
-  print('\n' + table)
+  return table
 
 
 if __name__ == '__main__':

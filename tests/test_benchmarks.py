@@ -71,7 +71,9 @@ def test_accelerator_smoke_run_writes_consistent_figures(tmp_path):
     bound_ms = 6 * row['rows'] ** 2 * 128 / (peaks[f'float32 {row["precision"]}'] * 1e6)
     assert row['matmul_bound_ms'] == pytest.approx(bound_ms, rel=1e-2)
     assert row['ratio'] == pytest.approx(row['loss_ms'] / row['matmul_bound_ms'], rel=2e-2)
-    assert f'| {row["precision"]} | {row["compile_s"]} | {row["loss_ms"]} |' in table
+    assert (
+      f'| n = 256 | {row["precision"]} | 128 | {row["compile_s"]} | {row["loss_ms"]} |' in table
+    )
   assert [row['precision'] for row in report['loss']] == ['highest', 'default']
   consumed = report['input']['step_samples_per_s']['small_cnn bfloat16']
   assert consumed == pytest.approx(step['images_per_s'] / 2, rel=1e-3)
@@ -79,3 +81,26 @@ def test_accelerator_smoke_run_writes_consistent_figures(tmp_path):
     report['input']['loader_samples_per_s'] / consumed, rel=1e-2
   )
   assert f'| small_cnn bfloat16 | 8 | 16 | {step["compile_s"]} | {step["images_per_s"]} |' in table
+
+
+def test_accelerator_records_a_failed_measurement_and_goes_on():
+  sys.path.insert(0, str(REPO / 'benchmarks'))
+  import accelerator
+
+  def out_of_memory():
+    raise RuntimeError('RESOURCE_EXHAUSTED: Out of memory\nwhile allocating 40.0GiB')
+
+  failed = accelerator.measured(out_of_memory, model='resnet50', dtype='float32')
+  assert failed == {
+    'model': 'resnet50',
+    'dtype': 'float32',
+    'error': 'RuntimeError: RESOURCE_EXHAUSTED: Out of memory',
+  }
+  assert accelerator.measured(lambda: {'mfu': 0.5}, model='resnet18') == {'mfu': 0.5}
+  environment = dict(
+    device_kind='H100', platform='gpu', device_count=1, jax='0', jaxlib='0', python='3',
+    date='today', smoke=False,
+  )  # fmt: skip
+  table = accelerator.markdown(dict(environment=environment, train_step=[failed]))
+  assert '| resnet50 float32 | failed: RuntimeError: RESOURCE_EXHAUSTED: Out of memory |' in table
+  assert 'loss kernel' not in table and 'Input' not in table  # not measured yet
