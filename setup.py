@@ -8,7 +8,8 @@ import setuptools
 # that passes with every direct dependency at its floor (what `uv pip install
 # --resolution=lowest-direct` installs; .ci/run runs the fast loss, config and data tests
 # on that set). Where a lower version broke, how is written next to the floor; an upper cap
-# only with its known break. constraints.txt holds the exact set the full suite ran with.
+# only with its known break. constraints.txt holds the exact set the full suite ran with
+# (Python 3.11); constraints-py312.txt the newest set .ci/run tests on Python 3.12 (jax 0.12).
 # Accelerator users install `jax[cuda13]` or `jax[tpu]` in the same range.
 INSTALL_REQUIRES = [
   # The code needs jax.lax.pcast (0.8.2) and the tests jax.extend.core.jaxprs_in_params

@@ -43,13 +43,20 @@ def _setup(n):
   return z, labels
 
 
-def _loss_step(block_size):
+def _loss_step(block_size, precision=None):
+  """The jitted forward+backward of H-SCL(beta = 1); `precision` of its similarity matmuls
+  (None: the kernels' default)."""
   import jax
 
   from hscl_jax import losses
+  from hscl_jax.losses import kernel
+
+  precision = kernel.DEFAULT_PRECISION if precision is None else precision
 
   def loss(z, labels):
-    return losses.hscl(z, labels, hardening=losses.exponential(1.0), block_size=block_size)
+    return losses.hscl(
+      z, labels, hardening=losses.exponential(1.0), block_size=block_size, precision=precision
+    )
 
   return jax.jit(jax.value_and_grad(loss))
 

@@ -13,7 +13,7 @@ input pipeline is left out: one random uint8 batch stays on the device.
 Reported per model: step time (best of --steps after one warm-up step), images/s
 (images = samples x 2 views), the step's FLOPs from XLA's cost analysis of the compiled
 step, the achieved FLOP/s, and MFU = achieved / peak, where the peak is the FLOP/s of a
-large float32 matmul (jnp.dot) measured in the same run: just before each model's timed
+large matmul (jnp.dot) of the step's dtype measured in the same run: just before each model's timed
 steps and at the end. On a shared machine the peak moves with the load; MFU is reported
 against the highest peak seen (`mfu`) and against the one measured next to the model's
 steps (`mfu_local`), with the 1-minute load average. `augment_ms`: the step's on-device
@@ -71,11 +71,12 @@ def best_time(fn, *args, repeats):
   return best
 
 
-def matmul_peak(n: int, repeats: int) -> float:
-  """FLOP/s of an n x n x n float32 jnp.dot (2 n^3 FLOPs)."""
-  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-  b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-  dot = jax.jit(jnp.dot)
+def matmul_peak(n: int, repeats: int, dtype: str = 'float32', precision=None) -> float:
+  """FLOP/s of an n x n x n jnp.dot of `dtype` at `precision` (2 n^3 FLOPs); the default
+  precision is the one the model's layers use (e.g. TF32 for float32 on recent GPUs)."""
+  a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+  b = jax.random.normal(jax.random.key(1), (n, n), dtype)
+  dot = jax.jit(lambda a, b: jnp.dot(a, b, precision=precision))
   jax.block_until_ready(dot(a, b))
   return 2 * n**3 / best_time(dot, a, b, repeats=repeats)
 
@@ -120,7 +121,7 @@ def bench_model(name, args):
 
   state, loss = compiled(state, batch, hyper)  # warm-up
   jax.block_until_ready(loss)
-  peak = matmul_peak(args.matmul_size, repeats=3)
+  peak = matmul_peak(args.matmul_size, repeats=3, dtype=args.dtype)
   times = []
   for _ in range(args.steps):
     start = time.perf_counter()
@@ -139,8 +140,8 @@ def bench_model(name, args):
     diagnostics=args.diagnostics,
     images_per_step=images_per_step,
     compile_s=round(compile_seconds, 1),
-    step_s_best=round(seconds, 3),
-    step_s_median=round(sorted(times)[len(times) // 2], 3),
+    step_s_best=round(seconds, 5),
+    step_s_median=round(sorted(times)[len(times) // 2], 5),
     images_per_s=round(images_per_step / seconds, 2),
     step_gflop=round(flops / 1e9, 2),
     gflop_per_image=round(flops / 1e9 / images_per_step, 3),
@@ -194,8 +195,8 @@ def main():
   args = parser.parse_args()
 
   print(f'devices: {jax.devices()[:1]} (1-device mesh)  step: hscl_jax.train.make_train_step')
-  peaks = [matmul_peak(args.matmul_size, repeats=5)]
-  print(f'matmul peak ({args.matmul_size}^3 float32 jnp.dot): {peaks[0] / 1e9:.1f} GFLOP/s')
+  peaks = [matmul_peak(args.matmul_size, repeats=5, dtype=args.dtype)]
+  print(f'matmul peak ({args.matmul_size}^3 {args.dtype} jnp.dot): {peaks[0] / 1e9:.1f} GFLOP/s')
   results = []
   for name in args.models.split(','):
     result = bench_model(name, args)
@@ -204,7 +205,7 @@ def main():
     results.append(result)
     peaks.append(result['matmul_peak_local_gflops'] * 1e9)
     print(json.dumps(result))
-  peaks.append(matmul_peak(args.matmul_size, repeats=5))
+  peaks.append(matmul_peak(args.matmul_size, repeats=5, dtype=args.dtype))
   peak = max(peaks)
   print(
     f'matmul peak seen: {", ".join(f"{p / 1e9:.1f}" for p in peaks)} GFLOP/s; '

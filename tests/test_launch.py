@@ -171,6 +171,14 @@ def test_script_passes_shellcheck(script):
   assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.parametrize('script', ['.ci/run', 'tools/offline_install_check.sh'])
+def test_ci_and_tool_scripts_pass_shellcheck(script):
+  if shutil.which('shellcheck') is None:
+    pytest.skip('shellcheck is not installed (apt-get install shellcheck)')
+  done = subprocess.run(['shellcheck', str(REPO / script)], capture_output=True, text=True)
+  assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize('script', SCRIPTS)
 def test_script_has_an_example_and_assumptions(script):
   header = (LAUNCH / script).read_text().split('set -euo pipefail')[0]
