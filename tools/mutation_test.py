@@ -371,10 +371,10 @@ ISSUE27_MUTANTS = (
     AUGMENT_TESTS,
   ),
   M(
-    'jitter_fixed_order_saturation_first',
+    'jitter_fixed_order_hue_before_saturation',
     'hscl_jax/augment.py',
     'adjust_hue(cheap[2](cheap[1](cheap[0](image))), hue)',
-    'adjust_hue(cheap[1](cheap[2](cheap[0](image))), hue)',
+    'cheap[2](adjust_hue(cheap[1](cheap[0](image)), hue))',
     AUGMENT_TESTS,
   ),
   M(
