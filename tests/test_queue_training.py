@@ -20,6 +20,8 @@ from test_train import compilation_cache_dir  # noqa: F401 (an autouse fixture)
 from test_train import run_steps
 from test_train import tiny_config
 
+from hscl_jax import augment
+from hscl_jax import models
 from hscl_jax import negative_queue
 from hscl_jax import schema
 from hscl_jax import train
@@ -89,6 +91,42 @@ def test_key_encoder_follows_the_online_encoder_by_ema():
     _leaves(s) for s in (states[3].key_encoder['batch_stats'], states[3].batch_stats)
   )
   assert any(np.abs(x - y).max() > 1e-6 for x, y in zip(key_stats, online_stats))
+
+
+def _key_encoder_keys(config, state, batch):
+  """The key encoder's L2-normalised projections of `batch`'s views at `state` (one
+  device: global indices 0..b-1), computed outside the step: the same views (train's
+  augment_batch, tested in test_augment), the key encoder's parameters, batch statistics
+  of this batch (train mode)."""
+  model = models.create_model(config.model)
+  params = augment.AugmentParams.from_config(config.augment)
+  images = jnp.asarray(batch['image'])
+  views = train.augment_batch(state.rng, state.step, images, jnp.arange(len(images)), params)
+  (_, projections), _ = model.apply(
+    state.key_encoder, views.reshape((-1,) + views.shape[2:]), train=True, mutable=['batch_stats']
+  )
+  projections = np.asarray(projections, np.float64)
+  return projections / np.linalg.norm(projections, axis=1, keepdims=True)
+
+
+def test_queue_holds_the_key_encoders_keys_with_momentum():
+  """m = 0.7: after each of 3 steps the queue's newest 32 rows are the key encoder's
+  projections of that step's batch (the key encoder before its EMA update), by hand; from
+  the second step on they differ from the online encoder's (so the source is tested)."""
+  config = _queue_config(momentum=0.7)
+  states, _, _ = run_steps(config, 1, BATCHES)
+  for step, batch in enumerate(BATCHES):
+    before, after = states[step], states[step + 1]
+    start = (32 * step) % 64
+    expected = _key_encoder_keys(config, before, batch)
+    np.testing.assert_allclose(after.queue.keys[start : start + 32], expected, atol=2e-5)
+    online = _key_encoder_keys(config, before.replace(key_encoder=_online(before)), batch)
+    if step:
+      assert np.abs(online - expected).max() > 1e-3
+
+
+def _online(state):
+  return {'params': state.params, 'batch_stats': state.batch_stats}
 
 
 def test_first_step_with_momentum_equals_without():
