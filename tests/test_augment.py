@@ -345,17 +345,7 @@ def _blur_reference(image, sigma, kernel_frac):
 def test_end_to_end_with_non_trivial_crop_flip_and_normalisation():
   """two_views with a non-square input, an asymmetric scale and ratio range, flips and a
   per-channel normalisation equals each view computed directly (key fold_in(key, 2i + v))."""
-  params = augment.AugmentParams(
-    image_size=SIZE,
-    crop_scale=(0.3, 0.6),
-    crop_ratio=(1.3, 2.0),
-    flip_prob=0.5,
-    jitter_prob=0.0,
-    grayscale_prob=0.0,
-    blur_prob=0.0,
-    mean=(0.1, 0.2, 0.3),
-    std=(0.5, 0.6, 0.7),
-  )
+  params = dataclasses.replace(ALL_STEPS, jitter_prob=0.0, grayscale_prob=0.0, blur_prob=0.0)
   images = random_images((3, 2, 14, 11, 3), seed=5)
   key = jax.random.key(9)
   out = np.asarray(jax.jit(augment.two_views)(key, images, params))
@@ -369,23 +359,25 @@ def test_end_to_end_with_non_trivial_crop_flip_and_normalisation():
 
 # Every colour step on, with strengths told apart (contrast != saturation), a hue range
 # around 0, a blur kernel of 5 (reflect padding reaches 2 pixels in).
-ALL_STEPS = augment.AugmentParams(
-  image_size=SIZE,
-  crop_scale=(0.3, 0.6),
-  crop_ratio=(1.3, 2.0),
-  flip_prob=0.5,
-  jitter_prob=0.7,
-  brightness=0.4,
-  contrast=0.7,
-  saturation=0.2,
-  hue=0.2,
-  grayscale_prob=0.3,
-  blur_prob=0.5,
-  blur_sigma=(0.4, 1.5),
-  blur_kernel_frac=0.6,
-  blur_min_size=0,
-  mean=(0.1, 0.2, 0.3),
-  std=(0.5, 0.6, 0.7),
+ALL_STEPS = augment.AugmentParams.from_config(
+  {
+    'image_size': SIZE,
+    'crop_scale': (0.3, 0.6),
+    'crop_ratio': (1.3, 2.0),
+    'flip_prob': 0.5,
+    'jitter_prob': 0.7,
+    'brightness': 0.4,
+    'contrast': 0.7,
+    'saturation': 0.2,
+    'hue': 0.2,
+    'grayscale_prob': 0.3,
+    'blur_prob': 0.5,
+    'blur_sigma': (0.4, 1.5),
+    'blur_kernel_frac': 0.6,
+    'blur_min_size': 0,
+    'mean': (0.1, 0.2, 0.3),
+    'std': (0.5, 0.6, 0.7),
+  }
 )
 
 

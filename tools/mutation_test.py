@@ -526,6 +526,20 @@ ISSUE27_MUTANTS = (
     '    query_x,\n',
     REPORT_TESTS,
   ),
+  M(
+    'graph_every_setting_eval_is_train',
+    'hscl_jax/experiments/graph_grid.py',
+    'f\'{np.mean([r["eval_seconds"] for r in group]):.0f} |\'',
+    'f\'{np.mean([r["train_seconds"] for r in group]):.0f} |\'',
+    ('tests/test_graphs.py',),
+  ),
+  M(
+    'graph_beta_of_the_first_dataset',
+    'hscl_jax/experiments/graph_grid.py',
+    'beta = best_beta(table, dataset, method, betas) if',
+    'beta = best_beta(table, datasets[0], method, betas) if',
+    ('tests/test_graphs.py',),
+  ),
   # ---- class 1: the kNN monitor's inputs
   M(
     'knn_monitor_bank_mask_dropped',
