@@ -44,6 +44,52 @@ def binomial_tolerance(prob, count, sigmas=4.5):
   return sigmas * np.sqrt(prob * (1 - prob) / count)
 
 
+# The recipe recomputed from the draws first: the broadest check (a failure shows soonest).
+
+
+def test_every_step_equals_its_direct_computation_from_the_draws():
+  """two_views with every step on equals, view by view, the recipe recomputed in float64
+  from the view's own draws: the jitter's factors, its random order (argsort of the order
+  draws), whether it applies, grayscale, blur sigma and whether it applies. The draws
+  cover every branch: each position of the hue shift, each step applied and skipped."""
+  samples = 24
+  images = random_images((samples, 2, 14, 11, 3), seed=11)
+  key = jax.random.key(12)
+  out = np.asarray(jax.jit(augment.two_views)(key, images, ALL_STEPS))
+  hue_positions, applied = set(), {'jitter_apply': set(), 'grayscale': set(), 'blur_apply': set()}
+  for i in range(samples):
+    for v in range(2):
+      view_key = jax.random.fold_in(key, 2 * i + v)
+      draw = _view_draws(view_key)
+      if draw['jitter_apply'][0] < ALL_STEPS.jitter_prob:
+        hue_positions.add(int(np.argmax(np.argsort(draw['jitter_order']) == 3)))
+      probs = (ALL_STEPS.jitter_prob, ALL_STEPS.grayscale_prob, ALL_STEPS.blur_prob)
+      for (name, seen), prob in zip(applied.items(), probs):
+        seen.add(bool(draw[name][0] < prob))
+      expected = _direct_view(view_key, np.asarray(images[i, v]), ALL_STEPS)
+      np.testing.assert_allclose(out[i, v], expected, atol=3e-4, err_msg=f'sample {i} view {v}')
+  assert hue_positions == {0, 1, 2, 3}
+  assert all(seen == {False, True} for seen in applied.values()), applied
+
+
+def test_fixed_jitter_order_is_brightness_contrast_saturation_hue():
+  """jitter_random_order=False: the four parts in torchvision's fixed order, from the
+  same factor draws; the order matters on these images (hue before saturation differs;
+  brightness, contrast and saturation commute unless they clip)."""
+  params = dataclasses.replace(ALL_STEPS, jitter_prob=1.0, jitter_random_order=False)
+  jitter = jax.jit(augment.random_color_jitter, static_argnames='params')
+  rng = np.random.default_rng(13)
+  for trial in range(4):
+    image = rng.uniform(size=(SIZE, SIZE, 3))
+    key = jax.random.key(trial)
+    got = jitter(jnp.asarray(image, jnp.float32), params, augment._carve(uniform_draws(key)))
+    draw = _view_draws(key)
+    expected = _jitter_reference(image, params, draw['jitter_factors'], range(4))
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    swapped = _jitter_reference(image, params, draw['jitter_factors'], (0, 1, 3, 2))
+    assert np.abs(swapped - expected).max() > 1e-3
+
+
 def test_identity_params_give_normalised_input():
   images = random_images()
   out = jitted_two_views()(jax.random.key(0), images, IDENTITY)
@@ -379,46 +425,3 @@ ALL_STEPS = augment.AugmentParams.from_config(
     'std': (0.5, 0.6, 0.7),
   }
 )
-
-
-def test_every_step_equals_its_direct_computation_from_the_draws():
-  """two_views with every step on equals, view by view, the recipe recomputed in float64
-  from the view's own draws: the jitter's factors, its random order (argsort of the order
-  draws), whether it applies, grayscale, blur sigma and whether it applies. The draws
-  cover every branch: each position of the hue shift, each step applied and skipped."""
-  samples = 24
-  images = random_images((samples, 2, 14, 11, 3), seed=11)
-  key = jax.random.key(12)
-  out = np.asarray(jax.jit(augment.two_views)(key, images, ALL_STEPS))
-  hue_positions, applied = set(), {'jitter_apply': set(), 'grayscale': set(), 'blur_apply': set()}
-  for i in range(samples):
-    for v in range(2):
-      view_key = jax.random.fold_in(key, 2 * i + v)
-      draw = _view_draws(view_key)
-      if draw['jitter_apply'][0] < ALL_STEPS.jitter_prob:
-        hue_positions.add(int(np.argmax(np.argsort(draw['jitter_order']) == 3)))
-      probs = (ALL_STEPS.jitter_prob, ALL_STEPS.grayscale_prob, ALL_STEPS.blur_prob)
-      for (name, seen), prob in zip(applied.items(), probs):
-        seen.add(bool(draw[name][0] < prob))
-      expected = _direct_view(view_key, np.asarray(images[i, v]), ALL_STEPS)
-      np.testing.assert_allclose(out[i, v], expected, atol=3e-4, err_msg=f'sample {i} view {v}')
-  assert hue_positions == {0, 1, 2, 3}
-  assert all(seen == {False, True} for seen in applied.values()), applied
-
-
-def test_fixed_jitter_order_is_brightness_contrast_saturation_hue():
-  """jitter_random_order=False: the four parts in torchvision's fixed order, from the
-  same factor draws; the order matters on these images (hue before saturation differs;
-  brightness, contrast and saturation commute unless they clip)."""
-  params = dataclasses.replace(ALL_STEPS, jitter_prob=1.0, jitter_random_order=False)
-  jitter = jax.jit(augment.random_color_jitter, static_argnames='params')
-  rng = np.random.default_rng(13)
-  for trial in range(4):
-    image = rng.uniform(size=(SIZE, SIZE, 3))
-    key = jax.random.key(trial)
-    got = jitter(jnp.asarray(image, jnp.float32), params, augment._carve(uniform_draws(key)))
-    draw = _view_draws(key)
-    expected = _jitter_reference(image, params, draw['jitter_factors'], range(4))
-    np.testing.assert_allclose(got, expected, atol=1e-4)
-    swapped = _jitter_reference(image, params, draw['jitter_factors'], (0, 1, 3, 2))
-    assert np.abs(swapped - expected).max() > 1e-3
