@@ -101,7 +101,10 @@ def test_a_run_taken_over_before_it_releases_leaves_the_new_holder_alone(tmp_pat
     second.acquire()
   taken = _lock_record(tmp_path)
   assert taken['token'] != first._record['token']
-  time.sleep(0.3)  # 15 heartbeats of A
+  # A's heartbeat (every 0.02 s) sees the takeover and stops; give it 10 s on a busy host.
+  deadline = time.monotonic() + 10
+  while first._thread.is_alive() and time.monotonic() < deadline:
+    time.sleep(0.02)
   assert _lock_record(tmp_path) == taken  # A never wrote over B's record
   first.release()
   assert _lock_record(tmp_path) == taken  # nor removed it
