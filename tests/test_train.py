@@ -132,16 +132,21 @@ def _three_steps(config, num_devices, batch):
 def step_projections(config, variables, state, batch):
   """The L2-normalised projections [b, 2, d] (float64) of `batch`'s views at `state`'s
   rng and step, computed outside the step: the views by train.augment_batch (tested in
-  test_augment), the model applied by hand to `variables` in train mode (BatchNorm over
-  the whole batch, as synced over the devices)."""
+  test_augment), the model applied by hand to `variables` in train mode, BatchNorm over
+  the whole batch (synced over the devices) or, with config.chunk_size, over each chunk
+  of that many consecutive samples (the devices' chunks, in order)."""
   model = models.create_model(config.model)
   params = augment.AugmentParams.from_config(config.augment)
   images = jnp.asarray(batch['image'])
   views = train.augment_batch(state.rng, state.step, images, jnp.arange(len(images)), params)
-  (_, projections), _ = model.apply(
-    variables, views.reshape((-1,) + views.shape[2:]), train=True, mutable=['batch_stats']
-  )
-  z = np.asarray(projections, np.float64)
+  chunk = config.chunk_size or len(images)
+  projections = [
+    model.apply(
+      variables, rows.reshape((-1,) + rows.shape[2:]), train=True, mutable=['batch_stats']
+    )[0][1]
+    for rows in np.split(np.asarray(views), len(images) // chunk)
+  ]
+  z = np.concatenate(projections).astype(np.float64)
   z /= np.linalg.norm(z, axis=1, keepdims=True)
   return z.reshape(len(images), 2, -1)
 

@@ -107,7 +107,8 @@ def test_a_run_taken_over_before_it_releases_leaves_the_new_holder_alone(tmp_pat
     time.sleep(0.02)
   assert _lock_record(tmp_path) == taken  # A never wrote over B's record
   first.release()
-  assert _lock_record(tmp_path) == taken  # nor removed it
+  assert (tmp_path / workdir_lock.LOCK_FILE).exists()  # nor removed it
+  assert _lock_record(tmp_path) == taken
   with pytest.raises(workdir_lock.WorkdirBusyError):
     workdir_lock.WorkdirLock(str(tmp_path)).acquire()
   second.release()
@@ -178,6 +179,8 @@ def test_other_hosts_lock_is_stale_after_stale_seconds_without_a_heartbeat(tmp_p
   here); a record without a heartbeat gives no sign of life, so it is stale."""
   fields = {} if age is None else {'heartbeat': time.time() - age}
   _foreign_lock(tmp_path, host=socket.gethostname() + '-other', pid=1, **fields)
+  record = json.loads((tmp_path / workdir_lock.LOCK_FILE).read_text())
+  assert workdir_lock.is_stale(record, stale_seconds=1.0) == stale
   lock = workdir_lock.WorkdirLock(str(tmp_path), stale_seconds=1.0)
   if stale:
     with lock:
