@@ -98,7 +98,7 @@ def test_key_encoder_follows_the_online_encoder_by_ema():
 def _key_encoder_keys(config, state, batch):
   """The key encoder's projections of `batch` at `state`, computed outside the step, as
   the queue's rows [b * 2, d]."""
-  keys = step_projections(config, state.key_encoder, state, batch)
+  keys = step_projections(config, state.key_encoder, state, batch, num_devices=1)
   return keys.reshape(-1, keys.shape[-1])
 
 
@@ -165,7 +165,7 @@ def test_four_devices_match_one_device_with_a_queue():
   np.testing.assert_allclose(four_losses, one_losses, rtol=1e-5)
   # Pinned (both runs share the code): the first loss (empty queue, key encoder = online)
   # against the float64 reference, and the newest queue rows against the key encoder's.
-  pinned = step_loss_reference(config, one_states[0], BATCHES[0])
+  pinned = step_loss_reference(config, one_states[0], BATCHES[0], num_devices=1)
   np.testing.assert_allclose(one_losses[0], pinned, rtol=2e-5)
   newest = _key_encoder_keys(config, one_states[2], BATCHES[2])
   np.testing.assert_allclose(one_states[3].queue.keys[:32], newest, atol=2e-5)
@@ -183,7 +183,7 @@ def test_chunked_queue_step_equals_unchunked_with_group_norm():
   config.chunk_size = 2
   chunked, chunked_losses, _ = run_steps(config, 4, BATCHES)
   np.testing.assert_allclose(chunked_losses, plain_losses, rtol=1e-6)
-  pinned = step_loss_reference(config, plain[0], BATCHES[0])  # both runs share the code
+  pinned = step_loss_reference(config, plain[0], BATCHES[0], 4)  # both runs share the code
   np.testing.assert_allclose(plain_losses[0], pinned, rtol=2e-5)
   _assert_states_close(chunked[-1], plain[-1], rtol=1e-5, atol=1e-6)
 

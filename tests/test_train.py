@@ -129,35 +129,37 @@ def _three_steps(config, num_devices, batch):
   return states[0], states[-1], losses
 
 
-def step_projections(config, variables, state, batch):
+def step_projections(config, variables, state, batch, num_devices=None):
   """The L2-normalised projections [b, 2, d] (float64) of `batch`'s views at `state`'s
   rng and step, computed outside the step: the views by train.augment_batch (tested in
   test_augment), the model applied by hand to `variables` in train mode, BatchNorm over
-  the whole batch (synced over the devices) or, with config.chunk_size, over each chunk
-  of that many consecutive samples (the devices' chunks, in order)."""
+  the whole batch (synced over the devices) or, with config.chunk_size, over chunk k of
+  every device together (default: all devices)."""
   model = models.create_model(config.model)
   params = augment.AugmentParams.from_config(config.augment)
   images = jnp.asarray(batch['image'])
-  views = train.augment_batch(state.rng, state.step, images, jnp.arange(len(images)), params)
-  chunk = config.chunk_size or len(images)
-  projections = [
-    model.apply(
+  views = np.asarray(
+    train.augment_batch(state.rng, state.step, images, jnp.arange(len(images)), params)
+  )
+  local = len(images) // (num_devices or jax.device_count())
+  chunk = (np.arange(len(images)) % local) // (config.chunk_size or local)
+  z = np.zeros((len(images), 2, config.model.head_out))
+  for k in np.unique(chunk):
+    rows = views[chunk == k]
+    (_, projections), _ = model.apply(
       variables, rows.reshape((-1,) + rows.shape[2:]), train=True, mutable=['batch_stats']
-    )[0][1]
-    for rows in np.split(np.asarray(views), len(images) // chunk)
-  ]
-  z = np.concatenate(projections).astype(np.float64)
-  z /= np.linalg.norm(z, axis=1, keepdims=True)
-  return z.reshape(len(images), 2, -1)
+    )
+    z[chunk == k] = np.asarray(projections, np.float64).reshape(len(rows), 2, -1)
+  return z / np.linalg.norm(z, axis=-1, keepdims=True)
 
 
-def step_loss_reference(config, state, batch):
+def step_loss_reference(config, state, batch, num_devices=None):
   """The loss of a step from `state` (empty queue, key encoder = online: a first step)
   by eq. (3)'s float64 reference (tests/test_losses.py), H-SCL(β) as the digits config."""
   assert (config.method, config.hardening, config.M) == ('hscl', 'exp', None)
   variables = {'params': state.params, 'batch_stats': state.batch_stats}
   return reference_loss(
-    step_projections(config, variables, state, batch),
+    step_projections(config, variables, state, batch, num_devices),
     np.asarray(batch['label']),
     method='label',
     eta=lambda g: np.exp(config.beta * g),
@@ -215,7 +217,8 @@ def test_four_devices_match_one_device():
 
   np.testing.assert_allclose(four_losses, one_losses, rtol=1e-5)
   # Pinned: the first loss against the float64 reference (the two runs share the code).
-  np.testing.assert_allclose(one_losses[0], step_loss_reference(config, first, batch), rtol=2e-5)
+  pinned = step_loss_reference(config, first, batch, num_devices=1)
+  np.testing.assert_allclose(one_losses[0], pinned, rtol=2e-5)
   assert four_losses[0] != four_losses[2]  # the parameters did move
   for x, y in zip(_leaves(four.params), _leaves(one.params), strict=True):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
@@ -708,7 +711,7 @@ def test_chunked_step_equals_unchunked_without_batch_statistics(num_devices, unr
   config.chunk_unroll = unroll
   _, chunked, chunked_losses = _three_steps(config, num_devices, batch)
   np.testing.assert_allclose(chunked_losses, plain_losses, rtol=1e-6)
-  pinned = step_loss_reference(config, first, batch)  # both runs share the code
+  pinned = step_loss_reference(config, first, batch, num_devices)  # both runs share the code
   np.testing.assert_allclose(plain_losses[0], pinned, rtol=2e-5)
   assert plain_losses[0] != plain_losses[2]
   for tree in ('params', 'opt_state', 'metric_sums'):
