@@ -44,6 +44,52 @@ def binomial_tolerance(prob, count, sigmas=4.5):
   return sigmas * np.sqrt(prob * (1 - prob) / count)
 
 
+# The recipe recomputed from the draws first: the broadest check (a failure shows soonest).
+
+
+def test_every_step_equals_its_direct_computation_from_the_draws():
+  """two_views with every step on equals, view by view, the recipe recomputed in float64
+  from the view's own draws: the jitter's factors, its random order (argsort of the order
+  draws), whether it applies, grayscale, blur sigma and whether it applies. The draws
+  cover every branch: each position of the hue shift, each step applied and skipped."""
+  samples = 24
+  images = random_images((samples, 2, 14, 11, 3), seed=11)
+  key = jax.random.key(12)
+  out = np.asarray(jax.jit(augment.two_views)(key, images, ALL_STEPS))
+  hue_positions, applied = set(), {'jitter_apply': set(), 'grayscale': set(), 'blur_apply': set()}
+  for i in range(samples):
+    for v in range(2):
+      view_key = jax.random.fold_in(key, 2 * i + v)
+      draw = _view_draws(view_key)
+      if draw['jitter_apply'][0] < ALL_STEPS.jitter_prob:
+        hue_positions.add(int(np.argmax(np.argsort(draw['jitter_order']) == 3)))
+      probs = (ALL_STEPS.jitter_prob, ALL_STEPS.grayscale_prob, ALL_STEPS.blur_prob)
+      for (name, seen), prob in zip(applied.items(), probs):
+        seen.add(bool(draw[name][0] < prob))
+      expected = _direct_view(view_key, np.asarray(images[i, v]), ALL_STEPS)
+      np.testing.assert_allclose(out[i, v], expected, atol=3e-4, err_msg=f'sample {i} view {v}')
+  assert hue_positions == {0, 1, 2, 3}
+  assert all(seen == {False, True} for seen in applied.values()), applied
+
+
+def test_fixed_jitter_order_is_brightness_contrast_saturation_hue():
+  """jitter_random_order=False: the four parts in torchvision's fixed order, from the
+  same factor draws; the order matters on these images (hue before saturation differs;
+  brightness, contrast and saturation commute unless they clip)."""
+  params = dataclasses.replace(ALL_STEPS, jitter_prob=1.0, jitter_random_order=False)
+  jitter = jax.jit(augment.random_color_jitter, static_argnames='params')
+  rng = np.random.default_rng(13)
+  for trial in range(4):
+    image = rng.uniform(size=(SIZE, SIZE, 3))
+    key = jax.random.key(trial)
+    got = jitter(jnp.asarray(image, jnp.float32), params, augment._carve(uniform_draws(key)))
+    draw = _view_draws(key)
+    expected = _jitter_reference(image, params, draw['jitter_factors'], range(4))
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    swapped = _jitter_reference(image, params, draw['jitter_factors'], (0, 1, 3, 2))
+    assert np.abs(swapped - expected).max() > 1e-3
+
+
 def test_identity_params_give_normalised_input():
   images = random_images()
   out = jitted_two_views()(jax.random.key(0), images, IDENTITY)
@@ -244,14 +290,23 @@ def test_flip_and_grayscale_are_drawn_independently():
   assert abs(both - 0.25) < binomial_tolerance(0.25, len(out)), both
 
 
-def _direct_view(key, image, params):
-  """One view computed from the formulas: the view's uniform draws carved in the order of
-  augment._DRAW_SIZES, torchvision's crop box (first fitting candidate, area and log-ratio
-  interpolated, offsets from their own draws), flip, normalisation."""
+def uniform_draws(key):
+  return jax.random.uniform(key, (sum(augment._DRAW_SIZES.values()),))
+
+
+def _view_draws(key):
+  """The view's uniform draws, carved by hand in the order of augment._DRAW_SIZES."""
   sizes = augment._DRAW_SIZES
-  u = np.asarray(jax.random.uniform(key, (sum(sizes.values()),)), np.float64)
+  u = np.asarray(uniform_draws(key), np.float64)
   offsets = np.cumsum([0, *sizes.values()])
-  draw = {name: u[offsets[i] : offsets[i + 1]] for i, name in enumerate(sizes)}
+  return {name: u[offsets[i] : offsets[i + 1]] for i, name in enumerate(sizes)}
+
+
+def _direct_view(key, image, params):
+  """One view computed from the formulas: torchvision's crop box (first fitting candidate,
+  area and log-ratio interpolated, offsets from their own draws), flip, colour jitter in
+  the drawn order, grayscale, blur, normalisation; every choice from its own draw."""
+  draw = _view_draws(key)
   height, width = image.shape[:2]
   (s0, s1), (r0, r1) = params.crop_scale, params.crop_ratio
   area = height * width * (s0 + (s1 - s0) * draw['crop_area'])
@@ -265,25 +320,78 @@ def _direct_view(key, image, params):
   left = draw['crop_offset'][1] * (width - crop_w)
   box = tuple(jnp.float32(x) for x in (top, left, crop_h, crop_w))
   out = np.asarray(augment.crop_and_resize(jnp.asarray(image, jnp.float32) / 255, box, SIZE))
+  out = out.astype(np.float64)
   if draw['flip'][0] < params.flip_prob:
     out = out[:, ::-1]
+  if draw['jitter_apply'][0] < params.jitter_prob:
+    order = np.argsort(draw['jitter_order']) if params.jitter_random_order else range(4)
+    out = _jitter_reference(out, params, draw['jitter_factors'], order)
+  if draw['grayscale'][0] < params.grayscale_prob:
+    out = np.repeat(out @ LUMA[:, None], 3, axis=-1)
+  if params.image_size >= params.blur_min_size and draw['blur_apply'][0] < params.blur_prob:
+    sigma = (
+      params.blur_sigma[0] + (params.blur_sigma[1] - params.blur_sigma[0]) * draw['blur_sigma']
+    )
+    out = _blur_reference(out, sigma[0], params.blur_kernel_frac)
   return (out - np.array(params.mean)) / np.array(params.std)
+
+
+LUMA = np.array([0.299, 0.587, 0.114])
+
+
+def _jitter_reference(image, params, factor_u, order):
+  """torchvision's ColorJitter in float64: factors from U(max(0, 1 - s), 1 + s), the hue
+  shift from U(-hue, hue), ops 0..3 = brightness, contrast (blend with the mean luma),
+  saturation (blend with the luma), hue (colorsys HSV rotation) in `order`, each clipped."""
+  low = lambda s: max(0.0, 1.0 - s)
+  brightness, contrast, saturation = (
+    low(s) + (1.0 + s - low(s)) * u
+    for s, u in zip((params.brightness, params.contrast, params.saturation), factor_u[:3])
+  )
+  shift = -params.hue + 2 * params.hue * factor_u[3]
+
+  def hue(x):
+    hsv = [colorsys.rgb_to_hsv(*p) for p in x.reshape(-1, 3)]
+    rgb = [colorsys.hsv_to_rgb((h + shift) % 1.0, s, v) for h, s, v in hsv]
+    return np.asarray(rgb).reshape(x.shape)
+
+  def blend(x, toward, factor):
+    return np.clip(toward + factor * (x - toward), 0.0, 1.0)
+
+  ops = (
+    lambda x: np.clip(x * brightness, 0.0, 1.0),
+    lambda x: blend(x, np.mean(x @ LUMA), contrast),
+    lambda x: blend(x, (x @ LUMA)[..., None], saturation),
+    hue,
+  )
+  for op in order:
+    image = ops[op](image)
+  return image
+
+
+def _blur_reference(image, sigma, kernel_frac):
+  """Separable Gaussian blur: odd kernel of about kernel_frac of the side (>= 3), weights
+  exp(-x^2 / 2 sigma^2) summing to 1, reflect padding (torchvision's)."""
+  size = max(3, int(kernel_frac * image.shape[0]))
+  size += 1 - size % 2
+  radius = size // 2
+  weights = np.exp(-0.5 * (np.arange(-radius, radius + 1) / sigma) ** 2)
+  weights /= weights.sum()
+  for axis in (0, 1):
+    pad = [(0, 0)] * 3
+    pad[axis] = (radius, radius)
+    padded = np.pad(image, pad, mode='reflect')
+    image = sum(
+      w * np.take(padded, np.arange(t, t + image.shape[axis]), axis=axis)
+      for t, w in enumerate(weights)
+    )
+  return image
 
 
 def test_end_to_end_with_non_trivial_crop_flip_and_normalisation():
   """two_views with a non-square input, an asymmetric scale and ratio range, flips and a
   per-channel normalisation equals each view computed directly (key fold_in(key, 2i + v))."""
-  params = augment.AugmentParams(
-    image_size=SIZE,
-    crop_scale=(0.3, 0.6),
-    crop_ratio=(1.3, 2.0),
-    flip_prob=0.5,
-    jitter_prob=0.0,
-    grayscale_prob=0.0,
-    blur_prob=0.0,
-    mean=(0.1, 0.2, 0.3),
-    std=(0.5, 0.6, 0.7),
-  )
+  params = dataclasses.replace(ALL_STEPS, jitter_prob=0.0, grayscale_prob=0.0, blur_prob=0.0)
   images = random_images((3, 2, 14, 11, 3), seed=5)
   key = jax.random.key(9)
   out = np.asarray(jax.jit(augment.two_views)(key, images, params))
@@ -293,3 +401,27 @@ def test_end_to_end_with_non_trivial_crop_flip_and_normalisation():
       expected = _direct_view(view_key, np.asarray(images[i, v]), params)
       np.testing.assert_allclose(out[i, v], expected, atol=2e-4, err_msg=f'sample {i} view {v}')
   assert not np.allclose(out[:, 0], out[:, 1], atol=0.05)  # the two views differ
+
+
+# Every colour step on, with strengths told apart (contrast != saturation), a hue range
+# around 0, a blur kernel of 5 (reflect padding reaches 2 pixels in).
+ALL_STEPS = augment.AugmentParams.from_config(
+  {
+    'image_size': SIZE,
+    'crop_scale': (0.3, 0.6),
+    'crop_ratio': (1.3, 2.0),
+    'flip_prob': 0.5,
+    'jitter_prob': 0.7,
+    'brightness': 0.4,
+    'contrast': 0.7,
+    'saturation': 0.2,
+    'hue': 0.2,
+    'grayscale_prob': 0.3,
+    'blur_prob': 0.5,
+    'blur_sigma': (0.4, 1.5),
+    'blur_kernel_frac': 0.6,
+    'blur_min_size': 0,
+    'mean': (0.1, 0.2, 0.3),
+    'std': (0.5, 0.6, 0.7),
+  }
+)

@@ -161,3 +161,201 @@ def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
   )
   assert rows[0] in report
   assert image_grid.inspect_links(str(tmp_path / 'empty'), best, 0, str(report_dir)) == []
+
+
+# --------------------------------------------------------------------------------------
+# Every figure of the report recomputed from the runs, on runs whose seeds differ (so a
+# mean, a std, a wrong seed or a wrong epoch each show).
+
+from test_knn import reference_predict  # noqa: E402 (tests/ is on sys.path under pytest)
+
+from hscl_jax import data  # noqa: E402
+
+
+def _history(knn_curve, epoch_time=10.4, knn_time=3.3):
+  return [
+    {'epoch': e, 'knn_top1': value, 'epoch_time': epoch_time * e, 'knn_time': knn_time + e}
+    for e, value in enumerate(knn_curve, start=1)
+  ]
+
+
+def _run(setting, seed, top1, top5, knn_curve, seconds=7.0):
+  linear = {'top1': top1, 'top5': top5, 'seconds': seconds}
+  return {'setting': setting, 'seed': seed, 'history': _history(knn_curve), 'linear': linear}
+
+
+def _cells(text, first_cell, after=''):
+  """The cells of the first table row starting with `first_cell` (after line `after`)."""
+  lines = text.splitlines()
+  start = lines.index(after) if after else 0
+  row = next(line for line in lines[start:] if line.startswith(f'| {first_cell} |'))
+  return [cell.strip() for cell in row.strip('|').split('|')]
+
+
+def _mean_std_cell(values):
+  """'mean ± std' (std with ddof 1) in %, computed directly."""
+  percent = 100 * np.asarray(values, np.float64)
+  mean = percent.sum() / len(percent)
+  std = np.sqrt(((percent - mean) ** 2).sum() / (len(percent) - 1))
+  return f'{mean:.2f} ± {std:.2f}'
+
+
+SEEDS = (0, 1, 2)
+
+
+def _grid_runs(settings):
+  """Three seeds per setting; top-1, top-5 and the kNN curve differ by setting and seed,
+  non-linearly in the seed, and the kNN's last epoch differs from its first and its best."""
+  runs = []
+  for i, s in enumerate(settings):
+    for seed in SEEDS:
+      top1 = 0.40 + 0.013 * i + 0.011 * seed**2
+      curve = [0.30 + 0.01 * i + 0.02 * seed, 0.70 - 0.005 * seed, 0.55 + 0.01 * i + 0.031 * seed]
+      runs.append(_run(s, seed, top1, top1 + 0.2 + 0.017 * seed, curve, seconds=5.0 + seed))
+  return runs
+
+
+def test_table_cells_are_recomputed_from_the_runs():
+  """Table I: per method the setting with the best mean linear top-1, its top-1, top-5 and
+  last-epoch kNN as mean ± std (ddof 1) over seeds; the 'Every setting' table likewise."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, {'beta'})
+  runs = _grid_runs(plan)
+  summary = image_grid.summarise(runs)
+  best = image_grid.best_per_method(summary)
+  report = image_grid.markdown_report(summary, best, config, SEEDS, 'features', {'beta'}, [])
+  for method in image_grid.METHODS:
+    own = [s for s in plan if s.method == method]
+    mean_top1 = [np.mean([r['linear']['top1'] for r in runs if r['setting'] == s]) for s in own]
+    chosen = own[int(np.argmax(mean_top1))]
+    chosen_runs = [r for r in runs if r['setting'] == chosen]
+    expected = [
+      method,
+      chosen.label,
+      _mean_std_cell([r['linear']['top1'] for r in chosen_runs]),
+      _mean_std_cell([r['linear']['top5'] for r in chosen_runs]),
+      _mean_std_cell([r['history'][-1]['knn_top1'] for r in chosen_runs]),
+    ]
+    assert _cells(report, method) == expected
+  for s in plan:
+    own = [r for r in runs if r['setting'] == s]
+    assert _cells(report, s.label, after='## Every setting') == [
+      s.label,
+      _mean_std_cell([r['linear']['top1'] for r in own]),
+      _mean_std_cell([r['history'][-1]['knn_top1'] for r in own]),
+    ]
+
+
+def _first_epoch_reaching(curves, target):
+  mean_curve = np.mean(np.asarray(curves, np.float64), axis=0)
+  reached = np.flatnonzero(mean_curve >= target)
+  return int(reached[0]) + 1 if len(reached) else None
+
+
+def test_speed_table_is_recomputed_from_the_knn_curves():
+  """Fig. 1's table: SCL's final kNN (mean over seeds) is the target; each method's row is
+  the first epoch its mean curve reaches it (SCL itself at its last epoch, equal to it)."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, set())
+  curves = {  # per method, one curve per seed: the mean, the best seed and > vs >= differ
+    'UCL': [[0.50, 0.62, 0.71], [0.50, 0.70, 0.71]],
+    'H-UCL': [[0.20, 0.30, 0.40], [0.25, 0.35, 0.45]],
+    'SCL': [[0.40, 0.50, 0.60], [0.50, 0.60, 0.70]],
+    'H-SCL(β)': [[0.65, 0.66, 0.72], [0.66, 0.67, 0.72]],
+    'H-SCL(τ)': [[0.60, 0.70, 0.70], [0.60, 0.60, 0.70]],
+  }
+  runs = [
+    _run(s, seed, 0.5, 0.9, curve) for s in plan for seed, curve in enumerate(curves[s.method])
+  ]
+  summary = image_grid.summarise(runs)
+  report = '\n'.join(image_grid.speed_table(summary, image_grid.best_per_method(summary)))
+  target = np.mean([curve[-1] for curve in curves['SCL']])
+  assert f"SCL's final {100 * target:.2f} % (epoch 3)" in report
+  reached = {m: _first_epoch_reaching(c, target) for m, c in curves.items()}
+  assert reached == {'UCL': 2, 'H-UCL': None, 'SCL': 3, 'H-SCL(β)': 1, 'H-SCL(τ)': 2}
+  for s in plan:
+    epoch = reached[s.method]
+    assert _cells(report, s.method) == [
+      s.method,
+      s.label,
+      'not reached' if epoch is None else f'{epoch} of 3',
+    ]
+
+
+def test_queue_table_pairs_runs_by_seed():
+  """Each queue run beside its plain setting over the queue run's seeds only (here 1 and 2
+  of the plain 0, 1, 2): linear top-1 and last-epoch kNN, each column from its own runs."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, {'queue'})
+  runs = [
+    _run(s, seed, 0.3 + 0.07 * seed**2 + (0.2 if s.queue_size else 0), 0.9, [0.1, 0.2 + f])
+    for s in plan
+    for seed in (SEEDS[1:] if s.queue_size else SEEDS)
+    for f in [0.05 * seed**2 + (0.1 if s.queue_size else 0)]
+  ]
+  table = '\n'.join(image_grid.queue_table(image_grid.summarise(runs)))
+  for queued in (s for s in plan if s.queue_size):
+    pick = lambda setting: [r for r in runs if r['setting'] == setting and r['seed'] in (1, 2)]
+    plain_runs, queue_runs = pick(queued.without_queue()), pick(queued)
+    top1 = lambda rs: _mean_std_cell([r['linear']['top1'] for r in rs])
+    knn_final = lambda rs: _mean_std_cell([r['history'][-1]['knn_top1'] for r in rs])
+    assert _cells(table, queued.label) == [
+      queued.label,
+      '1, 2',
+      top1(plain_runs),
+      top1(queue_runs),
+      knn_final(plain_runs),
+      knn_final(queue_runs),
+    ]
+
+
+def test_time_table_sums_each_runs_epochs():
+  config = digits.get_config()
+  plan = image_grid.settings(config, set())
+  summary = image_grid.summarise(_grid_runs(plan))
+  lines = image_grid.run_times(summary)
+  for setting, stats in summary.items():
+    runs = stats['runs']
+    train_s = np.mean([sum(r['epoch_time'] for r in run['history']) for run in runs])
+    knn_s = np.mean([sum(r['knn_time'] for r in run['history']) for run in runs])
+    eval_s = np.mean([run['linear']['seconds'] for run in runs])
+    expected = [setting.label, '3', f'{train_s:.0f}', f'{knn_s:.0f}', f'{eval_s:.0f}']
+    assert _cells('\n'.join(lines), setting.label) == expected
+    assert len(set(expected[2:])) == 3  # three different figures
+
+
+def _pixel_split(seed, num, shift):
+  """3 classes of 4x4 colour patterns around grey, plus noise and a brightness `shift`."""
+  rng = np.random.default_rng(seed)
+  patterns = np.random.default_rng(99).uniform(-1, 1, (3, 4, 4, 3))
+  labels = rng.integers(0, 3, num)
+  images = 0.5 + shift + 0.12 * patterns[labels] + 0.12 * rng.normal(size=(num, 4, 4, 3))
+  return np.clip(np.round(255 * images), 0, 255).astype(np.uint8), labels
+
+
+def test_raw_pixel_knn_is_recomputed(tmp_path, monkeypatch):
+  """The raw-pixel row: weighted kNN (config.knn's k, temperature) of the test split's
+  pixels against the train split's, both centred by the bank's mean image; recomputed in
+  float64 on splits where centring the queries by their own mean, or not at all, scores
+  differently."""
+  (bank, bank_labels), (queries, query_labels) = _pixel_split(0, 60, 0.0), _pixel_split(1, 40, 0.15)
+  sources = (data.ArraySource(bank, bank_labels, 3), data.ArraySource(queries, query_labels, 3))
+  monkeypatch.setattr(image_grid.data, 'run_sources', lambda config: sources)
+  config = digits.get_config()
+  config.knn.k, config.knn.temperature = 20, 0.5
+  result = image_grid.raw_pixel_knn(config, str(tmp_path))
+  bank_x = bank.reshape(60, -1) / 255.0
+  query_x = queries.reshape(40, -1) / 255.0
+
+  def accuracy(bank_centred, queries_centred):
+    predictions = reference_predict(bank_centred, bank_labels, queries_centred, 3, 20, 0.5)
+    return np.mean(predictions == query_labels)
+
+  expected = accuracy(bank_x - bank_x.mean(0), query_x - bank_x.mean(0))
+  wrong = (
+    accuracy(bank_x - query_x.mean(0), query_x - query_x.mean(0)),
+    accuracy(bank_x - bank_x.mean(0), query_x),
+  )
+  assert expected not in wrong  # the data tell the centrings apart
+  assert result['top1'] == pytest.approx(expected, abs=1e-6)  # float32: < 1 query of 40
+  assert (result['bank'], result['queries']) == (60, 40)

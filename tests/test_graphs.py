@@ -28,6 +28,73 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED_TU = os.environ.get('HSCL_TU_DIR', os.path.join(REPO, '..', 'shared', 'data', 'tu'))
 
 
+def _graph_cell(values, repeats):
+  """Mean ± std (ddof 1) in % to 0.1, (n=...) when fewer runs than repeats: by hand."""
+  percent = 100 * np.asarray(values, np.float64)
+  if len(percent) == 1:
+    text = f'{percent[0]:.1f}'
+  else:
+    std = np.sqrt(((percent - percent.mean()) ** 2).sum() / (len(percent) - 1))
+    text = f'{percent.mean():.1f} ± {std:.1f}'
+  return text + (f' (n={len(percent)})' if len(percent) < repeats else '')
+
+
+def test_table_report_cells_are_recomputed_from_the_runs():
+  """Both tables of the report, every cell recomputed from the runs: per dataset and method
+  the best mean β (a tie goes to the smaller β), mean ± std and the run count, and per
+  setting the mean training and evaluation seconds (different figures here)."""
+  datasets, betas, repeats = ['MUTAG', 'PTC'], [1.0, 2.0], 3
+  rng = np.random.default_rng(3)
+  runs = []
+  for d, dataset in enumerate(datasets):
+    for method, beta in graph_grid.settings(betas):
+      for seed in range(3 if (method, beta) != ('scl', 0.0) else 2):  # SCL: 2 of 3 repeats
+        accuracy = 0.5 + 0.1 * rng.random()
+        if method == 'hucl' and dataset == 'PTC':
+          accuracy = (0.61, 0.70, 0.79)[seed]  # both β: the same mean, a tie
+        runs.append(
+          {
+            'dataset': dataset,
+            'method': method,
+            'beta': beta,
+            'accuracy': accuracy,
+            'protocol': 'unsupervised',
+            'num_epochs': 20,
+            'train_seconds': 10.0 + 7 * seed + d,
+            'eval_seconds': 2.0 + seed,
+          }
+        )
+  config = graphs_config.get_config()
+  report = graph_grid.markdown_report(runs, datasets, betas, repeats, config)
+  lines = report.splitlines()
+  group = lambda dataset, method, beta: [
+    r for r in runs if (r['dataset'], r['method'], r['beta']) == (dataset, method, beta)
+  ]
+  for method, label in graph_grid.METHODS.items():
+    cells = []
+    for dataset in datasets:
+      candidates = [b for m, b in graph_grid.settings(betas) if m == method]
+      means = [np.mean([r['accuracy'] for r in group(dataset, method, b)]) for b in candidates]
+      beta = candidates[int(np.argmax(means))]  # argmax: the first (smaller β) of a tie
+      cell = _graph_cell([r['accuracy'] for r in group(dataset, method, beta)], repeats)
+      cells.append(cell + (f' (β={beta:g})' if method in ('hucl', 'hscl') else ''))
+    assert f'| {label} | ' + ' | '.join(cells) + ' |' == next(
+      line for line in lines if line.startswith(f'| {label} |')
+    )
+  assert '(β=1)' in next(line for line in lines if line.startswith('| H-UCL |')).split(' | ')[2]
+  for dataset in datasets:
+    for method, beta in graph_grid.settings(betas):
+      own = group(dataset, method, beta)
+      train_s = np.mean([r['train_seconds'] for r in own])
+      eval_s = np.mean([r['eval_seconds'] for r in own])
+      row = (
+        f'| {dataset} | {graph_grid.setting_name(method, beta)} | {len(own)} | '
+        f'{_graph_cell([r["accuracy"] for r in own], repeats)} | {train_s:.0f} | {eval_s:.0f} |'
+      )
+      assert row in lines
+  assert f'{len(runs)} runs finished, 2 missing.' in report
+
+
 def toy_graphs(num_graphs=40, seed=0):
   """Cycles (label 7) and stars (label -1) of 4..9 nodes: [(edges, label)], 0-based nodes."""
   rng = np.random.default_rng(seed)

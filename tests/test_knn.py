@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import jax
+from jax.sharding import PartitionSpec as P
+import ml_collections
 import numpy as np
 import pytest
 
+from hscl_jax import data
+from hscl_jax import evaluation
 from hscl_jax import knn
+from hscl_jax import parallel
 
 
 def reference_predict(bank, bank_labels, queries, num_classes, k, temperature):
@@ -137,3 +143,64 @@ def test_query_mask_drops_padding_even_when_it_would_be_right():
   expected = np.mean(predictions[mask] == query_labels[mask])
   assert expected < 1.0  # otherwise the padding could not change the figure
   assert acc == pytest.approx(expected, abs=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# The training program's monitor (evaluation.knn_accuracy): the figure of metrics.jsonl.
+
+
+def _pattern_split(seed, num):
+  """uint8 4x4 images of 3 classes (colour patterns around grey plus noise)."""
+  rng = np.random.default_rng(seed)
+  patterns = np.random.default_rng(7).uniform(-1, 1, (3, 4, 4, 3))
+  labels = rng.integers(0, 3, num)
+  images = 0.5 + 0.15 * patterns[labels] + 0.2 * rng.normal(size=(num, 4, 4, 3))
+  return np.clip(np.round(255 * images), 0, 255).astype(np.uint8), labels
+
+
+def _pixel_features(images):
+  """The stand-in encoder: pixels in [0, 1] minus 0.5 (a zero padding image is no zero)."""
+  return np.asarray(images, np.float64).reshape(len(images), -1) / 255.0 - 0.5
+
+
+def test_monitor_accuracy_is_recomputed_from_the_splits():
+  """Bank = the train split, queries = the test split, padding rows of neither count:
+  recomputed by brute force on splits of 50 and 30 examples, extracted in batches of 32
+  over 4 devices (14 padding rows in the bank). Using the test split as the bank, or the
+  bank's padding rows as neighbours, gives other figures on these data."""
+  (bank, bank_labels), (queries, query_labels) = _pattern_split(0, 50), _pattern_split(1, 30)
+  mesh = parallel.make_mesh()
+
+  def per_device(variables, batch):
+    features = batch['image'].reshape(batch['image'].shape[0], -1) / 255.0 - variables['centre']
+    return features, batch['label'], batch['mask']
+
+  feature_fn = jax.jit(
+    jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P('data')), out_specs=P('data'))
+  )
+  checks = []
+  knn_config = ml_collections.ConfigDict(dict(batch_size=32, k=64, temperature=0.5, chunk_size=16))
+  top1 = evaluation.knn_accuracy(
+    knn_config,
+    feature_fn,
+    {'centre': np.float32(0.5)},
+    data.ArraySource(bank, bank_labels, 3),
+    data.ArraySource(queries, query_labels, 3),
+    num_classes=3,
+    mesh=mesh,
+    check=lambda: checks.append(1),
+  )
+  assert len(checks) == 3  # before each of the 2 bank and 1 query batches
+
+  def accuracy(bank_x, bank_y):
+    predictions = reference_predict(bank_x, bank_y, _pixel_features(queries), 3, 64, 0.5)
+    return np.mean(predictions == query_labels)
+
+  expected = accuracy(_pixel_features(bank), bank_labels)
+  padded = np.concatenate([bank, np.zeros((14, 4, 4, 3), np.uint8)])
+  wrong = (
+    accuracy(_pixel_features(queries), query_labels),
+    accuracy(_pixel_features(padded), np.concatenate([bank_labels, np.zeros(14, int)])),
+  )
+  assert expected not in wrong, (expected, wrong)
+  assert top1 == pytest.approx(expected, abs=1e-6)

@@ -87,3 +87,29 @@ def test_create_optimizer_adam_and_the_rank1_mask(exclude_rank1):
   )
   for k in params:
     np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def _schedule_reference(step, *, learning_rate, warmup_steps, total_steps, cosine):
+  """Linear warm-up from 0 over `warmup_steps`, then constant or a cosine to 0 at the end."""
+  if step < warmup_steps:
+    return learning_rate * step / warmup_steps
+  if not cosine:
+    return learning_rate
+  progress = min((step - warmup_steps) / (total_steps - warmup_steps), 1.0)
+  return learning_rate * 0.5 * (1 + np.cos(np.pi * progress))
+
+
+@pytest.mark.parametrize('schedule', ['cosine', 'constant'])
+def test_learning_rate_schedule_step_by_step(schedule):
+  """Every step's rate against the formula, with 1.5 warm-up epochs of 5 steps: 7.5
+  rounds to 8 warm-up steps (not 7), the cosine starts at step 8 and ends at step 40."""
+  opt = ml_collections.ConfigDict(dict(learning_rate=0.3, warmup_epochs=1.5, schedule=schedule))
+  lr = optim.create_learning_rate_schedule(opt, steps_per_epoch=5, total_steps=40)
+  got = np.array([float(lr(step)) for step in range(41)])
+  want = [
+    _schedule_reference(
+      s, learning_rate=0.3, warmup_steps=8, total_steps=40, cosine=schedule == 'cosine'
+    )
+    for s in range(41)
+  ]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)

@@ -16,8 +16,12 @@ from test_train import _leaves
 from test_train import _random_batch
 from test_train import _sgd_config
 from test_train import _sigterm_at
+from test_train import assert_first_step_pinned
 from test_train import compilation_cache_dir  # noqa: F401 (an autouse fixture)
+from test_train import record_first_step
 from test_train import run_steps
+from test_train import step_loss_reference
+from test_train import step_projections
 from test_train import tiny_config
 
 from hscl_jax import negative_queue
@@ -91,6 +95,33 @@ def test_key_encoder_follows_the_online_encoder_by_ema():
   assert any(np.abs(x - y).max() > 1e-6 for x, y in zip(key_stats, online_stats))
 
 
+def _key_encoder_keys(config, state, batch):
+  """The key encoder's projections of `batch` at `state`, computed outside the step, as
+  the queue's rows [b * 2, d]."""
+  keys = step_projections(config, state.key_encoder, state, batch, num_devices=1)
+  return keys.reshape(-1, keys.shape[-1])
+
+
+def test_queue_holds_the_key_encoders_keys_with_momentum():
+  """m = 0.7: after each of 3 steps the queue's newest 32 rows are the key encoder's
+  projections of that step's batch (the key encoder before its EMA update), by hand; from
+  the second step on they differ from the online encoder's (so the source is tested)."""
+  config = _queue_config(momentum=0.7)
+  states, _, _ = run_steps(config, 1, BATCHES)
+  for step, batch in enumerate(BATCHES):
+    before, after = states[step], states[step + 1]
+    start = (32 * step) % 64
+    expected = _key_encoder_keys(config, before, batch)
+    np.testing.assert_allclose(after.queue.keys[start : start + 32], expected, atol=2e-5)
+    online = _key_encoder_keys(config, before.replace(key_encoder=_online(before)), batch)
+    if step:
+      assert np.abs(online - expected).max() > 1e-3
+
+
+def _online(state):
+  return {'params': state.params, 'batch_stats': state.batch_stats}
+
+
 def test_first_step_with_momentum_equals_without():
   """θ_k = θ_q at the first step: the keys are the online features, so the loss equals
   m = 0's and the run without a queue (empty at the first step); from the second step the
@@ -132,6 +163,12 @@ def test_four_devices_match_one_device_with_a_queue():
   four_states, four_losses, live = run_steps(config, 4, BATCHES)
   one_states, one_losses, _ = run_steps(config, 1, BATCHES)
   np.testing.assert_allclose(four_losses, one_losses, rtol=1e-5)
+  # Pinned (both runs share the code): the first loss (empty queue, key encoder = online)
+  # against the float64 reference, and the newest queue rows against the key encoder's.
+  pinned = step_loss_reference(config, one_states[0], BATCHES[0], num_devices=1)
+  np.testing.assert_allclose(one_losses[0], pinned, rtol=2e-5)
+  newest = _key_encoder_keys(config, one_states[2], BATCHES[2])
+  np.testing.assert_allclose(one_states[3].queue.keys[:32], newest, atol=2e-5)
   _assert_states_close(four_states[-1], one_states[-1])
   for leaf in jax.tree.leaves(dataclasses.asdict(live.queue)):
     shards = [np.asarray(s.data) for s in leaf.addressable_shards]
@@ -146,6 +183,8 @@ def test_chunked_queue_step_equals_unchunked_with_group_norm():
   config.chunk_size = 2
   chunked, chunked_losses, _ = run_steps(config, 4, BATCHES)
   np.testing.assert_allclose(chunked_losses, plain_losses, rtol=1e-6)
+  pinned = step_loss_reference(config, plain[0], BATCHES[0], 4)  # both runs share the code
+  np.testing.assert_allclose(plain_losses[0], pinned, rtol=2e-5)
   _assert_states_close(chunked[-1], plain[-1], rtol=1e-5, atol=1e-6)
 
 
@@ -155,17 +194,19 @@ def test_chunked_queue_step_equals_unchunked_with_group_norm():
 
 def _run_config():
   config = tiny_config()  # batch 32: 64 rows a step, 3 steps an epoch, 2 epochs
-  config.queue_size, config.queue_momentum = 128, 0.5
+  config.queue_size, config.queue_momentum = 128, 0.7  # not 0.5: swapped EMA terms show
   return config
 
 
 def test_sigterm_resume_restores_the_queue_and_key_encoder(tmp_path, monkeypatch, caplog):
   """A run stopped by SIGTERM mid-epoch and resumed ends with the uninterrupted run's
   parameters, queue and key encoder; the start-up log gives the queue's memory."""
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO), monkeypatch.context() as patch:
+    first_step = record_first_step(patch)
     reference = train.train_and_evaluate(_run_config(), str(tmp_path / 'reference'))
+  assert_first_step_pinned(_run_config(), first_step)  # the reference, pinned
   assert 'Negative queue: 128 slots x 128 features, 0.1 MiB per device.' in caplog.text
-  assert 'Momentum key encoder (m = 0.5)' in caplog.text
+  assert 'Momentum key encoder (m = 0.7)' in caplog.text
   workdir = str(tmp_path / 'run')
   with monkeypatch.context() as patch:
     fired = _sigterm_at(patch, 'step', 4)

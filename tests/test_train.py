@@ -28,6 +28,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 import tensorboard_events  # noqa: E402
+from test_losses import reference_loss  # noqa: E402
 from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
@@ -126,8 +127,75 @@ def run_steps(config, num_devices, batches):
 
 
 def _three_steps(config, num_devices, batch):
+  """(the state before the first step, after the third, the three losses)."""
   states, losses, _ = run_steps(config, num_devices, [batch] * 3)
-  return states[-1], losses
+  return states[0], states[-1], losses
+
+
+def step_projections(config, variables, state, batch, num_devices=None):
+  """The L2-normalised projections [b, 2, d] (float64) of `batch`'s views at `state`'s
+  rng and step, computed outside the step: the views by train.augment_batch (tested in
+  test_augment), the model applied by hand to `variables` in train mode, BatchNorm over
+  the whole batch (synced over the devices) or, with config.chunk_size, over chunk k of
+  every device together (default: all devices)."""
+  model = models.create_model(config.model)
+  params = augment.AugmentParams.from_config(config.augment)
+  images = jnp.asarray(batch['image'])
+  views = np.asarray(
+    train.augment_batch(state.rng, state.step, images, jnp.arange(len(images)), params)
+  )
+  local = len(images) // (num_devices or jax.device_count())
+  chunk = (np.arange(len(images)) % local) // (config.chunk_size or local)
+  z = np.zeros((len(images), 2, config.model.head_out))
+  for k in np.unique(chunk):
+    rows = views[chunk == k]
+    (_, projections), _ = model.apply(
+      variables, rows.reshape((-1,) + rows.shape[2:]), train=True, mutable=['batch_stats']
+    )
+    z[chunk == k] = np.asarray(projections, np.float64).reshape(len(rows), 2, -1)
+  return z / np.linalg.norm(z, axis=-1, keepdims=True)
+
+
+def step_loss_reference(config, state, batch, num_devices=None):
+  """The loss of a step from `state` (empty queue, key encoder = online: a first step)
+  by eq. (3)'s float64 reference (tests/test_losses.py), H-SCL(β) as the digits config."""
+  assert (config.method, config.hardening, config.M) == ('hscl', 'exp', None)
+  variables = {'params': state.params, 'batch_stats': state.batch_stats}
+  return reference_loss(
+    step_projections(config, variables, state, batch, num_devices),
+    np.asarray(batch['label']),
+    method='label',
+    eta=lambda g: np.exp(config.beta * g),
+    temperature=config.temperature,
+  )
+
+
+def record_first_step(patch):
+  """Wraps train.make_train_step: the first step's input state and batch (on the host)
+  and its loss, for a pin of a run that a test compares with another run."""
+  seen = {}
+  make_train_step = train.make_train_step
+
+  def recording_make_train_step(*args, **kwargs):
+    step = make_train_step(*args, **kwargs)
+
+    def recording_step(state, batch, hyper):
+      if not seen:
+        seen['state'], seen['batch'] = jax.device_get((state, batch))  # before donation
+      new_state, loss = step(state, batch, hyper)
+      seen.setdefault('loss', float(loss))
+      return new_state, loss
+
+    return recording_step
+
+  patch.setattr(train, 'make_train_step', recording_make_train_step)
+  return seen
+
+
+def assert_first_step_pinned(config, seen):
+  np.testing.assert_allclose(
+    seen['loss'], step_loss_reference(config, seen['state'], seen['batch']), rtol=2e-5
+  )
 
 
 def test_four_devices_match_one_device():
@@ -147,10 +215,13 @@ def test_four_devices_match_one_device():
     'label': rng.integers(0, 3, (16,), dtype=np.int32),
   }  # repeated labels: SCL positives
 
-  four, four_losses = _three_steps(config, 4, batch)
-  one, one_losses = _three_steps(config, 1, batch)
+  _, four, four_losses = _three_steps(config, 4, batch)
+  first, one, one_losses = _three_steps(config, 1, batch)
 
   np.testing.assert_allclose(four_losses, one_losses, rtol=1e-5)
+  # Pinned: the first loss against the float64 reference (the two runs share the code).
+  pinned = step_loss_reference(config, first, batch, num_devices=1)
+  np.testing.assert_allclose(one_losses[0], pinned, rtol=2e-5)
   assert four_losses[0] != four_losses[2]  # the parameters did move
   for x, y in zip(_leaves(four.params), _leaves(one.params), strict=True):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
@@ -215,8 +286,12 @@ def compilations():
 def uninterrupted_run(tmp_path_factory):
   """(workdir, result, compilations) of the tiny run, under the transfer guard."""
   workdir = tmp_path_factory.mktemp('uninterrupted')
-  with no_implicit_transfers(), compilations() as compiled:
-    result = train.train_and_evaluate(tiny_config(), str(workdir))
+  with pytest.MonkeyPatch.context() as patch:
+    first_step = record_first_step(patch)
+    with no_implicit_transfers(), compilations() as compiled:
+      result = train.train_and_evaluate(tiny_config(), str(workdir))
+  # The resume tests compare other runs with this one: pinned by its first step.
+  assert_first_step_pinned(tiny_config(), first_step)
   return workdir, result, compiled
 
 
@@ -706,11 +781,13 @@ def test_chunked_step_equals_unchunked_without_batch_statistics(num_devices, unr
   whether the loops over chunks are scans or unrolled."""
   config = _sgd_config(norm='group')
   batch = _random_batch()
-  plain, plain_losses = _three_steps(config, num_devices, batch)
+  first, plain, plain_losses = _three_steps(config, num_devices, batch)
   config.chunk_size = 16 // num_devices // 4
   config.chunk_unroll = unroll
-  chunked, chunked_losses = _three_steps(config, num_devices, batch)
+  _, chunked, chunked_losses = _three_steps(config, num_devices, batch)
   np.testing.assert_allclose(chunked_losses, plain_losses, rtol=1e-6)
+  pinned = step_loss_reference(config, first, batch, num_devices)  # both runs share the code
+  np.testing.assert_allclose(plain_losses[0], pinned, rtol=2e-5)
   assert plain_losses[0] != plain_losses[2]
   for tree in ('params', 'opt_state', 'metric_sums'):
     for x, y in zip(_leaves(getattr(chunked, tree)), _leaves(getattr(plain, tree)), strict=True):
@@ -788,7 +865,10 @@ def test_chunked_run_resumes_exactly(tmp_path, monkeypatch):
   """SIGTERM after step 2 of 3, then the same command: the chunked run of 3 steps."""
   config = tiny_config()
   config.num_epochs, config.knn.every_epochs, config.chunk_size = 1, 0, 4
-  reference = train.train_and_evaluate(config, str(tmp_path / 'uninterrupted'))
+  with monkeypatch.context() as patch:
+    first_step = record_first_step(patch)
+    reference = train.train_and_evaluate(config, str(tmp_path / 'uninterrupted'))
+  assert_first_step_pinned(config, first_step)  # the reference is pinned too
   make_train_step = train.make_train_step
 
   def make_train_step_sending_sigterm(*args, **kwargs):

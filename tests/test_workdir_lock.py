@@ -87,3 +87,104 @@ def test_heartbeat_keeps_the_lock_fresh_for_other_hosts(tmp_path):
     first = _lock_record(tmp_path)['heartbeat']
     time.sleep(0.5)
     assert _lock_record(tmp_path)['heartbeat'] > first
+
+
+def test_a_run_taken_over_before_it_releases_leaves_the_new_holder_alone(tmp_path, monkeypatch):
+  """Run A holds the lock; run B judges it stale (as another host does once A's heartbeat
+  is late) and takes it over. A's heartbeat must stop writing, and A's release must not
+  remove B's lock: the file names B until B releases."""
+  first = workdir_lock.WorkdirLock(str(tmp_path), heartbeat_seconds=0.02)
+  first.acquire()
+  with monkeypatch.context() as patch:
+    patch.setattr(workdir_lock, 'is_stale', lambda holder, **kwargs: True)
+    second = workdir_lock.WorkdirLock(str(tmp_path), heartbeat_seconds=3600)
+    second.acquire()
+  taken = _lock_record(tmp_path)
+  assert taken['token'] != first._record['token']
+  # A's heartbeat (every 0.02 s) sees the takeover and stops; give it 10 s on a busy host.
+  deadline = time.monotonic() + 10
+  while first._thread.is_alive() and time.monotonic() < deadline:
+    time.sleep(0.02)
+  assert _lock_record(tmp_path) == taken  # A never wrote over B's record
+  first.release()
+  assert (tmp_path / workdir_lock.LOCK_FILE).exists()  # nor removed it
+  assert _lock_record(tmp_path) == taken
+  with pytest.raises(workdir_lock.WorkdirBusyError):
+    workdir_lock.WorkdirLock(str(tmp_path)).acquire()
+  second.release()
+  assert os.listdir(tmp_path) == []  # B's release removes its lock; A's moved-aside one is gone
+
+
+def _foreign_lock(workdir, **fields):
+  record = {'host': socket.gethostname(), 'pid': 4242, 'start_time': None, **fields}
+  (workdir / workdir_lock.LOCK_FILE).write_text(json.dumps(record))
+  return record
+
+
+def _probe_raising(error, calls):
+  def kill(pid, signal_number):
+    calls.append((pid, signal_number))
+    raise error
+
+  return kill
+
+
+def test_permission_error_from_the_liveness_probe_means_a_live_holder(tmp_path, monkeypatch):
+  """os.kill(pid, 0) raising PermissionError: the process exists under another user (it
+  cannot happen as root, so the probe is patched). The holder is live: refused, named."""
+  _foreign_lock(tmp_path)
+  calls = []
+  monkeypatch.setattr(workdir_lock.os, 'kill', _probe_raising(PermissionError(1, 'EPERM'), calls))
+  with pytest.raises(workdir_lock.WorkdirBusyError, match=r'pid 4242\)'):
+    workdir_lock.WorkdirLock(str(tmp_path)).acquire()
+  assert calls and calls[0] == (4242, 0)  # the probe ran, with signal 0
+  assert _lock_record(tmp_path)['pid'] == 4242  # left in place
+
+
+def test_probe_finding_no_process_means_a_dead_holder(tmp_path, monkeypatch):
+  _foreign_lock(tmp_path)
+  calls = []
+  monkeypatch.setattr(
+    workdir_lock.os, 'kill', _probe_raising(ProcessLookupError(3, 'ESRCH'), calls)
+  )
+  with workdir_lock.WorkdirLock(str(tmp_path)):
+    assert _lock_record(tmp_path)['pid'] == os.getpid()
+  assert calls == [(4242, 0)]
+  assert os.listdir(tmp_path) == []
+
+
+def test_live_process_on_this_host_holds_and_its_death_frees(tmp_path):
+  """A record naming a live process of this host (its pid and kernel start time) refuses;
+  the same record once that process has exited is stale and taken over."""
+  sleeper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+  try:
+    start_time = workdir_lock._process_start_time(sleeper.pid)
+    assert start_time is not None
+    _foreign_lock(tmp_path, pid=sleeper.pid, start_time=start_time)
+    with pytest.raises(workdir_lock.WorkdirBusyError, match=f'pid {sleeper.pid}'):
+      workdir_lock.WorkdirLock(str(tmp_path)).acquire()
+  finally:
+    sleeper.kill()
+    sleeper.wait(timeout=30)
+  with workdir_lock.WorkdirLock(str(tmp_path)):
+    assert _lock_record(tmp_path)['pid'] == os.getpid()
+
+
+@pytest.mark.parametrize(
+  'age, stale',
+  [(0.0, False), (0.5, False), (2.0, True), (None, True)],  # None: no heartbeat written
+)
+def test_other_hosts_lock_is_stale_after_stale_seconds_without_a_heartbeat(tmp_path, age, stale):
+  """Another host's record is judged by its heartbeat's age against stale_seconds (1 s
+  here); a record without a heartbeat gives no sign of life, so it is stale."""
+  fields = {} if age is None else {'heartbeat': time.time() - age}
+  _foreign_lock(tmp_path, host=socket.gethostname() + '-other', pid=1, **fields)
+  record = json.loads((tmp_path / workdir_lock.LOCK_FILE).read_text())
+  assert workdir_lock.is_stale(record, stale_seconds=1.0) == stale
+  lock = workdir_lock.WorkdirLock(str(tmp_path), stale_seconds=1.0)
+  if stale:
+    with lock:
+      assert _lock_record(tmp_path)['pid'] == os.getpid()
+  else:
+    with pytest.raises(workdir_lock.WorkdirBusyError, match=r'pid 1; alive [01] s ago'):
+      lock.acquire()

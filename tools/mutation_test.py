@@ -17,6 +17,7 @@ The real files are never modified. For developers, not CI (tens of minutes on a 
 
     python tools/mutation_test.py                 # every mutant
     python tools/mutation_test.py --only knn_temperature_multiplies
+    python tools/mutation_test.py --set issue27   # one set (core, issue27)
     python tools/mutation_test.py --list
 """
 
@@ -353,6 +354,269 @@ MUTANTS = (
   ),
 )
 
+# Issue 27: an independent set in the four classes a suite misses most (a reported number
+# never recomputed, a state update checked at a degenerate parameter, random choices not
+# checked against their draws, the lock's ownership paths), each run against whole test
+# files. `--set issue27` runs them alone.
+AUGMENT_TESTS = ('tests/test_augment.py',)
+LOCK_TESTS = ('tests/test_workdir_lock.py',)
+REPORT_TESTS = ('tests/test_compare.py',)
+ISSUE27_MUTANTS = (
+  # ---- class 3: augmentation parameters against their draws
+  M(
+    'jitter_order_ignored',
+    'hscl_jax/augment.py',
+    "order = jnp.argsort(draws['jitter_order'])",
+    'order = jnp.arange(4)',
+    AUGMENT_TESTS,
+  ),
+  M(
+    'jitter_fixed_order_hue_before_saturation',
+    'hscl_jax/augment.py',
+    'adjust_hue(cheap[2](cheap[1](cheap[0](image))), hue)',
+    'cheap[2](adjust_hue(cheap[1](cheap[0](image)), hue))',
+    AUGMENT_TESTS,
+  ),
+  M(
+    'jitter_third_op_before_hue_dropped',
+    'hscl_jax/augment.py',
+    '  for position in range(3):  # Positions that can come before the hue shift.',
+    '  for position in range(2):  # Positions that can come before the hue shift.',
+    AUGMENT_TESTS,
+  ),
+  M(
+    'jitter_contrast_uses_saturation_strength',
+    'hscl_jax/augment.py',
+    'around_one(params.contrast, factor_u[1])',
+    'around_one(params.saturation, factor_u[1])',
+    AUGMENT_TESTS,
+  ),
+  M(
+    'jitter_hue_only_positive',
+    'hscl_jax/augment.py',
+    '_lerp(-params.hue, params.hue, factor_u[3])',
+    '_lerp(0.0, params.hue, factor_u[3])',
+    AUGMENT_TESTS,
+  ),
+  M(
+    'contrast_blends_with_rgb_mean',
+    'hscl_jax/augment.py',
+    'mean = jnp.mean(image @ jnp.asarray(_LUMA, image.dtype))',
+    'mean = jnp.mean(image)',
+    AUGMENT_TESTS,
+  ),
+  M(
+    'jitter_applied_by_grayscale_draw',
+    'hscl_jax/augment.py',
+    "jnp.where(draws['jitter_apply'] < params.jitter_prob",
+    "jnp.where(draws['grayscale'] < params.jitter_prob",
+    AUGMENT_TESTS,
+  ),
+  M(
+    'blur_sigma_from_apply_draw',
+    'hscl_jax/augment.py',
+    "params.blur_sigma[1], draws['blur_sigma'])",
+    "params.blur_sigma[1], draws['blur_apply'])",
+    AUGMENT_TESTS,
+  ),
+  M(
+    'blur_edge_padding',
+    'hscl_jax/augment.py',
+    "padded = jnp.pad(image, pad, mode='reflect')",
+    "padded = jnp.pad(image, pad, mode='edge')",
+    AUGMENT_TESTS,
+  ),
+  # ---- class 4: the workdir lock's ownership paths
+  M(
+    'lock_permission_error_means_dead',
+    'hscl_jax/workdir_lock.py',
+    '    return True  # exists, owned by someone else',
+    '    return False  # exists, owned by someone else',
+    LOCK_TESTS,
+  ),
+  M(
+    'lock_heartbeat_ignores_takeover',
+    'hscl_jax/workdir_lock.py',
+    '      if self._read() != self._record:',
+    '      if self._read() is None:',
+    LOCK_TESTS,
+  ),
+  M(
+    'lock_release_removes_a_new_holders_lock',
+    'hscl_jax/workdir_lock.py',
+    'if self._record is not None and self._read() == self._record:',
+    'if self._record is not None:',
+    LOCK_TESTS,
+  ),
+  M(
+    'lock_without_heartbeat_never_stale',
+    'hscl_jax/workdir_lock.py',
+    "return time.time() - holder.get('heartbeat', 0.0) > stale_seconds",
+    "return time.time() - holder.get('heartbeat', time.time()) > stale_seconds",
+    LOCK_TESTS,
+  ),
+  # ---- class 1: the comparison report's figures
+  M(
+    'report_std_ddof0',
+    'hscl_jax/experiments/image_grid.py',
+    "return f'{values.mean():.2f} ± {values.std(ddof=1):.2f}'",
+    "return f'{values.mean():.2f} ± {values.std():.2f}'",
+    REPORT_TESTS,
+  ),
+  M(
+    'report_top5_column_shows_top1',
+    'hscl_jax/experiments/image_grid.py',
+    '{_mean_std(stats["top5"])} | {_mean_std(stats["knn"])} |',
+    '{_mean_std(stats["top1"])} | {_mean_std(stats["knn"])} |',
+    REPORT_TESTS,
+  ),
+  M(
+    'report_final_knn_is_first_epoch',
+    'hscl_jax/experiments/image_grid.py',
+    'return history[-1][key] if history else float',
+    'return history[0][key] if history else float',
+    REPORT_TESTS,
+  ),
+  M(
+    'speed_table_strictly_above_target',
+    'hscl_jax/experiments/image_grid.py',
+    'if value >= target), None)',
+    'if value > target), None)',
+    REPORT_TESTS,
+  ),
+  M(
+    'speed_table_target_best_seed',
+    'hscl_jax/experiments/image_grid.py',
+    "target = float(np.mean(scl['knn']))",
+    "target = float(np.max(scl['knn']))",
+    REPORT_TESTS,
+  ),
+  M(
+    'queue_table_pairs_seeds_by_position',
+    'hscl_jax/experiments/image_grid.py',
+    "same = [i for i, run in enumerate(summary[plain]['runs']) if run['seed'] in seeds]",
+    'same = list(range(len(seeds)))',
+    REPORT_TESTS,
+  ),
+  M(
+    'queue_table_knn_with_from_plain',
+    'hscl_jax/experiments/image_grid.py',
+    '{_mean_std(summary[queued]["knn"])} |',
+    '{_mean_std(summary[plain]["knn"])} |',
+    REPORT_TESTS,
+  ),
+  M(
+    'run_times_knn_from_epoch_time',
+    'hscl_jax/experiments/image_grid.py',
+    "knn_s = np.mean([sum(r.get('knn_time', 0.0)",
+    "knn_s = np.mean([sum(r.get('epoch_time', 0.0)",
+    REPORT_TESTS,
+  ),
+  M(
+    'raw_pixels_mean_of_queries',
+    'hscl_jax/experiments/image_grid.py',
+    'mean = bank_x.mean(axis=0)',
+    'mean = query_x.mean(axis=0)',
+    REPORT_TESTS,
+  ),
+  M(
+    'raw_pixels_queries_not_centred',
+    'hscl_jax/experiments/image_grid.py',
+    '    query_x - mean,\n',
+    '    query_x,\n',
+    REPORT_TESTS,
+  ),
+  M(
+    'graph_every_setting_eval_is_train',
+    'hscl_jax/experiments/graph_grid.py',
+    'f\'{np.mean([r["eval_seconds"] for r in group]):.0f} |\'',
+    'f\'{np.mean([r["train_seconds"] for r in group]):.0f} |\'',
+    ('tests/test_graphs.py',),
+  ),
+  M(
+    'graph_beta_of_the_first_dataset',
+    'hscl_jax/experiments/graph_grid.py',
+    'beta = best_beta(table, dataset, method, betas) if',
+    'beta = best_beta(table, datasets[0], method, betas) if',
+    ('tests/test_graphs.py',),
+  ),
+  # ---- class 1: the kNN monitor's inputs
+  M(
+    'knn_monitor_bank_mask_dropped',
+    'hscl_jax/evaluation.py',
+    '    bank_mask=bank_mask,\n  )',
+    '    bank_mask=None,\n  )',
+    ('tests/test_knn.py',),
+  ),
+  M(
+    'knn_monitor_bank_from_query_split',
+    'hscl_jax/evaluation.py',
+    'feature_fn, variables, bank_source, knn_config.batch_size, mesh, check',
+    'feature_fn, variables, query_source, knn_config.batch_size, mesh, check',
+    ('tests/test_knn.py',),
+  ),
+  # ---- class 2: state updates at non-degenerate parameters
+  M(
+    'warmup_steps_truncated',
+    'hscl_jax/optim.py',
+    'warmup_steps = int(round(opt.warmup_epochs * steps_per_epoch))',
+    'warmup_steps = int(opt.warmup_epochs * steps_per_epoch)',
+    ('tests/test_optim.py',),
+  ),
+  M(
+    'warmup_boundary_one_late',
+    'hscl_jax/optim.py',
+    'optax.join_schedules([warmup, main], [warmup_steps])',
+    'optax.join_schedules([warmup, main], [warmup_steps + 1])',
+    ('tests/test_optim.py',),
+  ),
+  M(
+    'metrics_keep_drops_the_checkpoint_row',
+    'hscl_jax/metrics.py',
+    "if r.get('step', 0) <= keep_through_step]",
+    "if r.get('step', 0) < keep_through_step]",
+    ('tests/test_metrics.py',),
+  ),
+  M(
+    'metrics_rebuilt_scalars_skip_the_first',
+    'hscl_jax/metrics.py',
+    '    for record in self.records[rebuilt:]:',
+    '    for record in self.records[rebuilt + 1 :]:',
+    ('tests/test_metrics.py',),
+  ),
+  M(
+    'momentum_terms_swapped',
+    'hscl_jax/negative_queue.py',
+    'momentum * k + (1.0 - momentum) * q',
+    'momentum * q + (1.0 - momentum) * k',
+    ('tests/test_queue_training.py',),
+  ),
+  M(
+    'queue_position_one_short',
+    'hscl_jax/negative_queue.py',
+    'position=(start + rows) % queue.size',
+    'position=(start + rows - 1) % queue.size',
+    ('tests/test_queue_training.py',),
+  ),
+  M(
+    'queue_keys_online_despite_key_encoder',
+    'hscl_jax/train.py',
+    'keys = z if keys is None else keys',
+    'keys = z',
+    ('tests/test_queue_training.py',),
+  ),
+  M(
+    'key_encoder_follows_pre_update_params',
+    'hscl_jax/train.py',
+    '_after_update(config, state.queue, params, key_encoder, keys, labels)',
+    '_after_update(config, state.queue, state.params, key_encoder, keys, labels)',
+    ('tests/test_queue_training.py',),
+  ),
+)
+
+SETS = {'core': MUTANTS, 'issue27': ISSUE27_MUTANTS}
+ALL_MUTANTS = MUTANTS + ISSUE27_MUTANTS
+
 _SUMMARY = re.compile(r'^(?:FAILED|ERROR) .*$', re.M)
 # What a failed assertion about the behaviour looks like in pytest's short summary.
 _ASSERTION = ('AssertionError', 'assert ', 'Failed: DID NOT RAISE', 'Failed: Regex pattern')
@@ -448,6 +712,9 @@ def run_mutant(
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--only', nargs='*', help='names of the mutants to run (default: all)')
+  parser.add_argument(
+    '--set', choices=sorted(SETS), help='run one set of mutants (default: every set)'
+  )
   parser.add_argument('--list', action='store_true', help='list the mutants and exit')
   parser.add_argument('--timeout', type=float, default=600, help='seconds per mutant')
   parser.add_argument(
@@ -455,14 +722,15 @@ def main() -> int:
   )
   parser.add_argument('--log-dir', help="write each mutant's pytest output to DIR/NAME.log")
   args = parser.parse_args()
-  mutants = [m for m in MUTANTS if not args.only or m.name in args.only]
+  pool = SETS[args.set] if args.set else ALL_MUTANTS
+  mutants = [m for m in pool if not args.only or m.name in args.only]
   if args.log_dir:
     os.makedirs(args.log_dir, exist_ok=True)
   if args.list:
     for m in mutants:
       print(f'{m.name:40s} {m.path:30s} {" ".join(m.tests)}')
     return 0
-  unknown = set(args.only or ()) - {m.name for m in MUTANTS}
+  unknown = set(args.only or ()) - {m.name for m in ALL_MUTANTS}
   if unknown:
     parser.error(f'unknown mutants: {", ".join(sorted(unknown))}')
   counts: dict[str, int] = {}
