@@ -89,6 +89,16 @@ def test_train_and_val_class_folders_without_test(tmp_path):
   assert test.class_names == ['a', 'b']
 
 
+def test_test_split_wins_over_val(tmp_path):
+  """With both test/ and val/, test/ is the test split (val/ only stands for a missing one)."""
+  for split, count in (('train', 2), ('test', 3), ('val', 1)):
+    for name in ('a', 'b'):
+      for i in range(count):
+        _image(tmp_path / split / name / f'{i}.png', i)
+  test = data.get_source('image_folder', 'test', folder=str(tmp_path), folder_image_size=8)
+  assert len(test) == 6 and all(f'{os.sep}test{os.sep}' in p for p in test.paths)
+
+
 def _refusal(folder) -> str:
   with pytest.raises(data.ImageFolderError) as error:
     data.get_source('image_folder', 'train', folder=str(folder), folder_image_size=8)

@@ -614,8 +614,113 @@ ISSUE27_MUTANTS = (
   ),
 )
 
-SETS = {'core': MUTANTS, 'issue27': ISSUE27_MUTANTS}
-ALL_MUTANTS = MUTANTS + ISSUE27_MUTANTS
+# Mutants of the code that landed with issues 26 and 28 (image-folder layouts, the
+# comparison's paired statistics and plan, hard negatives, the PyTorch export), each run
+# against its whole test files. `--set landed26_28` runs them alone.
+FOLDER_TESTS = ('tests/test_tiny_imagenet.py', 'tests/test_data_sources.py')
+PAIRED_TESTS = ('tests/test_compare_paired.py',)
+LANDED26_28_MUTANTS = (
+  M(
+    'tiny_classes_sorted_not_wnids_order',
+    'hscl_jax/data/image_folder.py',
+    '    classes = [line.strip() for line in f if line.strip()]',
+    '    classes = sorted(line.strip() for line in f if line.strip())',
+    FOLDER_TESTS,
+  ),
+  M(
+    'tiny_names_keep_every_synonym',
+    'hscl_jax/data/image_folder.py',
+    "names[class_id] = words.split(',')[0].strip() or class_id",
+    'names[class_id] = words.strip() or class_id',
+    FOLDER_TESTS,
+  ),
+  M(
+    'val_preferred_over_test',
+    'hscl_jax/data/image_folder.py',
+    '  for candidate in (test, val):',
+    '  for candidate in (val, test):',
+    FOLDER_TESTS,
+  ),
+  M(
+    'train_examples_zero_not_whole_split',
+    'hscl_jax/data/sources.py',
+    "num_examples = config.get('train_examples') or None",
+    "num_examples = config.get('train_examples')",
+    FOLDER_TESTS,
+  ),
+  M(
+    'paired_difference_sign_flipped',
+    'hscl_jax/experiments/image_grid.py',
+    'return {seed: values[first][seed] - values[second][seed] for seed in seeds}',
+    'return {seed: values[second][seed] - values[first][seed] for seed in seeds}',
+    PAIRED_TESTS,
+  ),
+  M(
+    'paired_zero_counted_positive',
+    'hscl_jax/experiments/image_grid.py',
+    "return f'{spread} | {int((points > 0).sum())} of {len(points)}'",
+    "return f'{spread} | {int((points >= 0).sum())} of {len(points)}'",
+    PAIRED_TESTS,
+  ),
+  M(
+    'paired_std_ddof0',
+    'hscl_jax/experiments/image_grid.py',
+    "spread = f'{points.mean():+.2f} ± {points.std(ddof=1):.2f}'",
+    "spread = f'{points.mean():+.2f} ± {points.std():.2f}'",
+    PAIRED_TESTS,
+  ),
+  M(
+    'same_class_counts_the_anchor',
+    'hscl_jax/experiments/image_grid.py',
+    'same = (batches[:, :, None] == batches[:, None, :]).sum(axis=-1) - 1',
+    'same = (batches[:, :, None] == batches[:, None, :]).sum(axis=-1)',
+    PAIRED_TESTS,
+  ),
+  M(
+    'same_class_one_order_for_every_epoch',
+    'hscl_jax/experiments/image_grid.py',
+    'order = data.epoch_permutation(seed, epoch, len(labels))[: num_batches * batch_size]',
+    'order = data.epoch_permutation(seed, 0, len(labels))[: num_batches * batch_size]',
+    PAIRED_TESTS,
+  ),
+  M(
+    'plan_one_seed_too_many',
+    'hscl_jax/experiments/image_grid.py',
+    'for s in settings(config, grids) if seed < count(s)]',
+    'for s in settings(config, grids) if seed <= count(s)]',
+    PAIRED_TESTS,
+  ),
+  M(
+    'plan_setting_by_setting',
+    'hscl_jax/experiments/image_grid.py',
+    'for seed in range(last) for s in settings(config, grids) if',
+    'for s in settings(config, grids) for seed in range(last) if',
+    PAIRED_TESTS,
+  ),
+  M(
+    'hscl_negatives_include_same_class',
+    'hscl_jax/hard_negatives.py',
+    'return others & (labels[:, None] != labels[None, :])',
+    'return others',
+    ('tests/test_inspect.py',),
+  ),
+  M(
+    'false_negatives_count_unweighted_slots',
+    'hscl_jax/hard_negatives.py',
+    '  chosen = indices >= 0\n',
+    '  chosen = indices >= -1\n',
+    ('tests/test_inspect.py',),
+  ),
+  M(
+    'export_kernel_height_width_swapped',
+    'hscl_jax/torch_export.py',
+    '(3, 2, 0, 1)))',
+    '(3, 2, 1, 0)))',
+    ('tests/test_torch_export.py',),
+  ),
+)
+SETS = {'core': MUTANTS, 'issue27': ISSUE27_MUTANTS, 'landed26_28': LANDED26_28_MUTANTS}
+ALL_MUTANTS = MUTANTS + ISSUE27_MUTANTS + LANDED26_28_MUTANTS
 
 _SUMMARY = re.compile(r'^(?:FAILED|ERROR) .*$', re.M)
 # What a failed assertion about the behaviour looks like in pytest's short summary.
