@@ -289,6 +289,7 @@ def compilations():
 def uninterrupted_run(tmp_path_factory):
   """(workdir, result, compilations) of the tiny run, under the transfer guard."""
   workdir = tmp_path_factory.mktemp('uninterrupted')
+  jax.clear_caches()  # programs other tests compiled would otherwise not compile here
   with pytest.MonkeyPatch.context() as patch:
     first_step = record_first_step(patch)
     with no_implicit_transfers(), compilations() as compiled:
