@@ -665,8 +665,8 @@ LANDED26_28_MUTANTS = (
   M(
     'paired_std_ddof0',
     'hscl_jax/experiments/image_grid.py',
-    "spread = f'{points.mean():+.2f} ± {points.std(ddof=1):.2f}'",
-    "spread = f'{points.mean():+.2f} ± {points.std():.2f}'",
+    "f'{points.mean():+.2f} ± {points.std(ddof=1):.2f}' if len(points) > 1",
+    "f'{points.mean():+.2f} ± {points.std():.2f}' if len(points) > 1",
     PAIRED_TESTS,
   ),
   M(
