@@ -28,6 +28,8 @@ def test_plan_gives_the_named_methods_their_own_seeds_seed_by_seed():
   assert image_grid.plan_runs(config, [0], set(), {'ucl': 0}) == [
     (s, 0) for s in image_grid.settings(config, set()) if s.method != 'UCL'
   ]
+  assert image_grid.describe_seeds(plan) == ['0', '1', '2 (0-4 for SCL, H-SCL(β))']
+  assert image_grid.describe_seeds(image_grid.plan_runs(config, [0, 1], set())) == ['0', '1']
   with pytest.raises(ValueError, match=r"unknown methods \['h-scl'\]; use ucl, hucl, scl"):
     image_grid.plan_runs(config, [0], set(), {'h-scl': 5})
 

@@ -613,6 +613,22 @@ def plan_runs(config, seeds: list[int], grids: set[str], seeds_for: dict[str, in
   return [(s, seed) for seed in range(last) for s in settings(config, grids) if seed < count(s)]
 
 
+def describe_seeds(plan) -> list[str]:
+  """The report's seeds: those of every method, then the methods given more by --seeds_for,
+  e.g. ['0', '1', '2 (0-4 for SCL, H-SCL(β))']."""
+  by_method: dict[str, set[int]] = {}
+  for setting, seed in plan:
+    by_method.setdefault(setting.method, set()).add(seed)
+  common = sorted(set.intersection(*by_method.values()))
+  more = {m: sorted(s) for m, s in by_method.items() if len(s) > len(common)}
+  text = [str(seed) for seed in common]
+  for count in sorted({len(s) for s in more.values()}):
+    methods = [m for m, s in more.items() if len(s) == count]
+    seeds = next(s for s in more.values() if len(s) == count)
+    text[-1] += f' ({seeds[0]}-{seeds[-1]} for {", ".join(methods)})'
+  return text
+
+
 def run_grid(config, root: str, plan: list, protocol: str) -> None:
   """Every (setting, seed) of `plan` (plan_runs) not finished yet, in order; runs that
   another process holds are left to it."""
@@ -645,7 +661,8 @@ def write_report(config, root: str, plan, grids, protocol: str, report_dir: str 
   raw = raw_pixel_knn(config, root)
   seeds = sorted({seed for _, seed in plan})
   inspected = inspect_links(root, best, seeds[0], out_dir)
-  report = markdown_report(summary, best, config, seeds, protocol, grids, plots, raw, inspected)
+  described = describe_seeds(plan)
+  report = markdown_report(summary, best, config, described, protocol, grids, plots, raw, inspected)
   report += '\n' + '\n'.join(batch_composition(config, seeds))
   missing = len(plan) - len(runs)
   report += f'\n{len(runs)} runs finished' + (f', {missing} missing.' if missing else '.') + '\n'
