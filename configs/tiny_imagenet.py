@@ -52,4 +52,4 @@ def get_config(budget: str | None = None):
   if budget != 'cpu':
     raise ValueError(f"configs/tiny_imagenet.py takes ':cpu' or nothing, not ':{budget}'")
   config.augment.image_size = 32
-  return default.cpu_budget(config, train_examples=20_000, num_epochs=4)
+  return default.cpu_budget(config, train_examples=10_000, num_epochs=4)

@@ -34,7 +34,8 @@ def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
   return flat
 
 
-def _is_free(field: str, allowed) -> bool:
+def is_free(field: str, allowed=()) -> bool:
+  """Whether `field` (dotted) cannot change the trained model, or is one of `allowed`."""
   return any(field == f or field.startswith(f + '.') for f in (*schema.FREE_FIELDS, *allowed))
 
 
@@ -67,7 +68,7 @@ def check_unchanged(
   changed = {
     f: v
     for f, v in differences(stored, metrics.config_as_json(config)).items()
-    if not _is_free(f, allowed)
+    if not is_free(f, allowed)
   }
   if not changed:
     return

@@ -150,7 +150,8 @@ def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
   (ucl / 'tsne.png').write_bytes(b'png')
   lines = image_grid.inspect_links(str(root), best, 0, str(report_dir))
   rows = [line for line in lines if line.startswith('| ') and 'setting' not in line]
-  relative = f'../root/{best["H-SCL(β)"].slug}/seed0/inspect'
+  relative = f'inspect/{best["H-SCL(β)"].slug}_seed0'  # copied beside the report
+  assert (report_dir / relative / 'false_negatives.json').read_text() == json.dumps(statistic)
   assert rows == [
     f'| {best["H-SCL(β)"].label} | [tsne]({relative}/tsne.png) · '
     f'[neighbours]({relative}/neighbours.png) · '
@@ -160,7 +161,9 @@ def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
     image_grid.summarise(runs), best, config, [0], 'features', {'beta'}, [], inspected=lines
   )
   assert rows[0] in report
-  assert image_grid.inspect_links(str(tmp_path / 'empty'), best, 0, str(report_dir)) == []
+  # The copies serve once the runs' workdirs are gone; a report elsewhere has none.
+  assert image_grid.inspect_links(str(tmp_path / 'gone'), best, 0, str(report_dir)) == lines
+  assert image_grid.inspect_links(str(tmp_path / 'gone'), best, 0, str(tmp_path / 'new')) == []
 
 
 # --------------------------------------------------------------------------------------

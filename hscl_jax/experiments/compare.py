@@ -14,7 +14,11 @@ searches β ∈ {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); `--grid=tau` search
 start × end grid for H-SCL(τ); `--grid=queue` adds SCL and H-SCL(β) with a queue of about
 4,096 negatives from a momentum key encoder (their table beside the same runs without
 it). Runs already finished in DIR are reused (each run resumes from its checkpoints), so
-an interrupted grid resumes by running the same command.
+an interrupted grid resumes by running the same command. Each finished run is also
+recorded in the report's directory (REPORT_DIR/runs/<setting>/seed<k>/: its config,
+metrics and linear evaluation, a few KB): from those records alone, e.g. a committed
+docs/results/<experiment>/, the report is rewritten and the grid goes on where it
+stopped, on any machine, without the runs' checkpoints.
 Several processes may run the same command on one DIR (e.g. one per core, under
 `taskset`): a run another process holds is skipped; `--report_only` then writes the
 report from the finished runs.
@@ -72,7 +76,8 @@ def main(argv):
     raise app.UsageError(
       f'--seeds_for={",".join(_SEEDS_FOR.value)}: {error} (e.g. --seeds_for=scl=5,hscl_beta=5)'
     )
-  run_args = (_CONFIG.value, _WORKDIR.value, plan, _PROTOCOL.value)
+  records = _REPORT_DIR.value or _WORKDIR.value
+  run_args = (_CONFIG.value, _WORKDIR.value, plan, _PROTOCOL.value, records)
   report_args = (_CONFIG.value, _WORKDIR.value, plan, grids, _PROTOCOL.value)
   if not _REPORT_ONLY.value:
     try:

@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import json
 import os
+import shutil
 import time
 
 from absl import logging
@@ -32,6 +33,7 @@ from hscl_jax import linear_probe
 from hscl_jax import metrics
 from hscl_jax import train
 from hscl_jax import workdir_lock
+from hscl_jax.experiments import run_records
 
 BETA_GRID = (0.1, 0.5, 1.0, 2.0, 5.0)
 Preempted = train.Preempted
@@ -162,10 +164,29 @@ def linear_settings(base, protocol: str) -> dict:
   return {**base.linear_eval.to_dict(), 'protocol': protocol}
 
 
-def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict | None:
+def completed_run(base, setting: Setting, seed: int, root: str, protocol: str, records=None):
+  """The run's results from its finished workdir (recorded under RECORDS/runs/ when
+  `records` is given: hscl_jax.experiments.run_records) or else from that record; None if
+  neither holds the finished run."""
+  linear_eval = linear_settings(base, protocol)
+  done = finished_run(root, setting, seed, linear_eval)
+  if records is None:
+    return done
+  directory = run_records.record_dir(records, setting.slug, seed)
+  if done is not None:
+    run_records.write_record(run_dir(root, setting, seed), directory)
+    return done
+  config = run_config(base, setting, seed)
+  config.linear_eval.protocol = protocol
+  recorded = run_records.read_record(directory, config, linear_eval, LINEAR_EVAL_KEYS)
+  return None if recorded is None else {'setting': setting, 'seed': seed, **recorded}
+
+
+def run_one(base, setting: Setting, seed: int, root: str, protocol: str, records=None):
   """Trains (or resumes / reuses) one run and linear-evaluates its last checkpoint;
-  None if another process holds the run's workdir (it is running it)."""
-  done = finished_run(root, setting, seed, linear_settings(base, protocol))
+  None if another process holds the run's workdir (it is running it). A run recorded in
+  RECORDS/runs/ (`records`) is reused as it is, and a finished one is recorded there."""
+  done = completed_run(base, setting, seed, root, protocol, records)
   if done is not None:
     return done
   workdir = run_dir(root, setting, seed)
@@ -187,7 +208,7 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str) -> dict
     result['top1'],
     time.time() - start,
   )
-  return finished_run(root, setting, seed, linear_settings(base, protocol))
+  return completed_run(base, setting, seed, root, protocol, records)
 
 
 def _mean_std(values) -> str:
@@ -511,14 +532,20 @@ def run_times(summary) -> list[str]:
 def inspect_links(root: str, best, seed: int, out_dir: str) -> list[str]:
   """The report's section linking the figures `python -m hscl_jax.inspect --workdir=RUN
   --out=RUN/inspect` wrote for the best setting of each method (seed `seed`), with their
-  H-UCL false-negative fraction; empty when no run has them."""
+  H-UCL false-negative fraction; empty when no run has them. The figures are copied to
+  OUT_DIR/inspect/<setting>_seed<k>/ (the report's directory stands alone) and linked
+  there; a copy already there is linked when the run's workdir is gone."""
   rows = []
+  figures = [f for f in inspection.FILES if f.endswith('.png')]
+  complete = lambda folder: all(os.path.isfile(os.path.join(folder, f)) for f in figures)
   for method in METHODS:
     if method not in best:
       continue
-    folder = os.path.join(run_dir(root, best[method], seed), INSPECT_DIR)
-    figures = [f for f in inspection.FILES if f.endswith('.png')]
-    if not all(os.path.isfile(os.path.join(folder, f)) for f in figures):
+    folder = os.path.join(out_dir, INSPECT_DIR, f'{best[method].slug}_seed{seed}')
+    source = os.path.join(run_dir(root, best[method], seed), INSPECT_DIR)
+    if complete(source) and os.path.abspath(source) != os.path.abspath(folder):
+      shutil.copytree(source, folder, dirs_exist_ok=True)
+    if not complete(folder):
       continue
     links = [f'[{f[:-4]}]({os.path.relpath(os.path.join(folder, f), out_dir)})' for f in figures]
     with open(os.path.join(folder, inspection.STATISTIC_FILE)) as f:
@@ -629,14 +656,14 @@ def describe_seeds(plan) -> list[str]:
   return text
 
 
-def run_grid(config, root: str, plan: list, protocol: str) -> None:
-  """Every (setting, seed) of `plan` (plan_runs) not finished yet, in order; runs that
-  another process holds are left to it."""
+def run_grid(config, root: str, plan: list, protocol: str, records: str | None = None) -> None:
+  """Every (setting, seed) of `plan` (plan_runs) not finished (nor recorded in RECORDS/runs/)
+  yet, in order; runs that another process holds are left to it."""
   os.makedirs(root, exist_ok=True)
   logging.info('%d runs', len(plan))
   start = time.perf_counter()
   for done, (setting, seed) in enumerate(plan, start=1):
-    run = run_one(config, setting, seed, root, protocol)
+    run = run_one(config, setting, seed, root, protocol, records)
     outcome = 'run by another process' if run is None else f'linear {run["linear"]["top1"]:.4f}'
     elapsed = metrics.format_duration(time.perf_counter() - start)
     label = f'{setting.label} seed {seed}'
@@ -645,20 +672,21 @@ def run_grid(config, root: str, plan: list, protocol: str) -> None:
 
 def write_report(config, root: str, plan, grids, protocol: str, report_dir: str | None = None):
   """ROOT/report.md (or REPORT_DIR/report.md) and its plots from the finished runs of
-  `plan` (plan_runs); returns the report's text (None while no run has finished)."""
+  `plan` (plan_runs), in ROOT or recorded in the report's directory (each finished run in
+  ROOT is recorded there); returns the report's text (None while no run has finished)."""
+  out_dir = report_dir or root
   runs = [
     run
     for s, seed in plan
-    if (run := finished_run(root, s, seed, linear_settings(config, protocol))) is not None
+    if (run := completed_run(config, s, seed, root, protocol, out_dir)) is not None
   ]
   if not runs:
     return None
-  out_dir = report_dir or root
   os.makedirs(out_dir, exist_ok=True)
   summary = summarise(runs)
   best = best_per_method(summary)
   plots = plot_report(summary, best, out_dir)
-  raw = raw_pixel_knn(config, root)
+  raw = raw_pixel_knn(config, out_dir)
   seeds = sorted({seed for _, seed in plan})
   inspected = inspect_links(root, best, seeds[0], out_dir)
   described = describe_seeds(plan)

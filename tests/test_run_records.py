@@ -1,0 +1,114 @@
+"""A comparison's runs recorded beside its report (hscl_jax.experiments.run_records): the
+report is rewritten and the grid resumed from the records alone, and a record made with
+another config or another linear evaluation is never taken for the run."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import digits  # noqa: E402
+from hscl_jax import linear_probe  # noqa: E402
+from hscl_jax import metrics  # noqa: E402
+from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import run_records  # noqa: E402
+
+
+def _tiny_config():
+  config = digits.get_config()
+  config.num_epochs = 1
+  config.optimizer.warmup_epochs = 0.0
+  config.steps_per_epoch_limit = 2
+  config.linear_eval.num_epochs = 2
+  return config
+
+
+@pytest.fixture(scope='module')
+def recorded_grid(tmp_path_factory):
+  """SCL seed 0 trained once on digits; the report written beside its record."""
+  tmp = tmp_path_factory.mktemp('grid')
+  config = _tiny_config()
+  plan = [(s, 0) for s in image_grid.settings(config, set()) if s.method == 'SCL']
+  root, report_dir = tmp / 'root', tmp / 'report'
+  image_grid.run_grid(config, str(root), plan, 'features', records=str(report_dir))
+  report = image_grid.write_report(config, str(root), plan, set(), 'features', str(report_dir))
+  return config, plan, root, report_dir, report
+
+
+def test_a_finished_run_is_recorded_as_its_three_files(recorded_grid):
+  _, plan, root, report_dir, _ = recorded_grid
+  setting, seed = plan[0]
+  workdir = pathlib.Path(image_grid.run_dir(str(root), setting, seed))
+  record = report_dir / 'runs' / setting.slug / 'seed0'
+  assert sorted(p.name for p in record.iterdir()) == sorted(run_records.FILES)
+  for name in run_records.FILES:
+    assert (record / name).read_bytes() == (workdir / name).read_bytes()
+
+
+def test_report_and_grid_go_on_from_the_records_alone(recorded_grid, tmp_path):
+  """The runs' workdirs gone: the report is rewritten with the same numbers and the grid
+  trains nothing (no workdir is made again)."""
+  config, plan, root, report_dir, report = recorded_grid
+  copy = tmp_path / 'report'
+  shutil.copytree(report_dir, copy)
+  gone = tmp_path / 'gone'
+  image_grid.run_grid(config, str(gone), plan, 'features', records=str(copy))
+  assert not pathlib.Path(image_grid.run_dir(str(gone), *plan[0])).exists()
+  again = image_grid.write_report(config, str(gone), plan, set(), 'features', str(copy))
+  assert again == report
+  linear = json.loads((copy / 'runs' / plan[0][0].slug / 'seed0' / 'linear_eval.json').read_text())
+  assert f'{100 * linear["top1"]:.2f}' in again
+
+
+def _read(record, config, **linear_changes):
+  linear_eval = {**image_grid.linear_settings(config, 'features'), **linear_changes}
+  config.linear_eval.protocol = 'features'
+  return run_records.read_record(str(record), config, linear_eval, image_grid.LINEAR_EVAL_KEYS)
+
+
+def test_a_record_of_another_run_is_not_taken_for_this_one(recorded_grid):
+  config, plan, _, report_dir, _ = recorded_grid
+  setting, seed = plan[0]
+  record = report_dir / 'runs' / setting.slug / 'seed0'
+  same = image_grid.run_config(config, setting, seed)
+  assert _read(record, same)['linear']['top1'] == json.loads(
+    (record / linear_probe.RESULT_FILE).read_text()
+  )['top1']
+  moved = image_grid.run_config(config, setting, seed)
+  moved.data_dir = '/elsewhere/tfds'  # where the data lies does not shape the run
+  assert _read(record, moved) is not None
+  for field, value in (('temperature', 0.2), ('seed', 1), ('num_epochs', 2)):
+    other = image_grid.run_config(config, setting, seed)
+    other[field] = value
+    assert _read(record, other) is None, field
+  assert _read(record, same, num_epochs=3) is None  # another linear evaluation
+  stale = pathlib.Path(str(record) + '_stale')  # evaluated at an earlier checkpoint
+  shutil.copytree(record, stale)
+  linear = json.loads((stale / linear_probe.RESULT_FILE).read_text())
+  linear['checkpoint_step'] -= 1
+  (stale / linear_probe.RESULT_FILE).write_text(json.dumps(linear))
+  assert _read(stale, same) is None
+  (stale / metrics.METRICS_FILE).unlink()  # a record without its history
+  assert _read(stale, same) is None
+
+
+def test_the_dataset_location_counts_only_by_its_name():
+  recorded = metrics.config_as_json(_image_folder('/data/a/tiny-imagenet-200'))
+  assert run_records.config_differences(recorded, _image_folder('/tmp/x/tiny-imagenet-200/')) == {}
+  assert run_records.config_differences(recorded, _image_folder('/tmp/x/cifar10')) == {
+    'folder': ('/data/a/tiny-imagenet-200', '/tmp/x/cifar10')
+  }
+
+
+def _image_folder(folder):
+  config = _tiny_config()
+  config.dataset = 'image_folder'
+  config.folder = folder
+  return config
