@@ -24,6 +24,7 @@ from hscl_jax import errors
 METRICS_FILE = 'metrics.jsonl'
 CONFIG_FILE = 'config.json'
 EVENTS_DIR = 'tensorboard'
+_WRITERS_OPENED = itertools.count()
 
 
 class MetricsFileError(errors.UserError, ValueError):
@@ -130,6 +131,10 @@ class MetricWriter:
       logdir=os.path.join(workdir, EVENTS_DIR),
       purge_step=min((r['step'] for r in differing), default=keep_through_step + 1),
       flush_secs=30,
+      # tensorboardX names the file by the second it opens and the host: a resume within
+      # that second would write over the previous file; the process and a counter keep
+      # every writer's file apart (and in opening order within one process).
+      filename_suffix=f'.{os.getpid()}.{next(_WRITERS_OPENED):06d}',
     )
     for record in self.records[rebuilt:]:
       self._add_scalars(record)

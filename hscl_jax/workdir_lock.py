@@ -85,12 +85,12 @@ def _identity() -> dict:
   }
 
 
-def describe(holder: dict) -> str:
+def describe(holder: dict, *, stale_seconds: float = STALE_SECONDS) -> str:
   text = f'host {holder.get("host")}, pid {holder.get("pid")}'
   if holder.get('host') != socket.gethostname() and 'heartbeat' in holder:
     text += (
       f'; alive {time.time() - holder["heartbeat"]:.0f} s ago, taken over once '
-      f'{STALE_SECONDS:.0f} s pass without a sign of life'
+      f'{stale_seconds:.0f} s pass without a sign of life'
     )
   return text
 
@@ -162,8 +162,9 @@ class WorkdirLock:
         time.sleep(0.1)  # a holder that is writing it
         continue
       if holder and not is_stale(holder, stale_seconds=self._stale_seconds):
+        holder_text = describe(holder, stale_seconds=self._stale_seconds)
         raise WorkdirBusyError(
-          f'workdir {os.path.dirname(self.path)} is in use by another run ({describe(holder)}). '
+          f'workdir {os.path.dirname(self.path)} is in use by another run ({holder_text}). '
           'Fix: wait for it or stop it, or use another --workdir.'
         )
       self._move_aside()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import time
+import types
 
 from etils import epath
 import pytest
@@ -57,17 +57,21 @@ def test_a_write_that_dies_leaves_the_previous_file(tmp_path, monkeypatch):
   assert metrics.read_metrics(str(tmp_path)) == [{'step': 10, 'epoch': 1, 'train_loss': 0.1}]
 
 
-def _next_second():
-  """tensorboardX names an event file by the second it opens: a writer opened in the same
-  second as the previous one would write over its file (a test's resume is that fast)."""
-  time.sleep(1.01 - time.time() % 1)
+@pytest.fixture
+def one_second(monkeypatch):
+  """tensorboardX names an event file by the second it opens: every writer of the test
+  opens in the same second (a fast resume), so a file written over would show."""
+  from tensorboardX import event_file_writer
+
+  frozen = types.SimpleNamespace(time=lambda: 1_800_000_000.25)  # its only use of `time`
+  monkeypatch.setattr(event_file_writer, 'time', frozen)
 
 
 def _scalars(workdir):
   return tensorboard_events.scalars(workdir / metrics.EVENTS_DIR).get('train_loss', {})
 
 
-def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path):
+def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path, one_second):
   """Two resumes, each checked against a model kept by hand (the rows the file must hold,
   the train_loss scalars TensorBoard shows): rows after the checkpoint's step are dropped,
   the row at that step is kept, a row of the file that differs from the checkpoint's is
@@ -83,7 +87,6 @@ def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path):
   damaged = model[:1] + [row(20, 9.9)] + model[2:]
   _write_lines(tmp_path, [json.dumps(r) for r in damaged])
   checkpoint_rows = model[:2]
-  _next_second()
   writer = metrics.MetricWriter(str(tmp_path), keep_through_step=20, records=checkpoint_rows)
   model = checkpoint_rows + [row(30, 0.25)]
   writer.write(30, {'epoch': 3, 'train_loss': 0.25})
@@ -91,7 +94,6 @@ def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path):
   assert metrics.read_metrics(str(tmp_path)) == model
   assert _scalars(tmp_path) == pytest.approx({r['step']: r['train_loss'] for r in model})
   # Resume 2: checkpoint at step 30, file intact: every row kept, two new ones.
-  _next_second()
   writer = metrics.MetricWriter(str(tmp_path), keep_through_step=30, records=model)
   for step, loss in ((40, 0.125), (50, 0.0625)):
     writer.write(step, {'epoch': step // 10, 'train_loss': loss})

@@ -78,9 +78,10 @@ def test_a_record_of_another_run_is_not_taken_for_this_one(recorded_grid):
   setting, seed = plan[0]
   record = report_dir / 'runs' / setting.slug / 'seed0'
   same = image_grid.run_config(config, setting, seed)
-  assert _read(record, same)['linear']['top1'] == json.loads(
-    (record / linear_probe.RESULT_FILE).read_text()
-  )['top1']
+  assert (
+    _read(record, same)['linear']['top1']
+    == json.loads((record / linear_probe.RESULT_FILE).read_text())['top1']
+  )
   moved = image_grid.run_config(config, setting, seed)
   moved.data_dir = '/elsewhere/tfds'  # where the data lies does not shape the run
   assert _read(record, moved) is not None
