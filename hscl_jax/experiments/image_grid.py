@@ -120,11 +120,14 @@ def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting
   return sorted(out, key=lambda s: METHODS.index(s.method))  # stable: a queue run after its own
 
 
-def run_config(base: ml_collections.ConfigDict, setting: Setting, seed: int):
+def run_config(base: ml_collections.ConfigDict, setting: Setting, seed: int, protocol=None):
+  """The config of one run (with the comparison's linear-evaluation protocol, if given)."""
   config = ml_collections.ConfigDict(base.to_dict())
   for key, value in setting.overrides:
     config[key] = value
   config.seed = seed
+  if protocol is not None:
+    config.linear_eval.protocol = protocol
   return config
 
 
@@ -176,8 +179,7 @@ def completed_run(base, setting: Setting, seed: int, root: str, protocol: str, r
   if done is not None:
     run_records.write_record(run_dir(root, setting, seed), directory)
     return done
-  config = run_config(base, setting, seed)
-  config.linear_eval.protocol = protocol
+  config = run_config(base, setting, seed, protocol)
   recorded = run_records.read_record(directory, config, linear_eval, LINEAR_EVAL_KEYS)
   return None if recorded is None else {'setting': setting, 'seed': seed, **recorded}
 
@@ -190,8 +192,7 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str, records
   if done is not None:
     return done
   workdir = run_dir(root, setting, seed)
-  config = run_config(base, setting, seed)
-  config.linear_eval.protocol = protocol
+  config = run_config(base, setting, seed, protocol)
   start = time.time()
   try:
     if train.train_and_evaluate(config, workdir).preempted:
