@@ -152,11 +152,8 @@ def finished_run(root: str, setting: Setting, seed: int, linear_eval) -> dict | 
   with open(os.path.join(workdir, metrics.CONFIG_FILE)) as f:
     num_epochs = json.load(f)['num_epochs']
   last_step = linear_probe.resolve_step(workdir, None)
-  if (
-    not history
-    or history[-1]['epoch'] != num_epochs
-    or result['checkpoint_step'] != last_step
-    or any(result.get(k) != linear_eval[k] for k in LINEAR_EVAL_KEYS)
+  if not run_records.is_finished(
+    history, result, num_epochs, last_step, linear_eval, LINEAR_EVAL_KEYS
   ):
     return None
   return {'setting': setting, 'seed': seed, 'linear': result, 'history': history}

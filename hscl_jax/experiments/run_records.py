@@ -73,11 +73,18 @@ def read_record(directory: str, config, linear_eval: dict, keys) -> dict | None:
     logging.warning('Ignoring the record %s: made with another config (%s).', directory, listed)
     return None
   last_step = max((r['step'] for r in history if 'step' in r), default=None)
-  if (
-    not history
-    or history[-1].get('epoch') != config.num_epochs
-    or linear.get('checkpoint_step') != last_step
-    or any(linear.get(k) != linear_eval[k] for k in keys)
-  ):
+  if not is_finished(history, linear, config.num_epochs, last_step, linear_eval, keys):
     return None
   return {'linear': linear, 'history': history}
+
+
+def is_finished(history, linear: dict, num_epochs: int, last_step, linear_eval: dict, keys) -> bool:
+  """Whether a run whose metrics are `history` trained all `num_epochs` and its linear
+  evaluation `linear` is of its last checkpoint (`last_step`) with the settings
+  `linear_eval` (compared on the fields `keys`)."""
+  return (
+    bool(history)
+    and history[-1].get('epoch') == num_epochs
+    and linear.get('checkpoint_step') == last_step
+    and all(linear.get(k) == linear_eval[k] for k in keys)
+  )
