@@ -68,8 +68,8 @@ def test_report_and_grid_go_on_from_the_records_alone(recorded_grid, tmp_path):
 
 
 def _read(record, config, **linear_changes):
-  linear_eval = {**image_grid.linear_settings(config, 'features'), **linear_changes}
   config.linear_eval.protocol = 'features'
+  linear_eval = {**config.linear_eval.to_dict(), **linear_changes}
   return run_records.read_record(str(record), config, linear_eval, image_grid.LINEAR_EVAL_KEYS)
 
 

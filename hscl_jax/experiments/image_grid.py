@@ -159,16 +159,12 @@ def finished_run(root: str, setting: Setting, seed: int, linear_eval) -> dict | 
   return {'setting': setting, 'seed': seed, 'linear': result, 'history': history}
 
 
-def linear_settings(base, protocol: str) -> dict:
-  """config.linear_eval with the comparison's protocol."""
-  return {**base.linear_eval.to_dict(), 'protocol': protocol}
-
-
 def completed_run(base, setting: Setting, seed: int, root: str, protocol: str, records=None):
   """The run's results from its finished workdir (recorded under RECORDS/runs/ when
   `records` is given: hscl_jax.experiments.run_records) or else from that record; None if
   neither holds the finished run."""
-  linear_eval = linear_settings(base, protocol)
+  config = run_config(base, setting, seed, protocol)
+  linear_eval = config.linear_eval.to_dict()
   done = finished_run(root, setting, seed, linear_eval)
   if records is None:
     return done
@@ -176,7 +172,6 @@ def completed_run(base, setting: Setting, seed: int, root: str, protocol: str, r
   if done is not None:
     run_records.write_record(run_dir(root, setting, seed), directory)
     return done
-  config = run_config(base, setting, seed, protocol)
   recorded = run_records.read_record(directory, config, linear_eval, LINEAR_EVAL_KEYS)
   return None if recorded is None else {'setting': setting, 'seed': seed, **recorded}
 
