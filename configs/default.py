@@ -83,6 +83,8 @@ def get_config() -> ml_collections.ConfigDict:
   # batch (the paper's; synced over devices) | group | layer: group and layer never mix
   # samples, so chunk_size > 0 then gives exactly the unchunked gradient.
   config.model.norm = 'batch'
+  # relu (the paper's) | silu | gelu: smooth ones make the gradient continuous in the input.
+  config.model.activation = 'relu'
 
   # --- Augmentation (fields of hscl_jax.augment.AugmentParams; SimCLR's recipe) ---
   config.augment = ml_collections.ConfigDict()

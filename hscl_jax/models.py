@@ -32,11 +32,26 @@ ModuleDef = Any
 conv_kernel_init = nn.initializers.variance_scaling(2.0, 'fan_out', 'normal')
 
 # The fields of config.model, which `create_model` reads (and validates).
-CONFIG_FIELDS = ('name', 'stem', 'norm', 'head_hidden', 'head_out', 'dtype', 'bn_momentum')
+CONFIG_FIELDS = (
+  'name',
+  'stem',
+  'norm',
+  'activation',
+  'head_hidden',
+  'head_out',
+  'dtype',
+  'bn_momentum',
+)
 STEMS = ('cifar', 'imagenet')
 NORMS = ('batch', 'group', 'layer')
 MAX_GROUPS = 32
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+# ReLU is the paper's. SiLU and GELU are smooth: the gradient is then a continuous function
+# of the input, so two programs that round differently (e.g. 1 device and 4) cannot land
+# on opposite sides of a kink (docs/testing.md).
+ACTIVATIONS = {'relu': nn.relu, 'silu': nn.silu, 'gelu': nn.gelu}
+# A run stored before config.model.activation existed trained with ReLU.
+STORED_WITHOUT_ACTIVATION = 'relu'
 
 
 class BasicBlock(nn.Module):
@@ -137,6 +152,7 @@ class ResNet(nn.Module):
   stem: str = 'cifar'
   dtype: Any = jnp.float32
   norm: str = 'batch'
+  activation: str = 'relu'
   bn_momentum: float = 0.9
   bn_axis_name: str | None = None
 
@@ -146,14 +162,15 @@ class ResNet(nn.Module):
       nn.Conv, use_bias=False, dtype=self.dtype, kernel_init=conv_kernel_init
     )
     norm = _norm(self.norm, train, self.bn_momentum, self.bn_axis_name, self.dtype)
+    act = _activation(self.activation)
 
     x = jnp.asarray(x, self.dtype)
     if self.stem == 'cifar':
       x = conv(self.num_filters, (3, 3), name='conv_init')(x)
-      x = nn.relu(norm(name='bn_init')(x))
+      x = act(norm(name='bn_init')(x))
     elif self.stem == 'imagenet':
       x = conv(self.num_filters, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], name='conv_init')(x)
-      x = nn.relu(norm(name='bn_init')(x))
+      x = act(norm(name='bn_init')(x))
       x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
     else:
       _check_choice('stem', self.stem, STEMS)  # raises: an unknown stem
@@ -161,9 +178,10 @@ class ResNet(nn.Module):
     for i, block_size in enumerate(self.stage_sizes):
       for j in range(block_size):
         strides = 2 if i > 0 and j == 0 else 1
-        x = self.block_cls(
-          self.num_filters * 2**i, conv=conv, norm=norm, act=nn.relu, strides=strides
-        )(x)
+        block = self.block_cls(
+          self.num_filters * 2**i, conv=conv, norm=norm, act=act, strides=strides
+        )
+        x = block(x)
     return jnp.mean(x, axis=(1, 2))
 
 
@@ -178,18 +196,20 @@ class SmallCNN(nn.Module):
   strides: Sequence[int] = (1, 2, 1, 2)
   dtype: Any = jnp.float32
   norm: str = 'batch'
+  activation: str = 'relu'
   bn_momentum: float = 0.9
   bn_axis_name: str | None = None
 
   @nn.compact
   def __call__(self, x, *, train: bool):
     norm = _norm(self.norm, train, self.bn_momentum, self.bn_axis_name, self.dtype)
+    act = _activation(self.activation)
     x = jnp.asarray(x, self.dtype)
     for width, stride in zip(self.widths, self.strides, strict=True):
       x = nn.Conv(
         width, (3, 3), stride, use_bias=False, dtype=self.dtype, kernel_init=conv_kernel_init
       )(x)
-      x = nn.relu(norm()(x))
+      x = act(norm()(x))
     return jnp.mean(x, axis=(1, 2))
 
 
@@ -220,6 +240,11 @@ def _check_name(name: str) -> None:
   _check_choice('name', name, BACKBONES)
 
 
+def _activation(name: str) -> Callable:
+  _check_choice('activation', name, ACTIVATIONS)
+  return ACTIVATIONS[name]
+
+
 def feature_dim(name: str) -> int:
   """Width of the backbone's output features (e.g. 2048 for 'resnet50')."""
   _check_name(name)
@@ -232,25 +257,34 @@ def make_backbone(
   stem: str = 'cifar',
   dtype: Any = jnp.float32,
   norm: str = 'batch',
+  activation: str = 'relu',
   bn_momentum: float = 0.9,
   bn_axis_name: str | None = None,
 ) -> nn.Module:
   """Builds the backbone `name` (see BACKBONES); `stem` only applies to ResNets."""
   _check_name(name)
   build = BACKBONES[name][0]
-  kwargs = dict(dtype=dtype, norm=norm, bn_momentum=bn_momentum, bn_axis_name=bn_axis_name)
+  kwargs = dict(
+    dtype=dtype,
+    norm=norm,
+    activation=activation,
+    bn_momentum=bn_momentum,
+    bn_axis_name=bn_axis_name,
+  )
   if name.startswith('resnet'):
     kwargs['stem'] = stem
   return build(**kwargs)
 
 
 class ProjectionHead(nn.Module):
-  """Dense -> norm (BatchNorm by default) -> ReLU -> Dense, as in the paper (2048 -> 512 -> 128)."""
+  """Dense -> norm (BatchNorm by default) -> activation (ReLU by default) -> Dense, as in
+  the paper (2048 -> 512 -> 128)."""
 
   hidden: int = 512
   out: int = 128
   dtype: Any = jnp.float32
   norm: str = 'batch'
+  activation: str = 'relu'
   bn_momentum: float = 0.9
   bn_axis_name: str | None = None
 
@@ -258,7 +292,7 @@ class ProjectionHead(nn.Module):
   def __call__(self, x, *, train: bool):
     x = nn.Dense(self.hidden, use_bias=False, dtype=self.dtype)(x)
     x = _norm(self.norm, train, self.bn_momentum, self.bn_axis_name, self.dtype)()(x)
-    x = nn.relu(x)
+    x = _activation(self.activation)(x)
     return nn.Dense(self.out, dtype=self.dtype)(x)
 
 
@@ -275,6 +309,7 @@ class ContrastiveModel(nn.Module):
   head_out: int = 128
   dtype: Any = jnp.float32
   norm: str = 'batch'
+  activation: str = 'relu'
   bn_axis_name: str | None = None
   bn_momentum: float = 0.9
 
@@ -284,6 +319,7 @@ class ContrastiveModel(nn.Module):
       stem=self.stem,
       dtype=self.dtype,
       norm=self.norm,
+      activation=self.activation,
       bn_momentum=self.bn_momentum,
       bn_axis_name=self.bn_axis_name,
     )
@@ -292,6 +328,7 @@ class ContrastiveModel(nn.Module):
       out=self.head_out,
       dtype=self.dtype,
       norm=self.norm,
+      activation=self.activation,
       bn_momentum=self.bn_momentum,
       bn_axis_name=self.bn_axis_name,
     )
@@ -307,8 +344,8 @@ class ContrastiveModel(nn.Module):
 
 
 def create_model(model_config, *, bn_axis_name: str | None = None) -> ContrastiveModel:
-  """ContrastiveModel from `config.model` (name, stem, norm, head_hidden, head_out, dtype,
-  bn_momentum).
+  """ContrastiveModel from `config.model` (name, stem, norm, activation, head_hidden,
+  head_out, dtype, bn_momentum).
 
   The one validation of config.model: raises ValueError naming the field and the fix.
   """
@@ -318,6 +355,8 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> Contrastiv
   _check_choice('norm', norm, NORMS)
   _check_choice('stem', model_config.stem, STEMS)
   _check_choice('dtype', model_config.dtype, DTYPES)
+  activation = model_config.get('activation', STORED_WITHOUT_ACTIVATION)
+  _check_choice('activation', activation, ACTIVATIONS)
   if not 0.0 <= model_config.bn_momentum < 1.0:
     _invalid('bn_momentum', f'must be in [0, 1), got {model_config.bn_momentum}', 'use e.g. 0.9')
   for field in ('head_hidden', 'head_out'):
@@ -330,6 +369,7 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> Contrastiv
     head_out=int(model_config.head_out),
     dtype=DTYPES[model_config.dtype],
     norm=norm,
+    activation=activation,
     bn_axis_name=bn_axis_name,
     bn_momentum=float(model_config.bn_momentum),
   )

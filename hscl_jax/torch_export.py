@@ -70,6 +70,12 @@ def check_exportable(config: config_dict.ConfigDict, out: str) -> None:
       f'config.model.norm is {config.model.norm!r}: only BatchNorm ResNets export '
       "(torchvision's ResNet has BatchNorm layers); train with model.norm='batch'."
     )
+  activation = config.model.get('activation', models.STORED_WITHOUT_ACTIVATION)
+  if activation != 'relu':
+    raise ExportError(
+      f'config.model.activation is {activation!r}: only ReLU ResNets export '
+      "(torchvision's ResNet applies ReLU); train with model.activation='relu'."
+    )
   if not out.endswith(SUFFIX):
     raise ExportError(f'--out={out} must end in {SUFFIX}. Fix: e.g. --out=backbone{SUFFIX}.')
   directory = os.path.dirname(os.path.abspath(out))

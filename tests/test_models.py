@@ -21,6 +21,7 @@ def model_config(**overrides):
       name='small_cnn',
       stem='cifar',
       norm='batch',
+      activation='relu',
       head_hidden=32,
       head_out=16,
       dtype='float32',
@@ -299,6 +300,42 @@ def test_create_model_fields():
   assert (model.head_hidden, model.head_out) == (64, 8)
   assert model.dtype == jnp.bfloat16 and model.bn_momentum == 0.99
   assert model.bn_axis_name == 'batch'
+  stored_before_the_field = model_config()
+  del stored_before_the_field['activation']
+  assert models.create_model(stored_before_the_field).activation == 'relu'
+
+
+def _primitive_counts(model, primitives):
+  """How often each of `primitives` occurs in the jaxpr of an eval-mode forward (nested
+  jaxprs included), traced from abstract variables: nothing compiles."""
+  x = jax.ShapeDtypeStruct((2, 8, 8, 3), jnp.float32)
+  variables = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False), x)
+  found = dict.fromkeys(primitives, 0)
+
+  def visit(jaxpr):
+    for eqn in jaxpr.eqns:
+      if eqn.primitive.name in found:
+        found[eqn.primitive.name] += 1
+      for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+        visit(sub)
+
+  visit(jax.make_jaxpr(lambda v, x: model.apply(v, x, train=False))(variables, x).jaxpr)
+  return found
+
+
+@pytest.mark.parametrize(
+  'name, sites', [('small_cnn', 4 + 1), ('resnet18', 1 + 2 * 8 + 1), ('resnet50', 1 + 3 * 16 + 1)]
+)
+def test_activation_is_applied_at_every_site(name, sites):
+  """The stem, every conv (and residual sum) of every block and the head use
+  model.activation: relu's max, silu's logistic, gelu's tanh (the approximate form), each
+  exactly once per site, and no other activation's primitive."""
+  primitive = {'relu': 'max', 'silu': 'logistic', 'gelu': 'tanh'}
+  assert set(primitive) == set(models.ACTIVATIONS)
+  for activation, own in primitive.items():
+    model = models.create_model(model_config(name=name, activation=activation))
+    counts = _primitive_counts(model, primitive.values())
+    assert counts == {p: sites if p == own else 0 for p in primitive.values()}, activation
 
 
 @pytest.mark.parametrize(
@@ -307,6 +344,7 @@ def test_create_model_fields():
     (dict(name='resnet101'), 'resnet18, resnet34, resnet50, small_cnn'),
     (dict(stem='tiny'), 'model.stem'),
     (dict(norm='instance'), 'model.norm'),
+    (dict(activation='tanh'), 'model.activation'),
     (dict(dtype='float16'), 'model.dtype'),
     (dict(bn_momentum=1.0), 'model.bn_momentum'),
     (dict(head_out=0), 'model.head_out'),

@@ -24,10 +24,10 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
-from configs import default  # noqa: E402
+from test_torch_export_errors import export_config as _config  # noqa: E402
+
 from hscl_jax import augment  # noqa: E402
 from hscl_jax import checkpointing  # noqa: E402
-from hscl_jax import errors  # noqa: E402
 from hscl_jax import metrics  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import torch_export  # noqa: E402
@@ -39,14 +39,6 @@ safetensors_torch = pytest.importorskip('safetensors.torch', reason=NEEDS)
 
 STEP = 7
 NUM_IMAGES = 4
-
-
-def _config(name: str, stem: str, image_size: int):
-  config = default.get_config()
-  config.model.name = name
-  config.model.stem = stem
-  config.augment.image_size = image_size
-  return config
 
 
 def _random_variables(config):
@@ -194,35 +186,3 @@ def test_resnet50_imagenet_stem(tmp_path):
   assert meta['same_padding_convs'] == ['layer2.0.conv2', 'layer3.0.conv2', 'layer4.0.conv2']
   assert set(meta['replace_modules']) == {'fc'}
   assert (meta['feature_dim'], meta['image_size']) == (2048, 64)
-
-
-def _one_line_error(tmp_path, config, *, out='backbone.safetensors') -> str:
-  """The message of a run without a checkpoint: what is checked first is refused."""
-  workdir = tmp_path / 'run'
-  metrics.write_config(str(workdir), config)
-  with pytest.raises(errors.UserError) as raised:
-    torch_export.export_torch(str(workdir), str(tmp_path / out))
-  assert '\n' not in str(raised.value)
-  assert not list(tmp_path.glob('*.safetensors')) and not list(tmp_path.glob('*.json'))
-  return str(raised.value)
-
-
-def test_only_batchnorm_resnets_export(tmp_path):
-  config = _config('small_cnn', 'cifar', 8)
-  assert 'only ResNets export' in _one_line_error(tmp_path, config)
-  config = _config('resnet18', 'cifar', 8)
-  config.model.norm = 'group'
-  assert 'only BatchNorm ResNets export' in _one_line_error(tmp_path, config)
-
-
-def test_workdir_without_checkpoint_names_it_and_the_fix(tmp_path):
-  message = _one_line_error(tmp_path, _config('resnet18', 'cifar', 8))
-  assert str(tmp_path / 'run' / 'checkpoints') in message
-  assert 'python -m hscl_jax.main' in message
-
-
-def test_bad_output_path(tmp_path):
-  config = _config('resnet18', 'cifar', 8)
-  assert 'must end in .safetensors' in _one_line_error(tmp_path, config, out='b.pt')
-  message = _one_line_error(tmp_path, config, out='missing/b.safetensors')
-  assert 'does not exist' in message
