@@ -268,7 +268,15 @@ def test_encoder_is_node_permutation_and_padding_invariant(toy_dir):
     _, v, g, e = _forward(ds, graphs, budget, variables, permute)
     np.testing.assert_allclose(v, value, rtol=2e-5)
     np.testing.assert_allclose(e, embedding, rtol=2e-5, atol=2e-5)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5), g, grads)
+    jax.tree.map(_assert_close_at_the_leafs_scale, g, grads)
+
+
+def _assert_close_at_the_leafs_scale(actual, desired):
+  """rtol 2e-3, and an atol of 1e-5 of the leaf's largest entry: an entry that is a sum
+  of terms of that size cancelling to ~0 keeps their float32 rounding (seen: -1.1e-5 vs
+  1.7e-5 in a leaf whose largest entry is 190, after the nodes were permuted)."""
+  atol = 1e-5 * float(np.abs(desired).max())
+  np.testing.assert_allclose(actual, desired, rtol=2e-3, atol=atol)
 
 
 # --------------------------------------------------------------------------------------
