@@ -12,10 +12,45 @@ import pytest
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 _flags = os.environ.get('XLA_FLAGS', '')
 if 'xla_force_host_platform_device_count' not in _flags:
-  os.environ['XLA_FLAGS'] = (_flags + ' --xla_force_host_platform_device_count=4').strip()
+  _flags += ' --xla_force_host_platform_device_count=4'
+# The tests compile hundreds of small programs and run each a few steps: with LLVM at -O0
+# the suite takes a fifth less CPU time (docs/testing.md). XLA's own HLO passes still run,
+# and the programs compute the same up to float32 rounding, which the tests allow for.
+# The programs the tests start inherit both flags.
+if 'xla_backend_optimization_level' not in _flags:
+  _flags += ' --xla_backend_optimization_level=0'
+os.environ['XLA_FLAGS'] = _flags.strip()
 
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+def pytest_collection_modifyitems(config, items):
+  """Every test in its file's xdist group (pytest.ini's `--dist loadgroup`: a worker
+  builds the file's module fixtures once); the files that read the session's digits run
+  share one group, so it is trained once."""
+  del config
+
+  def file_of(item):
+    return item.nodeid.split('::')[0].rsplit('/', 1)[-1]
+
+  shared = {file_of(item) for item in items if 'digits_run' in item.fixturenames}
+  for item in items:
+    item.add_marker(
+      pytest.mark.xdist_group('digits_run' if file_of(item) in shared else file_of(item))
+    )
+
+
+def pytest_xdist_auto_num_workers(config):
+  """`-n auto` (pytest.ini): one worker per core, at most 4. Most of a test's time is XLA
+  compiling a program on one core: one process keeps 2 cores 60 % busy, 2 workers 85 %,
+  and 3 workers on 2 cores took 10 % longer than 2 (docs/testing.md has the times). Each
+  worker holds its own JAX (1-5 GB), and beyond 4 the longest file (tests/test_train.py,
+  ~4 min) sets the wall time anyway."""
+  del config
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+  return max(1, min(4, cores or 1))
 
 
 @pytest.fixture(scope='session')

@@ -104,6 +104,7 @@ def test_cifar10_folder_config_runs_an_epoch_on_a_generated_folder(tmp_path):
     assert json.load(f)['train_examples'] == 24
 
 
+@pytest.mark.slow  # 42 s idle: decodes 60,000 JPEGs; the generated folder above is the path
 @pytest.mark.skipif(not CIFAR10.is_dir(), reason=f'CIFAR-10 image folder not at {CIFAR10}')
 def test_short_real_cifar10_run(tmp_path):
   """A few steps on the real JPEGs: decoded into memory, a learned kNN above chance."""

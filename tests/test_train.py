@@ -782,7 +782,11 @@ def _random_batch(seed=0, size=16):
   }
 
 
-@pytest.mark.parametrize('num_devices,unroll', [(1, False), (4, False), (4, True)])
+@pytest.mark.parametrize(
+  'num_devices,unroll',
+  # 1 device: the 4-device cases' chunk loop with 4 times the rows (slow: ~30 s).
+  [pytest.param(1, False, marks=pytest.mark.slow), (4, False), (4, True)],
+)
 def test_chunked_step_equals_unchunked_without_batch_statistics(num_devices, unroll):
   """GroupNorm mixes no samples: 4 chunks per device give the same parameters, optimizer
   state and metrics as one pass (plain SGD with a large step: a scale error would show),

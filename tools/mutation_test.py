@@ -795,7 +795,19 @@ def run_mutant(
     for t in mutant.tests
     if not t.startswith('tests/') or os.path.exists(os.path.join(workdir, t.split('::')[0]))
   ]
-  command = [sys.executable, '-m', 'pytest', '-x', '-q', '-rfE', '-p', 'no:cacheprovider']
+  # -n 0: one process (pytest.ini's -n auto would start workers for a few tests).
+  command = [
+    sys.executable,
+    '-m',
+    'pytest',
+    '-x',
+    '-q',
+    '-rfE',
+    '-p',
+    'no:cacheprovider',
+    '-n',
+    '0',
+  ]
   start = time.time()
   try:
     result = subprocess.run(
