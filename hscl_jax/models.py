@@ -240,6 +240,13 @@ def _check_name(name: str) -> None:
   _check_choice('name', name, BACKBONES)
 
 
+def configured_activation(model_config) -> str:
+  """config.model.activation, validated; a run stored before the field existed: ReLU."""
+  activation = model_config.get('activation', STORED_WITHOUT_ACTIVATION)
+  _check_choice('activation', activation, ACTIVATIONS)
+  return activation
+
+
 def _activation(name: str) -> Callable:
   _check_choice('activation', name, ACTIVATIONS)
   return ACTIVATIONS[name]
@@ -355,8 +362,7 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> Contrastiv
   _check_choice('norm', norm, NORMS)
   _check_choice('stem', model_config.stem, STEMS)
   _check_choice('dtype', model_config.dtype, DTYPES)
-  activation = model_config.get('activation', STORED_WITHOUT_ACTIVATION)
-  _check_choice('activation', activation, ACTIVATIONS)
+  activation = configured_activation(model_config)
   if not 0.0 <= model_config.bn_momentum < 1.0:
     _invalid('bn_momentum', f'must be in [0, 1), got {model_config.bn_momentum}', 'use e.g. 0.9')
   for field in ('head_hidden', 'head_out'):

@@ -70,7 +70,7 @@ def check_exportable(config: config_dict.ConfigDict, out: str) -> None:
       f'config.model.norm is {config.model.norm!r}: only BatchNorm ResNets export '
       "(torchvision's ResNet has BatchNorm layers); train with model.norm='batch'."
     )
-  activation = config.model.get('activation', models.STORED_WITHOUT_ACTIVATION)
+  activation = models.configured_activation(config.model)
   if activation != 'relu':
     raise ExportError(
       f'config.model.activation is {activation!r}: only ReLU ResNets export '
