@@ -46,6 +46,10 @@ def get_config() -> ml_collections.ConfigDict:
   # 'augmentation': the two views are augmentations of one image (SimCLR).
   # 'label': the second view is another image of the same class (Lemma 1 experiment).
   config.positive_mode = 'augmentation'
+  # Class-aware batches (docs/training.md, "Class-aware batches"): 0 = uniform batches (the
+  # paper's); m >= 1 = every global batch holds m examples of each of batch_size / m
+  # classes, so an anchor meets exactly m - 1 other samples of its class.
+  config.samples_per_class = 0
 
   # --- Method (docs/method.md, "The four settings"; eq. (3) of the paper) ---
   config.method = 'hscl'  # ucl (SimCLR) | hucl (HCL) | scl | hscl

@@ -94,14 +94,18 @@ class Plan:
     return jax.jit(self.learning_rate)
 
 
-def make_plan(config: ml_collections.ConfigDict, num_train_examples: int) -> Plan:
+def check_batch_fits(config: ml_collections.ConfigDict, num_train_examples: int) -> None:
   if config.batch_size > num_train_examples:
     schema.fail(
       'batch_size',
       f'{config.batch_size} exceeds the {num_train_examples} training examples',
       f'use at most {num_train_examples}',
     )
-  steps = data.steps_per_epoch(num_train_examples, config.batch_size)
+
+
+def make_plan(config: ml_collections.ConfigDict, train_order: data.EpochOrder) -> Plan:
+  """The plan of a run whose epochs visit the training examples in `train_order`."""
+  steps = train_order.steps_per_epoch
   if config.steps_per_epoch_limit is not None:
     steps = min(steps, config.steps_per_epoch_limit)
   schedule = optim.create_learning_rate_schedule(
@@ -538,20 +542,22 @@ def _build_run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.shardi
   is_writer = jax.process_index() == 0
   train_source, test_source = data.run_sources(config)
   schema.validate_dataset(config, num_classes=train_source.num_classes)
-  plan = make_plan(config, len(train_source))
-  augment_params = augment.AugmentParams.from_config(config.augment)
-  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  optimizer = optim.create_optimizer(config.optimizer, plan.learning_rate)
-  state = create_train_state(config, model, optimizer, augment_params.image_size, mesh)
+  check_batch_fits(config, len(train_source))
   train_iter = data.TrainLoader(
     train_source,
     global_batch_size=config.batch_size,
     seed=config.seed,
     positive_mode=config.positive_mode,
+    samples_per_class=config.samples_per_class,
     shard_index=jax.process_index(),
     shard_count=jax.process_count(),
     num_classes=train_source.num_classes,
   )
+  plan = make_plan(config, train_iter.order)
+  augment_params = augment.AugmentParams.from_config(config.augment)
+  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  optimizer = optim.create_optimizer(config.optimizer, plan.learning_rate)
+  state = create_train_state(config, model, optimizer, augment_params.image_size, mesh)
   checkpointer = checkpointing.Checkpointer(workdir, keep=config.keep_checkpoints)
   state, start_step, position, records = _restore(checkpointer, state, train_iter)
   metrics.write_config(workdir, config, enabled=is_writer)

@@ -34,6 +34,7 @@ from transfer_guard import no_implicit_transfers  # noqa: E402
 from configs import digits  # noqa: E402
 from hscl_jax import augment  # noqa: E402,E501
 from hscl_jax import checkpointing  # noqa: E402,E501
+from hscl_jax import data  # noqa: E402
 from hscl_jax import evaluation  # noqa: E402,E501
 from hscl_jax import linear_probe  # noqa: E402
 from hscl_jax import losses  # noqa: E402
@@ -328,7 +329,8 @@ def test_run_compiles_each_program_once_in_its_first_epoch(uninterrupted_run):
   except Orbax's: on several devices each replica writes a slice of every replicated
   array (replica-parallel saving), one `slice` program per array shape."""
   _, _, compiled = uninterrupted_run
-  schedule = train.make_plan(tiny_config(), 1438).learning_rate.__name__
+  order = data.EpochOrder(1438, global_batch_size=tiny_config().batch_size, seed=0)
+  schedule = train.make_plan(tiny_config(), order).learning_rate.__name__
   ours = ['init', 'per_device_step', schedule, 'per_device', '_predict']
   assert [c.program for c in compiled if not c.in_checkpoint_write] == [
     f'jit({name})' for name in ours

@@ -18,8 +18,10 @@ from hscl_jax.data.image_folder import list_image_files
 from hscl_jax.data.loaders import POSITIVE_MODES
 from hscl_jax.data.loaders import EvalLoader
 from hscl_jax.data.loaders import TrainLoader
-from hscl_jax.data.loaders import epoch_permutation
-from hscl_jax.data.loaders import steps_per_epoch
+from hscl_jax.data.sampling import EpochOrder
+from hscl_jax.data.sampling import check_samples_per_class
+from hscl_jax.data.sampling import epoch_permutation
+from hscl_jax.data.sampling import steps_per_epoch
 from hscl_jax.data.sources import DATASETS
 from hscl_jax.data.sources import SPLITS
 from hscl_jax.data.sources import DatasetInfo
@@ -34,10 +36,12 @@ __all__ = [
   'ArraySource',
   'SubsetSource',
   'balanced_subset',
+  'check_samples_per_class',
   'class_names',
   'DATASETS',
   'DatasetInfo',
   'DatasetNotPreparedError',
+  'EpochOrder',
   'EvalLoader',
   'ImageFolderError',
   'ImageFilesSource',

@@ -1,8 +1,9 @@
 """Training and evaluation batches, sharded per process, built on grain.
 
 Index arithmetic (the whole design):
-  * Epoch e visits the examples in the order ``permutation(seed, e)`` and keeps the
-    first ``steps_per_epoch * global_batch_size`` of them (drop remainder).
+  * Epoch e visits the examples in the order ``EpochOrder(...)(e)``
+    (:mod:`hscl_jax.data.sampling`: a seeded permutation, or class-aware batches), which
+    holds ``steps_per_epoch * global_batch_size`` of them.
   * Global batch k of an epoch is the k-th block of ``global_batch_size`` positions;
     process p reads its contiguous ``local_batch_size`` slice of that block. So
     the global batches do not depend on the number of processes, and each
@@ -14,36 +15,18 @@ Index arithmetic (the whole design):
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import grain
 import jax
 import numpy as np
 
+from hscl_jax.data import sampling
+
 POSITIVE_MODES = ('augmentation', 'label')
 # Data reading threads and prefetched batches per process (grain ReadOptions).
 DEFAULT_NUM_THREADS = 4
 DEFAULT_PREFETCH_BATCHES = 4
-
-
-def steps_per_epoch(num_examples: int, global_batch_size: int) -> int:
-  """Training steps in one epoch (the remainder is dropped). The one place this is computed."""
-  if global_batch_size < 1:
-    raise ValueError(f'global_batch_size must be positive, got {global_batch_size}')
-  steps = num_examples // global_batch_size
-  if steps == 0:
-    raise ValueError(
-      f'global batch size {global_batch_size} is larger than the '
-      f'{num_examples} training examples: no full batch per epoch'
-    )
-  return steps
-
-
-@functools.lru_cache(maxsize=8)
-def epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
-  """The visiting order of epoch ``epoch`` (cached: every element of an epoch needs it)."""
-  return np.random.default_rng([seed, epoch]).permutation(num_examples)
 
 
 def _local_batch_size(global_batch_size: int, shard_count: int) -> int:
@@ -100,6 +83,9 @@ class TrainLoader:
     seed: shuffling seed; epoch e is shuffled by (seed, e).
     positive_mode: 'augmentation' (second view = the same image) or 'label'
       (second view = another image of the same class, the Lemma 1 experiment).
+    samples_per_class: 0 (uniform batches) or m >= 1: every global batch holds m
+      examples of each of ``global_batch_size / m`` classes
+      (:class:`hscl_jax.data.sampling.EpochOrder`).
     shard_index, shard_count: this process and the number of processes
       (default: jax.process_index() / jax.process_count()).
     num_classes: optional check of the labels in 'label' mode.
@@ -113,6 +99,7 @@ class TrainLoader:
     global_batch_size: int,
     seed: int,
     positive_mode: str = 'augmentation',
+    samples_per_class: int = 0,
     shard_index: int | None = None,
     shard_count: int | None = None,
     num_classes: int | None = None,
@@ -130,10 +117,19 @@ class TrainLoader:
     self.global_batch_size = global_batch_size
     self.local_batch_size = _local_batch_size(global_batch_size, self.shard_count)
     self.num_examples = len(source)
-    self.steps_per_epoch = steps_per_epoch(self.num_examples, global_batch_size)
+    labels = np.asarray(source.labels(), np.int32) if samples_per_class else None
+    self.order = sampling.EpochOrder(
+      self.num_examples,
+      labels=labels,
+      global_batch_size=global_batch_size,
+      seed=seed,
+      samples_per_class=samples_per_class,
+      num_processes=self.shard_count,
+    )
+    self.steps_per_epoch = self.order.steps_per_epoch
     self._partners = None
     if positive_mode == 'label':
-      labels = np.asarray(source.labels(), np.int32)
+      labels = np.asarray(source.labels(), np.int32) if labels is None else labels
       if num_classes is not None and len(labels) and labels.max() >= num_classes:
         raise ValueError(f'label {labels.max()} is out of range for {num_classes} classes')
       self._partners = SameClassPartners(labels, seed)
@@ -161,8 +157,7 @@ class TrainLoader:
     global_position = (
       step * self.global_batch_size + self.shard_index * self.local_batch_size + offset
     )
-    order = epoch_permutation(self.seed, epoch, self.num_examples)
-    return epoch, int(order[global_position])
+    return epoch, int(self.order(epoch)[global_position])
 
   def _element(self, position: int) -> dict[str, Any]:
     epoch, index = self.example_index(position)

@@ -472,37 +472,69 @@ def paired_table(summary, best) -> list[str]:
   ]
 
 
-def same_class_per_anchor(labels: np.ndarray, batch_size: int, seed: int, num_epochs: int):
-  """Measured in the batches a run trains on (the loader's order for `seed`): the mean
-  number of other samples of an anchor's class in its batch, and the fraction of anchors
-  with at least one."""
-  num_batches = data.steps_per_epoch(len(labels), batch_size)
+def same_class_per_anchor(
+  labels: np.ndarray, batch_size: int, seed: int, num_epochs: int, samples_per_class: int = 0
+):
+  """Measured in the batches a run trains on (the loader's order for `seed`, uniform or
+  class-aware): the mean number of other samples of an anchor's class in its batch, and
+  the fraction of anchors with at least one."""
+  order = data.EpochOrder(
+    len(labels),
+    labels=labels,
+    global_batch_size=batch_size,
+    seed=seed,
+    samples_per_class=samples_per_class,
+  )
   counts = []
   for epoch in range(num_epochs):
-    order = data.epoch_permutation(seed, epoch, len(labels))[: num_batches * batch_size]
-    batches = labels[order].reshape(num_batches, batch_size)
+    batches = labels[order(epoch)].reshape(order.steps_per_epoch, batch_size)
     same = (batches[:, :, None] == batches[:, None, :]).sum(axis=-1) - 1
     counts.append(same.ravel())
   counts = np.concatenate(counts)
   return float(counts.mean()), float((counts > 0).mean())
 
 
-def batch_composition(config, seeds) -> list[str]:
-  """The report's line on how many same-class samples an anchor meets per batch."""
+def batch_composition(config, plan) -> list[str]:
+  """The report's table of how many same-class samples an anchor meets per batch, for
+  every setting of `plan` over its seeds, from each run's own config."""
   labels = data.run_sources(config)[0].labels()
   if labels.min() < 0:
     return []  # unlabelled training data: no classes to count
-  measured = [same_class_per_anchor(labels, config.batch_size, s, config.num_epochs) for s in seeds]
-  mean, with_one = np.mean(measured, axis=0)
+  seeds_of: dict[Setting, list[int]] = {}
+  for setting, seed in plan:
+    seeds_of.setdefault(setting, []).append(seed)
+  rows = []
+  for setting, seeds in seeds_of.items():
+    runs = [run_config(config, setting, seed) for seed in seeds]
+    measured = [
+      same_class_per_anchor(
+        labels, run.batch_size, run.seed, run.num_epochs, run.get('samples_per_class', 0)
+      )
+      for run in runs
+    ]
+    mean, with_one = np.mean(measured, axis=0)
+    rows.append(
+      f'| {setting.label} | {", ".join(map(str, seeds))} | {runs[0].batch_size} | '
+      f'{_sampling(runs[0].get("samples_per_class", 0))} | {mean:.2f} | {100 * with_one:.1f} % |'
+    )
   return [
     '## Labels in a batch',
     '',
-    f'An anchor meets {mean:.2f} other samples of its class per batch of '
-    f'{config.batch_size} on average, and {100 * with_one:.1f} % of anchors meet at least one '
-    f'(measured in the training batches of seeds {", ".join(map(str, seeds))}, '
-    f'{len(np.unique(labels))} classes).',
+    "Other samples of an anchor's class in its batch, measured in the training batches of "
+    f"each setting's seeds (every epoch; {len(np.unique(labels))} classes in the training "
+    'subset), and the anchors that meet at least one.',
+    '',
+    '| setting | seeds | batch | batches | same-class samples per anchor | anchors with one |',
+    '|---|---|---|---|---|---|',
+    *rows,
     '',
   ]
+
+
+def _sampling(samples_per_class: int) -> str:
+  if not samples_per_class:
+    return 'uniform'
+  return f'class-aware, {samples_per_class} per class'
 
 
 def run_times(summary) -> list[str]:
@@ -684,7 +716,7 @@ def write_report(config, root: str, plan, grids, protocol: str, report_dir: str 
   inspected = inspect_links(root, best, seeds[0], out_dir)
   described = describe_seeds(plan)
   report = markdown_report(summary, best, config, described, protocol, grids, plots, raw, inspected)
-  report += '\n' + '\n'.join(batch_composition(config, seeds))
+  report += '\n' + '\n'.join(batch_composition(config, plan))
   missing = len(plan) - len(runs)
   report += f'\n{len(runs)} runs finished' + (f', {missing} missing.' if missing else '.') + '\n'
   with open(os.path.join(out_dir, REPORT_FILE), 'w') as f:
