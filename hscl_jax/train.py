@@ -103,6 +103,21 @@ def check_batch_fits(config: ml_collections.ConfigDict, num_train_examples: int)
     )
 
 
+def make_train_loader(config: ml_collections.ConfigDict, train_source) -> data.TrainLoader:
+  """This process's two-view batches of the run's training subset, in the config's order."""
+  check_batch_fits(config, len(train_source))
+  return data.TrainLoader(
+    train_source,
+    global_batch_size=config.batch_size,
+    seed=config.seed,
+    positive_mode=config.positive_mode,
+    samples_per_class=config.samples_per_class,
+    shard_index=jax.process_index(),
+    shard_count=jax.process_count(),
+    num_classes=train_source.num_classes,
+  )
+
+
 def make_plan(config: ml_collections.ConfigDict, train_order: data.EpochOrder) -> Plan:
   """The plan of a run whose epochs visit the training examples in `train_order`."""
   steps = train_order.steps_per_epoch
@@ -542,17 +557,7 @@ def _build_run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.shardi
   is_writer = jax.process_index() == 0
   train_source, test_source = data.run_sources(config)
   schema.validate_dataset(config, num_classes=train_source.num_classes)
-  check_batch_fits(config, len(train_source))
-  train_iter = data.TrainLoader(
-    train_source,
-    global_batch_size=config.batch_size,
-    seed=config.seed,
-    positive_mode=config.positive_mode,
-    samples_per_class=config.samples_per_class,
-    shard_index=jax.process_index(),
-    shard_count=jax.process_count(),
-    num_classes=train_source.num_classes,
-  )
+  train_iter = make_train_loader(config, train_source)
   plan = make_plan(config, train_iter.order)
   augment_params = augment.AugmentParams.from_config(config.augment)
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)

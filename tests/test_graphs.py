@@ -503,3 +503,25 @@ def test_grid_settings_follow_table_order_and_method_filter():
     'hscl_beta10',
   ]
   assert graph_grid.settings([1.0, 10.0], ['scl', 'ucl']) == [('ucl', 0.0), ('scl', 0.0)]
+
+
+def test_class_aware_batches_are_refused_for_graphs(toy_dir):
+  """samples_per_class is the image arm's: in a graph config file or on the command line,
+  one line saying so (the graph program's own config has no such field)."""
+  config = _config(toy_dir)
+  with config.unlocked():
+    config.samples_per_class = 4
+  with pytest.raises(train.GraphConfigError) as error:
+    train.validate_config(config)
+  assert str(error.value) == train.CLASS_AWARE_REFUSAL
+  assert str(error.value).startswith('config.samples_per_class: class-aware batches are for')
+  proc = subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.graphs', '--config=configs/graphs.py', '--workdir=/tmp/w']
+    + ['--config.samples_per_class=4'],
+    cwd=REPO,
+    env={**os.environ, 'PYTHONPATH': REPO, 'JAX_PLATFORMS': 'cpu'},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert (proc.returncode, proc.stderr.strip()) == (1, train.CLASS_AWARE_REFUSAL)

@@ -11,6 +11,8 @@ DIR/metrics.jsonl (training loss per epoch) and DIR/config.json.
 
 from __future__ import annotations
 
+import sys
+
 from absl import app
 from absl import flags
 from ml_collections import config_flags
@@ -36,4 +38,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  if any(arg.startswith('--config.samples_per_class') for arg in sys.argv):
+    sys.exit(train.CLASS_AWARE_REFUSAL)  # the config has no such field: one line, not a traceback
   app.run(main)

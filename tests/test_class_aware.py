@@ -1,0 +1,258 @@
+"""Class-aware batches (config.samples_per_class): the sampler's invariants, the loader
+through both source paths, the one-line refusals, and a digits run pinned to eq. (3)."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from test_data_loaders import loader  # noqa: E402
+from test_data_loaders import take  # noqa: E402
+
+from hscl_jax import data  # noqa: E402
+from hscl_jax import schema  # noqa: E402
+from hscl_jax.data import sampling  # noqa: E402
+from hscl_jax.experiments import image_grid  # noqa: E402
+
+
+def unbalanced_labels(seed=0, num_classes=9):
+  """Classes of different sizes (some not multiples of m), shuffled: a sampler that
+  ignored the labels, or counted groups wrongly, shows."""
+  rng = np.random.default_rng(seed)
+  sizes = rng.integers(5, 23, num_classes)
+  return rng.permutation(np.repeat(np.arange(num_classes), sizes)).astype(np.int32)
+
+
+def order_of(labels, batch, m, seed=0, processes=1):
+  return data.EpochOrder(
+    len(labels),
+    labels=labels,
+    global_batch_size=batch,
+    seed=seed,
+    samples_per_class=m,
+    num_processes=processes,
+  )
+
+
+def reference_max_batches(groups, per_batch):
+  """The most batches of `per_batch` distinct classes, by brute force over T."""
+  return max(t for t in range(sum(groups) + 1) if sum(min(g, t) for g in groups) >= per_batch * t)
+
+
+@pytest.mark.parametrize('m,batch', [(1, 6), (2, 8), (3, 12), (4, 16), (4, 36)])
+@pytest.mark.parametrize('seed', [0, 5])
+def test_every_batch_holds_m_samples_of_batch_over_m_distinct_classes(m, batch, seed):
+  labels = unbalanced_labels(seed)
+  order = order_of(labels, batch, m, seed=seed)
+  groups = np.bincount(labels) // m
+  assert order.steps_per_epoch == reference_max_batches(groups.tolist(), batch // m) > 0
+  for epoch in range(3):
+    visited = order(epoch)
+    assert visited.shape == (order.steps_per_epoch * batch,)
+    assert len(np.unique(visited)) == len(visited)  # no example twice in an epoch
+    batches = labels[visited].reshape(order.steps_per_epoch, batch // m, m)
+    assert (batches == batches[:, :, :1]).all()  # each group of m is one class
+    for classes in batches[:, :, 0]:
+      assert len(np.unique(classes)) == batch // m  # distinct classes in a batch
+    # An anchor meets exactly m - 1 others of its class.
+    flat = labels[visited].reshape(order.steps_per_epoch, batch)
+    assert ((flat[:, :, None] == flat[:, None, :]).sum(-1) - 1 == m - 1).all()
+
+
+def test_a_balanced_subset_is_visited_whole_in_a_fresh_order_each_epoch():
+  labels = np.repeat(np.arange(6), 8)  # 6 classes x 8 = 2 groups of 4 each: 12 groups
+  order = order_of(labels, 12, 4, seed=2)  # 3 classes a batch: 4 batches
+  assert order.steps_per_epoch == 4
+  epochs = [order(e) for e in range(3)]
+  for visited in epochs:
+    np.testing.assert_array_equal(np.sort(visited), np.arange(48))
+  assert not np.array_equal(epochs[0], epochs[1])
+  assert not np.array_equal(epochs[1], epochs[2])
+
+
+def test_the_order_is_a_function_of_seed_and_epoch():
+  labels = unbalanced_labels()
+  first = order_of(labels, 8, 2, seed=4)
+  again = order_of(labels, 8, 2, seed=4)
+  np.testing.assert_array_equal(first(1), again(1))
+  np.testing.assert_array_equal(first(0), first(0))
+  assert not np.array_equal(first(0), order_of(labels, 8, 2, seed=5)(0))
+
+
+def test_uniform_batches_are_unchanged():
+  """m = 0: the batches the loader gave before class-aware batches existed (pinned:
+  seed 3, 50 examples, batch 8; the first two batches of epochs 0 and 1)."""
+  batches = [b['index'].tolist() for b in take(loader(), 8)]
+  assert batches[:2] == [[2, 11, 17, 28, 32, 23, 30, 41], [25, 39, 4, 3, 40, 46, 35, 18]]
+  assert batches[6:] == [[49, 24, 32, 25, 27, 44, 28, 41], [10, 39, 12, 13, 45, 11, 43, 8]]
+  assert loader().steps_per_epoch == 6
+
+
+def class_aware_source():
+  """72 indexed examples, labels unbalanced (classes 0-5 of 8-16 examples)."""
+  labels = np.repeat(np.arange(6), [8, 10, 12, 13, 14, 15])
+  images = np.broadcast_to(
+    np.arange(len(labels), dtype=np.uint8)[:, None, None, None], (len(labels), 4, 4, 3)
+  ).copy()
+  return data.ArraySource(images, labels.astype(np.int32), 6)
+
+
+def test_the_loader_reads_the_order_and_processes_read_slices_of_it():
+  source = class_aware_source()
+  single = take(loader(source, samples_per_class=2, global_batch_size=8), 20)
+  order = order_of(source.labels(), 8, 2, seed=3)
+  steps = order.steps_per_epoch
+  expected = np.concatenate([order(0), order(1), order(2)]).reshape(-1, 8)[:20]
+  np.testing.assert_array_equal([b['index'] for b in single], expected)
+  np.testing.assert_array_equal(  # the images are the examples' own
+    [b['image'][:, 0, 0, 0, 0] for b in single], expected
+  )
+  shards = [
+    take(loader(source, samples_per_class=2, shard_index=i, shard_count=2), 20) for i in range(2)
+  ]
+  for k in range(20):
+    joined = np.concatenate([shards[0][k]['index'], shards[1][k]['index']])
+    np.testing.assert_array_equal(joined, single[k]['index'])
+  assert steps == 8  # groups of 2: 4+5+6+6+7+7 = 35, four classes a batch: 8 batches
+
+
+@pytest.mark.parametrize('positive_mode', ['augmentation', 'label'])
+def test_resume_mid_epoch_gives_the_uninterrupted_batches(positive_mode):
+  source = class_aware_source()
+  kwargs = dict(samples_per_class=2, positive_mode=positive_mode)
+  uninterrupted = take(loader(source, **kwargs), 13)
+  first = loader(source, **kwargs)
+  take(first, 5)  # mid-epoch 0 (8 steps an epoch)
+  resumed = loader(source, **kwargs)
+  resumed.set_state(first.get_state())
+  for want, got in zip(uninterrupted[5:], take(resumed, 8), strict=True):
+    for key in want:
+      np.testing.assert_array_equal(want[key], got[key])
+  if positive_mode == 'label':  # the second view is another example of the same class
+    second = uninterrupted[0]['image'][:, 1, 0, 0, 0]
+    np.testing.assert_array_equal(source.labels()[second], uninterrupted[0]['label'])
+
+
+def test_the_decoded_cache_and_the_lazy_path_give_the_same_batches(tmp_path):
+  from test_image_folder_run import short_config
+  from test_image_folder_run import write_folder
+
+  write_folder(tmp_path, {'train': 10, 'test': 2})
+  config = short_config(str(tmp_path))
+  config.train_examples = 32  # 8 of each of the 4 classes
+  batches = {}
+  for cache_gib in (0.0, 1.0):
+    config.decode_cache_gib = cache_gib
+    source = data.run_sources(config)[0]
+    assert isinstance(source, data.ArraySource) == (cache_gib > 0)
+    batches[cache_gib] = take(loader(source, samples_per_class=4), 4)
+  for lazy, cached in zip(batches[0.0], batches[1.0], strict=True):
+    for key in lazy:
+      np.testing.assert_array_equal(lazy[key], cached[key])
+    assert sorted(np.bincount(lazy['label'], minlength=4)) == [0, 0, 4, 4]
+
+
+def test_bounds_are_accepted_and_one_past_refused():
+  labels = np.repeat(np.arange(4), [6, 7, 9, 12])  # smallest class: 6 examples
+  # m equal to the smallest class: accepted; one more: refused naming class 0.
+  assert order_of(labels, 12, 6).steps_per_epoch == 2  # groups 1, 1, 1, 2 in pairs
+  with pytest.raises(schema.ConfigError) as refused:
+    order_of(labels, 14, 7)
+  assert str(refused.value) == (
+    'config.samples_per_class: 7 exceeds the 6 training examples of class 0 (the smallest '
+    'class in the training subset). Fix: use at most 6, or more train_examples (0: the whole '
+    'split).'
+  )
+  # batch / m equal to the number of classes: accepted; one more class: refused.
+  assert order_of(labels, 8, 2).steps_per_epoch == 3  # groups 3, 3, 4, 6 in fours
+  with pytest.raises(schema.ConfigError) as refused:
+    order_of(labels, 10, 2)
+  assert str(refused.value) == (
+    'config.samples_per_class: batch_size 10 / 2 = 5 classes per batch, but the training '
+    'subset has 4 classes. Fix: use samples_per_class in [5] (a divisor of batch_size >= 3), '
+    'or a batch_size of at most 8.'
+  )
+
+
+def test_m_must_divide_a_process_slice():
+  labels = np.repeat(np.arange(4), 12)
+  assert order_of(labels, 12, 6, processes=2).steps_per_epoch == 4  # 6 of 6: accepted
+  with pytest.raises(schema.ConfigError) as refused:
+    order_of(labels, 12, 4, processes=2)
+  assert str(refused.value) == (
+    "config.samples_per_class: 4 does not divide the 6 samples of a process's batch "
+    '(batch_size 12 over 2 processes). Fix: use 0 or a divisor of 6: 1, 2, 3, 6.'
+  )
+  for bad in (-1, 2.5, True):
+    with pytest.raises(schema.ConfigError, match=r'config\.samples_per_class: must be a whole'):
+      order_of(labels, 12, bad)
+
+
+def test_unlabelled_data_is_refused():
+  labels = np.array([0, 1, -1, 1] * 4)
+  with pytest.raises(schema.ConfigError, match='unlabelled examples'):
+    order_of(labels, 4, 2)
+
+
+def test_the_config_is_checked_against_the_processes_before_any_data():
+  from configs import digits
+
+  config = digits.get_config()
+  config.batch_size, config.samples_per_class = 32, 16
+  schema.validate_config(config, num_devices=4, num_processes=2)  # 16 of 16: fine
+  config.samples_per_class = 32
+  with pytest.raises(schema.ConfigError, match='32 does not divide the 16 samples'):
+    schema.validate_config(config, num_devices=4, num_processes=2)
+
+
+def test_the_report_counts_m_minus_1_same_class_samples_per_anchor():
+  labels = unbalanced_labels()
+  for m, batch in ((2, 8), (4, 16)):
+    mean, with_one = image_grid.same_class_per_anchor(labels, batch, 1, 2, m)
+    assert (mean, with_one) == (m - 1, 1.0)
+  uniform, _ = image_grid.same_class_per_anchor(labels, 16, 1, 2)
+  assert 0 < uniform < 3  # ~ (16 - 1) / 9 on uniform batches
+
+
+def test_max_batches_matches_brute_force():
+  rng = np.random.default_rng(0)
+  for _ in range(200):
+    groups = rng.integers(0, 7, rng.integers(1, 9))
+    per_batch = int(rng.integers(1, len(groups) + 1))
+    expected = reference_max_batches(groups.tolist(), per_batch)
+    assert sampling.max_batches(groups, per_batch) == expected
+
+
+def test_a_digits_run_with_4_per_class_meets_3_and_its_first_loss_is_eq_3(tmp_path):
+  """Class-aware batches through the whole step on 4 devices, with gradient caching
+  (chunks of 4 per device) and a negative queue: the batch the run drew holds 8 classes x
+  4, and its first loss is eq. (3)'s float64 reference on that batch."""
+  from test_train import record_first_step
+  from test_train import step_loss_reference
+  from test_train import tiny_config
+
+  from hscl_jax import metrics
+  from hscl_jax import train
+
+  config = tiny_config()
+  config.samples_per_class = 4
+  config.num_epochs, config.steps_per_epoch_limit = 1, 2
+  config.chunk_size = 4
+  config.queue_size = 2 * config.batch_size * 2
+  with pytest.MonkeyPatch.context() as patch:
+    seen = record_first_step(patch)
+    train.train_and_evaluate(config, str(tmp_path))
+  labels = np.asarray(seen['batch']['label'])
+  same = (labels[:, None] == labels[None, :]).sum(-1) - 1
+  assert (same == 3).all() and len(np.unique(labels)) == 8
+  np.testing.assert_allclose(
+    seen['loss'], step_loss_reference(config, seen['state'], seen['batch']), rtol=2e-5
+  )
+  train_labels = data.run_sources(config)[0].labels()
+  assert image_grid.same_class_per_anchor(train_labels, 32, config.seed, 1, 4) == (3.0, 1.0)
+  history = metrics.read_metrics(str(tmp_path))
+  assert history[-1]['step'] == 2 and np.isfinite(history[-1]['train_loss'])
