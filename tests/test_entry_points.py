@@ -31,6 +31,7 @@ ENTRY_POINTS = {
   'hscl_jax.graphs.__main__': 'hscl_jax.graphs',
   'hscl_jax.experiments.compare': 'hscl_jax.experiments.compare',
   'hscl_jax.experiments.compare_graphs': 'hscl_jax.experiments.compare_graphs',
+  'hscl_jax.experiments.compare_densities': 'hscl_jax.experiments.compare_densities',
 }
 SOURCE_DIRS = ('hscl_jax', 'tests', 'benchmarks', 'launch', 'configs')
 

@@ -466,8 +466,8 @@ ISSUE27_MUTANTS = (
   M(
     'report_top5_column_shows_top1',
     'hscl_jax/experiments/image_grid.py',
-    '{_mean_std(stats["top5"])} | {_mean_std(stats["knn"])} |',
-    '{_mean_std(stats["top1"])} | {_mean_std(stats["knn"])} |',
+    '{mean_std(stats["top5"])} | {mean_std(stats["knn"])} |',
+    '{mean_std(stats["top1"])} | {mean_std(stats["knn"])} |',
     REPORT_TESTS,
   ),
   M(
@@ -501,8 +501,8 @@ ISSUE27_MUTANTS = (
   M(
     'queue_table_knn_with_from_plain',
     'hscl_jax/experiments/image_grid.py',
-    '{_mean_std(summary[queued]["knn"])} |',
-    '{_mean_std(summary[plain]["knn"])} |',
+    '{mean_std(summary[queued]["knn"])} |',
+    '{mean_std(summary[plain]["knn"])} |',
     REPORT_TESTS,
   ),
   M(

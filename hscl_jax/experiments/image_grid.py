@@ -204,7 +204,7 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str, records
   return completed_run(base, setting, seed, root, protocol, records)
 
 
-def _mean_std(values) -> str:
+def mean_std(values) -> str:
   """'mean ± std' in %, or just the value for a single seed (no spread to show)."""
   values = 100 * np.asarray(values, np.float64)
   if len(values) == 1:
@@ -412,9 +412,9 @@ def queue_table(summary) -> list[str]:
     if len(base['top1']) != len(seeds):
       continue  # a seed of the queue run has no plain run yet
     lines.append(
-      f'| {queued.label} | {", ".join(map(str, seeds))} | {_mean_std(base["top1"])} | '
-      f'{_mean_std(summary[queued]["top1"])} | {_mean_std(base["knn"])} | '
-      f'{_mean_std(summary[queued]["knn"])} |'
+      f'| {queued.label} | {", ".join(map(str, seeds))} | {mean_std(base["top1"])} | '
+      f'{mean_std(summary[queued]["top1"])} | {mean_std(base["knn"])} | '
+      f'{mean_std(summary[queued]["knn"])} |'
     )
   return lines + ['']
 
@@ -428,15 +428,22 @@ def paired_differences(summary, best, key: str, first: str, second: str) -> dict
   """Seed -> `first` − `second` of a per-run figure (`key`: 'top1' or 'knn' of summarise),
   over the seeds both methods' Table I settings finished: the seeds of a comparison share
   the subset and the data order, so a per-seed difference cancels what they share."""
-  values = {}
-  for method in (first, second):
-    stats = summary[best[method]]
-    values[method] = {run['seed']: value for run, value in zip(stats['runs'], stats[key])}
-  seeds = sorted(set(values[first]) & set(values[second]))
-  return {seed: values[first][seed] - values[second][seed] for seed in seeds}
+  return seed_differences(
+    seed_values(summary[best[first]], key), seed_values(summary[best[second]], key)
+  )
 
 
-def _difference_cells(differences: dict[int, float]) -> str:
+def seed_values(stats, key: str) -> dict[int, float]:
+  """Seed -> a per-run figure (`key`) of one setting's summarise() entry."""
+  return {run['seed']: value for run, value in zip(stats['runs'], stats[key])}
+
+
+def seed_differences(first: dict[int, float], second: dict[int, float]) -> dict[int, float]:
+  """Seed -> first − second, over the seeds both have."""
+  return {seed: first[seed] - second[seed] for seed in sorted(set(first) & set(second))}
+
+
+def difference_cells(differences: dict[int, float]) -> str:
   points = 100 * np.asarray(list(differences.values()), np.float64)
   spread = (
     f'{points.mean():+.2f} ± {points.std(ddof=1):.2f}' if len(points) > 1 else f'{points[0]:+.2f}'
@@ -452,10 +459,10 @@ def paired_table(summary, best) -> list[str]:
   for first, second in pairs:
     linear = paired_differences(summary, best, 'top1', first, second)
     if linear:
-      knn_cells = _difference_cells(paired_differences(summary, best, 'knn', first, second))
+      knn_cells = difference_cells(paired_differences(summary, best, 'knn', first, second))
       rows.append(
         f'| {first} − {second} | {", ".join(map(str, linear))} | '
-        f'{_difference_cells(linear)} | {knn_cells} |'
+        f'{difference_cells(linear)} | {knn_cells} |'
       )
   if not rows:
     return []
@@ -618,8 +625,8 @@ def markdown_report(
     if method in best:
       stats = summary[best[method]]
       lines.append(
-        f'| {method} | {best[method].label} | {_mean_std(stats["top1"])} | '
-        f'{_mean_std(stats["top5"])} | {_mean_std(stats["knn"])} |'
+        f'| {method} | {best[method].label} | {mean_std(stats["top1"])} | '
+        f'{mean_std(stats["top5"])} | {mean_std(stats["knn"])} |'
       )
   if raw is not None:
     lines.append(
@@ -633,7 +640,7 @@ def markdown_report(
   if len(summary) > len(best):
     lines += ['## Every setting', '', '| setting | linear top-1 | kNN top-1 |', '|---|---|---|']
     for setting, stats in summary.items():
-      lines.append(f'| {setting.label} | {_mean_std(stats["top1"])} | {_mean_std(stats["knn"])} |')
+      lines.append(f'| {setting.label} | {mean_std(stats["top1"])} | {mean_std(stats["knn"])} |')
     lines.append('')
   lines += run_times(summary)
   lines += list(inspected)

@@ -1,0 +1,296 @@
+"""The comparison swept over how many same-class samples an anchor meets in a batch.
+
+The library behind `python -m hscl_jax.experiments.compare_densities`. Each density is one
+comparison (`python -m hscl_jax.experiments.compare`) of the same base config with its own
+`samples_per_class` (0: uniform batches), whose finished runs are recorded in its report
+directory (REPORT/runs/). From those records alone this writes one report: Table I per
+density; the paired differences of PAIRS per density against the same-class samples an
+anchor measurably met (a table and a plot); every class-aware run paired with the
+uniform run of its method and seed; and the false-negative fraction that `inspect` measured
+on each density's H-UCL encoder (REPORT/inspect/, copied there by the comparison).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import ml_collections
+import numpy as np
+
+from hscl_jax import data
+from hscl_jax import inspection
+from hscl_jax.experiments import image_grid
+
+REPORT_FILE = 'report.md'
+PLOT_FILE = 'paired_differences.png'
+MAX_SEEDS = 20  # seeds looked for in a density's records
+
+
+@dataclasses.dataclass(frozen=True)
+class Density:
+  """One comparison of the sweep: its samples_per_class and its report directory."""
+
+  samples_per_class: int
+  records: str
+
+  @property
+  def label(self) -> str:
+    m = self.samples_per_class
+    return 'uniform' if not m else f'{m} per class'
+
+
+def parse_densities(values: list[str]) -> list[Density]:
+  """['0=DIR', '4=DIR', ...] -> Densities (a ValueError names a malformed item)."""
+  densities = []
+  for item in values:
+    m, sep, records = item.partition('=')
+    if not sep or not m.strip().isdigit() or not records:
+      raise ValueError(f"'{item}' is not M=REPORT_DIR (e.g. 4=docs/results/x/m4)")
+    densities.append(Density(int(m), records))
+  if len({d.samples_per_class for d in densities}) != len(densities):
+    raise ValueError('each samples_per_class may be given once')
+  return sorted(densities, key=lambda d: d.samples_per_class)
+
+
+def density_config(base: ml_collections.ConfigDict, density: Density):
+  config = ml_collections.ConfigDict(base.to_dict())
+  config.samples_per_class = density.samples_per_class
+  return config
+
+
+def recorded_runs(base, density: Density, protocol: str) -> list[dict]:
+  """The density's finished runs, read from its records alone (every method, seeds
+  0 to MAX_SEEDS - 1)."""
+  config = density_config(base, density)
+  no_workdir = os.path.join(density.records, 'runs', 'no-workdir')  # records only
+  runs = []
+  for setting in image_grid.settings(config, set()):
+    for seed in range(MAX_SEEDS):
+      run = image_grid.completed_run(config, setting, seed, no_workdir, protocol, density.records)
+      if run is not None:
+        runs.append(run)
+  return runs
+
+
+@dataclasses.dataclass
+class Measured:
+  """One density's finished runs and what its batches held."""
+
+  density: Density
+  summary: dict  # image_grid.summarise
+  best: dict  # image_grid.best_per_method
+  same_class: float  # other samples of an anchor's class per batch, mean over its seeds
+  seeds: list[int]
+
+
+def measure(base, density: Density, protocol: str, labels: np.ndarray) -> Measured | None:
+  """The density's runs (None while none has finished) and its measured same-class count,
+  counted in the batches its runs' seeds trained on (`labels`: the training subset's)."""
+  runs = recorded_runs(base, density, protocol)
+  if not runs:
+    return None
+  config = density_config(base, density)
+  seeds = sorted({run['seed'] for run in runs})
+  counts = [
+    image_grid.same_class_per_anchor(
+      labels, config.batch_size, seed, config.num_epochs, density.samples_per_class
+    )[0]
+    for seed in seeds
+  ]
+  summary = image_grid.summarise(runs)
+  best = image_grid.best_per_method(summary)
+  return Measured(density, summary, best, float(np.mean(counts)), seeds)
+
+
+def training_labels(base) -> np.ndarray:
+  """The training subset's labels, as the runs drew it (read lazily: no image decoded)."""
+  config = ml_collections.ConfigDict(base.to_dict())
+  config.decode_cache_gib = 0.0
+  return np.asarray(data.run_sources(config)[0].labels())
+
+
+def method_tables(measured: list[Measured]) -> list[str]:
+  """Table I per density: linear and kNN top-1 of each method (mean ± std, seeds)."""
+  lines = []
+  for key, name in (('top1', 'Linear top-1'), ('knn', 'kNN top-1')):
+    header = ' | '.join(f'{m.density.label} ({m.same_class:.2f})' for m in measured)
+    lines += [
+      f'### {name} (%), per density (same-class samples per anchor)',
+      '',
+      f'| method | {header} |',
+      '|---|' + '---|' * len(measured),
+    ]
+    for method in image_grid.METHODS:
+      cells = []
+      for m in measured:
+        stats = m.summary.get(m.best.get(method))
+        cells.append(
+          '' if stats is None else f'{image_grid.mean_std(stats[key])} (n={len(stats[key])})'
+        )
+      if any(cells):
+        lines.append(f'| {method} | {" | ".join(cells)} |')
+    lines.append('')
+  return lines
+
+
+def pair_differences(m: Measured, first: str, second: str) -> dict[str, dict[int, float]]:
+  """{'top1' | 'knn': seed -> first − second} within one density ({} if a method is missing)."""
+  if first not in m.best or second not in m.best:
+    return {}
+  out = {
+    key: image_grid.paired_differences(m.summary, m.best, key, first, second)
+    for key in ('top1', 'knn')
+  }
+  return out if out['top1'] else {}
+
+
+def paired_table(measured: list[Measured]) -> list[str]:
+  """PAIRS' per-seed differences at each density, against its same-class count."""
+  lines = [
+    '| pair | batches | same-class per anchor | seeds | linear Δ | positive in | kNN Δ '
+    '| positive in |',
+    '|---|---|---|---|---|---|---|---|',
+  ]
+  for first, second in image_grid.PAIRS:
+    for m in measured:
+      diff = pair_differences(m, first, second)
+      if diff:
+        seeds = ', '.join(map(str, diff['top1']))
+        lines.append(
+          f'| {first} − {second} | {m.density.label} | {m.same_class:.2f} | {seeds} | '
+          f'{image_grid.difference_cells(diff["top1"])} | '
+          f'{image_grid.difference_cells(diff["knn"])} |'
+        )
+  return lines + ['']
+
+
+def against_uniform(measured: list[Measured]) -> list[str]:
+  """Each class-aware run minus the uniform run of its method and seed."""
+  uniform = next((m for m in measured if not m.density.samples_per_class), None)
+  rows = []
+  for m in measured if uniform is not None else []:
+    for method in image_grid.METHODS:
+      if m is uniform or method not in m.best or method not in uniform.best:
+        continue
+      diff = {
+        key: image_grid.seed_differences(
+          image_grid.seed_values(m.summary[m.best[method]], key),
+          image_grid.seed_values(uniform.summary[uniform.best[method]], key),
+        )
+        for key in ('top1', 'knn')
+      }
+      if diff['top1']:
+        rows.append(
+          f'| {method} | {m.density.label} | {", ".join(map(str, diff["top1"]))} | '
+          f'{image_grid.difference_cells(diff["top1"])} | '
+          f'{image_grid.difference_cells(diff["knn"])} |'
+        )
+  if not rows:
+    return ['No class-aware run has a uniform run of its method and seed yet.', '']
+  return [
+    '| method | batches | seeds | linear Δ vs uniform | positive in | kNN Δ vs uniform '
+    '| positive in |',
+    '|---|---|---|---|---|---|---|',
+    *rows,
+    '',
+  ]
+
+
+def false_negatives(measured: list[Measured]) -> list[str]:
+  """inspect's false-negative fraction on each density's H-UCL encoder (seed 0), where the
+  comparison copied it into REPORT/inspect/."""
+  rows = []
+  for m in measured:
+    if 'H-UCL' not in m.best:
+      continue
+    folder = f'{m.best["H-UCL"].slug}_seed0'
+    path = os.path.join(
+      m.density.records, image_grid.INSPECT_DIR, folder, inspection.STATISTIC_FILE
+    )
+    if not os.path.isfile(path):
+      continue
+    with open(path) as f:
+      statistic = json.load(f)
+    rows.append(
+      f'| {m.density.label} | {m.same_class:.2f} | '
+      f'{100 * statistic["hucl_false_negative_fraction"]:.1f} % (k = {statistic["k"]}) | '
+      f'{100 * statistic["hucl_same_class_fraction_of_all_negatives"]:.2f} % |'
+    )
+  if not rows:
+    return []
+  return [
+    "| batches (training) | same-class per anchor | H-UCL's top-k negatives that are same-class "
+    '| same-class share of all negatives |',
+    '|---|---|---|---|',
+    *rows,
+    '',
+  ]
+
+
+def plot_pairs(measured: list[Measured], out_dir: str) -> str:
+  """PAIRS' mean difference (± std over seeds) against the same-class samples per anchor,
+  linear and kNN side by side; returns the file name."""
+  import matplotlib
+
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
+  for ax, (key, name) in zip(axes, (('top1', 'linear top-1'), ('knn', 'kNN top-1'))):
+    for first, second in image_grid.PAIRS:
+      points = [(m.same_class, pair_differences(m, first, second)) for m in measured]
+      points = [(x, 100 * np.array(list(d[key].values()))) for x, d in points if d]
+      if points:
+        x = [p[0] for p in points]
+        mean = [p[1].mean() for p in points]
+        std = [p[1].std(ddof=1) if len(p[1]) > 1 else 0.0 for p in points]
+        ax.errorbar(x, mean, yerr=std, marker='o', capsize=3, label=f'{first} − {second}')
+    ax.axhline(0, color='grey', lw=0.8)
+    ax.set(xscale='log', xlabel='same-class samples per anchor per batch (measured)')
+    ax.set(ylabel=f'paired Δ {name} (points)', title=f'Paired differences, {name}')
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(os.path.join(out_dir, PLOT_FILE), dpi=110)
+  plt.close(fig)
+  return PLOT_FILE
+
+
+def write_report(base, densities: list[Density], protocol: str, report_dir: str) -> str | None:
+  """REPORT_DIR/report.md and its plot from the densities' records; returns the text
+  (None while no density has a finished run)."""
+  labels = training_labels(base)
+  measured = [m for d in densities if (m := measure(base, d, protocol, labels)) is not None]
+  if not measured:
+    return None
+  os.makedirs(report_dir, exist_ok=True)
+  plot = plot_pairs(measured, report_dir)
+  lines = [
+    f'# The comparison against label density: {image_grid.dataset_label(base)}',
+    '',
+    f'Batch {base.batch_size}, {base.num_epochs} epochs, model {base.model.name}, linear '
+    f'evaluation protocol {protocol}. Each density is one comparison (its report: '
+    + ', '.join(
+      f'[{m.density.label}]({os.path.relpath(m.density.records, report_dir)}/report.md)'
+      for m in measured
+    )
+    + "); a density's same-class count is measured in the batches its runs trained on.",
+    '',
+    *method_tables(measured),
+    '## Paired differences against the density (points; same seed: same subset)',
+    '',
+    *paired_table(measured),
+    f'![paired differences]({plot})',
+    '',
+    '## Each class-aware run against the uniform run of its method and seed',
+    '',
+    *against_uniform(measured),
+  ]
+  fn = false_negatives(measured)
+  if fn:
+    lines += ["## H-UCL's hardest negatives (`python -m hscl_jax.inspect`, seed 0)", '', *fn]
+  report = '\n'.join(lines) + '\n'
+  with open(os.path.join(report_dir, REPORT_FILE), 'w') as f:
+    f.write(report)
+  return report

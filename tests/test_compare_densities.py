@@ -1,0 +1,178 @@
+"""The label-density report: every figure it prints recomputed by hand from records
+written here, on data where pairing by position instead of by seed, or counting one seed's
+batches instead of every seed's, would change the answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from configs import digits  # noqa: E402
+from hscl_jax import data  # noqa: E402
+from hscl_jax import inspection  # noqa: E402
+from hscl_jax import linear_probe  # noqa: E402
+from hscl_jax import metrics  # noqa: E402
+from hscl_jax.experiments import density_grid  # noqa: E402
+from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import run_records  # noqa: E402
+
+PROTOCOL = 'features'
+
+# (linear top-1, kNN top-1) per density, method and seed. Seeds are missing where a
+# position != seed: uniform H-UCL has 0, 1, 2 but class-aware H-UCL only 1, 2.
+UNIFORM = {
+  'UCL': {0: (0.40, 0.30), 1: (0.42, 0.31), 2: (0.41, 0.29)},
+  'H-UCL': {0: (0.44, 0.33), 1: (0.43, 0.32), 2: (0.45, 0.35)},
+  'SCL': {0: (0.41, 0.32), 1: (0.44, 0.30), 2: (0.42, 0.33)},
+  'H-SCL(β)': {0: (0.43, 0.34), 1: (0.45, 0.31), 2: (0.42, 0.36)},
+}
+FOUR = {
+  'H-UCL': {1: (0.46, 0.30), 2: (0.47, 0.37)},
+  'H-SCL(β)': {0: (0.50, 0.40), 1: (0.49, 0.36), 2: (0.52, 0.41)},
+}
+
+
+def base_config():
+  config = digits.get_config()
+  config.batch_size, config.num_epochs = 32, 2
+  return config
+
+
+def write_record(records, config, setting, seed, top1, knn):
+  run = image_grid.run_config(config, setting, seed, PROTOCOL)
+  directory = run_records.record_dir(records, setting.slug, seed)
+  os.makedirs(directory)
+  with open(os.path.join(directory, metrics.CONFIG_FILE), 'w') as f:
+    json.dump(metrics.config_as_json(run), f)
+  with open(os.path.join(directory, metrics.METRICS_FILE), 'w') as f:
+    for epoch in range(1, run.num_epochs + 1):
+      f.write(
+        json.dumps(
+          {'step': 10 * epoch, 'epoch': epoch, 'knn_top1': knn - 0.1 * (run.num_epochs - epoch)}
+        )
+      )
+      f.write('\n')
+  linear = {k: run.linear_eval[k] for k in image_grid.LINEAR_EVAL_KEYS}
+  linear.update(top1=top1, top5=1.0, checkpoint_step=10 * run.num_epochs)
+  with open(os.path.join(directory, linear_probe.RESULT_FILE), 'w') as f:
+    json.dump(linear, f)
+
+
+def write_density(records, samples_per_class, grid):
+  config = base_config()
+  config.samples_per_class = samples_per_class
+  by_method = {s.method: s for s in image_grid.settings(config, set())}
+  for method, seeds in grid.items():
+    for seed, values in seeds.items():
+      write_record(records, config, by_method[method], seed, *values)
+
+
+def loader_same_class(samples_per_class, seeds):
+  """Same-class samples per anchor counted in the loader's own batches, every epoch."""
+  config = base_config()
+  source = data.run_sources(config)[0]
+  counts = []
+  for seed in seeds:
+    loader = data.TrainLoader(
+      source,
+      global_batch_size=32,
+      seed=seed,
+      samples_per_class=samples_per_class,
+      shard_index=0,
+      shard_count=1,
+    )
+    for _ in range(config.num_epochs * loader.steps_per_epoch):
+      labels = next(loader)['label']
+      counts += [int((labels == label).sum()) - 1 for label in labels]
+  return np.mean(counts)
+
+
+def cells(points):
+  points = np.asarray(points, np.float64)
+  spread = f'{points.mean():+.2f}' + (f' ± {points.std(ddof=1):.2f}' if len(points) > 1 else '')
+  return f'{spread} | {int((points > 0).sum())} of {len(points)}'
+
+
+@pytest.fixture(scope='module')
+def report(tmp_path_factory):
+  root = tmp_path_factory.mktemp('densities')
+  write_density(str(root / 'uniform'), 0, UNIFORM)
+  write_density(str(root / 'm4'), 4, FOUR)
+  statistic = {
+    'k': 8,
+    'hucl_false_negative_fraction': 0.137,
+    'hucl_same_class_fraction_of_all_negatives': 0.0891,
+  }
+  folder = root / 'uniform' / image_grid.INSPECT_DIR / 'hucl_beta1.0_seed0'
+  os.makedirs(folder)
+  (folder / inspection.STATISTIC_FILE).write_text(json.dumps(statistic))
+  densities = density_grid.parse_densities([f'4={root / "m4"}', f'0={root / "uniform"}'])
+  text = density_grid.write_report(base_config(), densities, PROTOCOL, str(root / 'report'))
+  return root, text
+
+
+def test_same_class_counts_are_those_of_each_densitys_batches(report):
+  _, text = report
+  uniform = loader_same_class(0, [0, 1, 2])
+  assert uniform != pytest.approx(loader_same_class(0, [0]), abs=0.005)  # every seed counts
+  assert f'| uniform ({uniform:.2f}) | 4 per class (3.00) |' in text
+
+
+def test_pairs_within_a_density_are_by_seed(report):
+  _, text = report
+  # 4 per class: H-SCL(β) − H-UCL over the seeds both have (1, 2): linear +3, +5; kNN +6, +4.
+  assert (
+    f'| H-SCL(β) − H-UCL | 4 per class | 3.00 | 1, 2 | {cells([3, 5])} | {cells([6, 4])} |' in text
+  )
+  # Uniform: H-SCL(β) − SCL over 0-2: linear +2, +1, 0; kNN +2, +1, +3.
+  uniform = loader_same_class(0, [0, 1, 2])
+  linear, knn = cells([2, 1, 0]), cells([2, 1, 3])
+  assert f'| H-SCL(β) − SCL | uniform | {uniform:.2f} | 0, 1, 2 | {linear} | {knn} |' in text
+  assert '| SCL − UCL | 4 per class' not in text  # neither method ran at 4 per class
+
+
+def test_each_class_aware_run_is_paired_with_the_uniform_run_of_its_seed(report):
+  _, text = report
+  # H-UCL at 4 per class minus uniform, seeds 1 and 2: linear +3, +2; kNN −2, +2.
+  assert f'| H-UCL | 4 per class | 1, 2 | {cells([3, 2])} | {cells([-2, 2])} |' in text
+  # H-SCL(β): seeds 0-2: linear +7, +4, +10; kNN +6, +5, +5.
+  assert f'| H-SCL(β) | 4 per class | 0, 1, 2 | {cells([7, 4, 10])} | {cells([6, 5, 5])} |' in text
+
+
+def test_table_one_per_density_and_the_inspect_fraction(report):
+  root, text = report
+  assert '| H-UCL | 44.00 ± 1.00 (n=3) | 46.50 ± 0.71 (n=2) |' in text
+  assert '| UCL | 41.00 ± 1.00 (n=3) |  |' in text
+  # kNN is the last epoch's: 0.35 and 0.37 at 4 per class.
+  assert '| H-UCL | 33.33 ± 1.53 (n=3) | 33.50 ± 4.95 (n=2) |' in text
+  assert '| uniform | ' in text and '| 13.7 % (k = 8) | 8.91 % |' in text
+  assert (root / 'report' / density_grid.PLOT_FILE).stat().st_size > 10_000
+  assert (root / 'report' / density_grid.REPORT_FILE).read_text() == text
+
+
+def test_densities_are_parsed_or_refused_naming_the_item():
+  parsed = density_grid.parse_densities(['16=b', '0=a'])
+  assert [(d.samples_per_class, d.records) for d in parsed] == [(0, 'a'), (16, 'b')]
+  for bad in (['4'], ['x=a'], ['4=']):
+    with pytest.raises(ValueError, match=f"'{bad[0]}' is not M=REPORT_DIR"):
+      density_grid.parse_densities(bad)
+  with pytest.raises(ValueError, match='once'):
+    density_grid.parse_densities(['4=a', '4=b'])
+  out = subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.experiments.compare_densities']
+    + ['--config=configs/digits.py', '--densities=4', '--report_dir=/tmp/unused'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.returncode != 0 and "--densities: '4' is not M=REPORT_DIR" in out.stderr
