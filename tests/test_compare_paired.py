@@ -107,3 +107,41 @@ def test_same_class_count_is_that_of_the_loaders_batches():
     mean, with_one = image_grid.same_class_per_anchor(labels, 16, seed, num_epochs=2)
     assert mean == pytest.approx(np.mean(others)) and 0 < mean < 15
     assert with_one == pytest.approx(np.mean(np.array(others) > 0)) and 0 < with_one < 1
+
+
+def test_labels_in_a_batch_table_has_every_setting_from_its_own_runs():
+  """One row per setting over its own seeds, from the run's config (batch, sampling): a
+  setting counted over another's seeds, or the uniform order for a class-aware run, shows."""
+  config = digits.get_config()
+  config.batch_size, config.num_epochs = 64, 2
+  by_method = {s.method: s for s in image_grid.settings(config, set())}
+  plan = [(by_method['UCL'], 0), (by_method['UCL'], 1), (by_method['SCL'], 2)]
+  labels = data.run_sources(config)[0].labels()
+
+  def counted(seeds, samples_per_class=0):
+    measured = []
+    for seed in seeds:
+      source = data.ArraySource(np.zeros((len(labels), 1, 1, 3), np.uint8), labels, 10)
+      loader = data.TrainLoader(
+        source,
+        global_batch_size=64,
+        seed=seed,
+        samples_per_class=samples_per_class,
+        shard_index=0,
+        shard_count=1,
+      )
+      others = []
+      for _ in range(2 * loader.steps_per_epoch):
+        batch = next(loader)['label']
+        others += [int((batch == label).sum()) - 1 for label in batch]
+      measured.append((np.mean(others), np.mean(np.array(others) > 0)))
+    return np.mean(measured, axis=0)
+
+  table = '\n'.join(image_grid.batch_composition(config, plan))
+  ucl, scl = counted([0, 1]), counted([2])
+  assert f'| UCL | 0, 1 | 64 | uniform | {ucl[0]:.2f} | {100 * ucl[1]:.1f} % |' in table
+  assert f'| SCL | 2 | 64 | uniform | {scl[0]:.2f} | {100 * scl[1]:.1f} % |' in table
+  assert f'{ucl[0]:.2f}' != f'{counted([0])[0]:.2f}'  # both seeds count
+  config.samples_per_class = 16
+  table = '\n'.join(image_grid.batch_composition(config, plan[:1]))
+  assert '| UCL | 0 | 64 | class-aware, 16 per class | 15.00 | 100.0 % |' in table
