@@ -20,6 +20,23 @@ The CPU budget of the comparison in docs/results/tiny_imagenet/ is `:cpu`:
 (the finished runs are recorded in docs/results/tiny_imagenet/runs/, so the same command
 goes on from them with an empty ROOT: docs/training.md, "The paper's comparison").
 
+The same comparison swept over the label density of a batch (class-aware batches: 4 and 16
+samples of each class; docs/results/tiny_imagenet_density/), each density its own grid,
+then one report across the three:
+
+    python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
+        --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 --seeds=3 \
+        --seeds_for=hucl=5,hscl_beta=5 --workdir=ROOT_M4 \
+        --report_dir=docs/results/tiny_imagenet_density/m4
+    python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
+        --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=16 --seeds=3 \
+        --seeds_for=ucl=0,scl=0,hscl_tau=0 --workdir=ROOT_M16 \
+        --report_dir=docs/results/tiny_imagenet_density/m16
+    python -m hscl_jax.experiments.compare_densities --config=configs/tiny_imagenet.py:cpu \
+        --config.folder=DIR/tiny-imagenet-200 --densities=0=docs/results/tiny_imagenet,\
+4=docs/results/tiny_imagenet_density/m4,16=docs/results/tiny_imagenet_density/m16 \
+        --report_dir=docs/results/tiny_imagenet_density
+
   * 32 px (a run costs what a CIFAR-10 run costs; 64 px costs about four times as much);
   * model small_cnn (a ResNet-18 step costs ~20x as much on a CPU);
   * train_examples 20,000: a class-balanced subset, 100 images per class (the kNN bank
