@@ -250,7 +250,7 @@ def measure(name, dtype, variant, args, device) -> dict:
   )
 
 
-def main(argv=None):
+def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument(
     '--device', default='auto', help='auto (CUDA if visible, else skip) | cuda | cpu'
@@ -262,7 +262,11 @@ def main(argv=None):
   parser.add_argument('--image_size', type=int, default=32)
   parser.add_argument('--steps', type=int, default=5, help='timed steps after two warm-up')
   parser.add_argument('--threads', type=int, default=None, help='CPU threads (default: all)')
-  args = parser.parse_args(argv)
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  args = parse_args(argv)
   device, why = resolve_device(args.device)
   if device is None:
     print(json.dumps(dict(skipped=why)), flush=True)

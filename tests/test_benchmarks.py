@@ -9,9 +9,12 @@ end at smoke sizes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import pathlib
+import re
+import shlex
 import subprocess
 import sys
 
@@ -202,6 +205,35 @@ def test_torch_reference_loss_equals_the_jax_kernel():
   torch_value.backward()
   np.testing.assert_allclose(float(value), torch_value.item(), rtol=1e-5)
   np.testing.assert_allclose(np.asarray(grad).reshape(12, 8), z_torch.grad.numpy(), atol=1e-6)
+
+
+# `python[3] SCRIPT.py ARGS` in the docs and in the scripts' own docstrings.
+_SCRIPT_COMMAND = re.compile(
+  r'python3? ((?:tools|benchmarks)/(?:first_light|gpu_bundle|accelerator|torch_reference)\.py)'
+  r'((?:[^\n`#|&;]|\\\n)*)'
+)
+
+
+def test_documented_script_commands_parse():
+  """Each command of the first hour that a doc or a script's docstring shows parses with
+  that script's own argument parser (torch_reference.py's where PyTorch is installed)."""
+  scripts = {
+    'tools/first_light.py': first_light_script,
+    'tools/gpu_bundle.py': gpu_bundle,
+    'benchmarks/accelerator.py': accelerator,
+  }
+  docs = [REPO / 'README.md', REPO / 'benchmarks' / 'README.md', *(REPO / 'docs').rglob('*.md')]
+  texts = [path.read_text() for path in docs] + [module.__doc__ for module in scripts.values()]
+  if importlib.util.find_spec('torch') is not None:
+    import torch_reference
+
+    scripts['benchmarks/torch_reference.py'] = torch_reference
+    texts.append(torch_reference.__doc__)
+  commands = [m.groups() for text in texts for m in _SCRIPT_COMMAND.finditer(text)]
+  assert {script for script, _ in commands} >= {'tools/first_light.py', 'tools/gpu_bundle.py'}
+  for script, words in commands:
+    if script in scripts:
+      scripts[script].parse_args(shlex.split(words.replace('\\\n', ' ')))  # exits if bad
 
 
 def test_accelerator_records_a_failed_measurement_and_goes_on():

@@ -14,7 +14,7 @@ bundle/ (ignored by git; the device tool carries it with `carry=['bundle']`):
   constraints-py312.txt, without their dependencies (those are on the node);
 - cifar10.tar.gz: an image folder (train/<class>/*, test/<class>/*, the layout of
   configs/cifar10_folder.py), gzipped: the many small JPEGs of CIFAR-10 share their
-  headers, which a solid archive stores once (the 60,000 JPEGs, 57 MB of files: 20 MB);
+  headers, which a solid archive stores once (the 60,000 JPEGs, 55 MB of files: 20 MB);
 - manifest.json: each file's size.
 
 `install` puts the wheels into a target folder with pip (`--no-index --no-deps`: nothing
@@ -115,24 +115,30 @@ def build(args) -> None:
 
 
 def install(args) -> None:
-  """Wheels into args.site (pip, no index, no dependencies), the data into args.data_to."""
+  """The data into args.data_to, then the wheels into args.site (pip, no index, no
+  dependencies); the data first, so that it is there whatever pip says."""
   bundle, site = pathlib.Path(args.bundle), pathlib.Path(args.site)
+  archive = bundle / DATA_ARCHIVE
+  if archive.is_file():
+    with tarfile.open(archive) as tar:
+      tar.extractall(args.data_to, filter='data')
+    print(f'data: {pathlib.Path(args.data_to)}')
+  else:
+    print(f'data: none in {bundle}')
   wheels = sorted(str(path) for path in (bundle / 'wheels').glob('*.whl'))
+  if wheels and sys.version_info[:2] != (3, 12):
+    raise SystemExit(f'the wheels are for CPython 3.12, this is {sys.version.split()[0]}: run '
+                     'this with the Python 3.12 that will use them')  # fmt: skip
   if wheels:
     subprocess.run(
       [sys.executable, '-m', 'pip', 'install', '-q', '--no-index', '--no-deps', '--no-compile',
        '--no-cache-dir', '--upgrade', f'--target={site}', *wheels],
       check=True,
     )  # fmt: skip
-  archive = bundle / DATA_ARCHIVE
-  if archive.is_file():
-    with tarfile.open(archive) as tar:
-      tar.extractall(args.data_to, filter='data')
   print(f'installed {len(wheels)} wheels into {site}: export PYTHONPATH={site}')
-  print(f'data: {pathlib.Path(args.data_to) if archive.is_file() else f"none in {bundle}"}')
 
 
-def main(argv=None):
+def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--bundle', default=str(BUNDLE), help='the bundle folder')
   commands = parser.add_subparsers(dest='command', required=True)
@@ -144,7 +150,11 @@ def main(argv=None):
   install_parser = commands.add_parser('install', help='install and unpack (no network)')
   install_parser.add_argument('--site', default='/tmp/hscl_site', help='the wheels go here')
   install_parser.add_argument('--data_to', default='/tmp/hscl_data', help='the data goes here')
-  args = parser.parse_args(argv)
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  args = parse_args(argv)
   (build if args.command == 'build' else install)(args)
 
 
