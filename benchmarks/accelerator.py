@@ -138,7 +138,8 @@ def torch_reference(args) -> dict:
   sizes = dict(
     device=args.torch_device,
     models=args.models,
-    dtypes=args.dtypes,
+    # bfloat16 first: the compiled rows come last, and a time limit may cut the last ones
+    dtypes=','.join(sorted(args.dtypes.split(','), key=lambda dtype: dtype != 'bfloat16')),
     variants=args.torch_variants,
     batch_size=args.batch_size,
     image_size=args.image_size,
@@ -152,10 +153,11 @@ def torch_reference(args) -> dict:
     stdout, stderr = (cut.stdout or b'').decode(), (cut.stderr or b'').decode()
     ended = f'stopped after --torch_timeout_s={args.torch_timeout_s}'
   lines = [json.loads(line) for line in stdout.splitlines() if line.startswith('{')]
-  result = dict(rows=[line for line in lines if 'model' in line])
-  for line in lines:
-    result.update((key, line[key]) for key in ('environment', 'skipped') if key in line)
-  if 'skipped' not in result and ended != 'exit status 0':
+  result = {key: line[key] for line in lines for key in ('environment', 'skipped') if key in line}
+  if 'skipped' in result:
+    return result
+  result['rows'] = [line for line in lines if 'model' in line]
+  if ended != 'exit status 0':
     result['ended'] = f'{ended}: {(stderr.strip().splitlines() or [""])[-1][:300]}'
   print(json.dumps(result), flush=True)
   return result
@@ -163,10 +165,10 @@ def torch_reference(args) -> dict:
 
 def jax_over_torch(steps: list[dict], torch_part: dict, platform_name: str) -> list[dict]:
   """Per model x dtype measured on both sides: JAX images/s / the fastest PyTorch variant's,
-  with and without the JAX step's augmentation (its step time less augment_ms)."""
-  if 'rows' not in torch_part or (platform_name == 'gpu') != (
-    torch_part['environment']['device'] == 'cuda'
-  ):
+  with and without the JAX step's augmentation (its step time less augment_ms); none where
+  PyTorch did not run or ran on another kind of device than JAX."""
+  torch_device = torch_part.get('environment', {}).get('device')
+  if torch_device is None or (platform_name == 'gpu') != (torch_device == 'cuda'):
     return []
   ratios = []
   for step in steps:

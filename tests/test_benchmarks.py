@@ -18,10 +18,14 @@ import shlex
 import subprocess
 import sys
 
+from absl import flags
 import jax
+from ml_collections import config_flags
 import numpy as np
 import pytest
 from test_image_folder_run import write_folder
+
+from hscl_jax import schema
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = sorted((REPO / 'benchmarks').glob('bench_*.py'))
@@ -186,6 +190,40 @@ def test_a_first_light_step_stops_at_its_limit_and_the_plan_goes_on_without_a_ra
   assert faster['epochs'] == 7  # --max_epochs
 
 
+@pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
+def test_first_light_trains_a_valid_config_at_full_size(monkeypatch):
+  """The node's training command (not the smoke's) parses and validates: ResNet-18,
+  H-SCL(beta = 1), bfloat16, batch 512, the whole split, the planned epochs."""
+  monkeypatch.chdir(REPO)
+  args = first_light_script.parse_args(['--out=x'])
+  plan = first_light_script.plan_epochs(dict(step_samples_per_s=1e4), 300, 50_000, args)
+  assert (plan['epochs'], plan['every_epochs']) == (17, 4)  # 110 s at 8,000 samples/s
+  command = first_light_script.train_command('/data', pathlib.Path('/run'), plan, args)
+  assert command[1:] == [
+    '-m', 'hscl_jax.main', '--config=configs/cifar10_folder.py', '--workdir=/run',
+    *(word for word in command[5:] if word.startswith('--config.')),
+  ]  # fmt: skip
+  argv = ['prog', *command[3:4], *command[5:]]
+  flag_values = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, flag_values=flag_values, sys_argv=argv)
+  flag_values(argv)
+  config = flag_values.config
+  schema.validate_config(config, num_devices=1)
+  assert (config.model.name, config.model.dtype, config.batch_size, config.train_examples) == (
+    'resnet18',
+    'bfloat16',
+    512,
+    0,
+  )
+  assert (config.method, config.hardening, config.beta, config.optimizer.schedule) == (
+    'hscl',
+    'exp',
+    1.0,
+    'cosine',
+  )
+  assert (config.num_epochs, config.knn.every_epochs, config.checkpoint_every_epochs) == (17, 4, 4)
+
+
 def test_torch_reference_loss_equals_the_jax_kernel():
   """torch_reference.hscl_loss (dense, sample-major views) and losses.hscl: the same value
   and gradient, with several samples per label (positives beyond the other view)."""
@@ -254,3 +292,18 @@ def test_accelerator_records_a_failed_measurement_and_goes_on():
   table = accelerator.markdown(dict(environment=environment, train_step=[failed]))
   assert '| resnet50 float32 | failed: RuntimeError: RESOURCE_EXHAUSTED: Out of memory |' in table
   assert 'loss kernel' not in table and 'Input' not in table  # not measured yet
+  measured_step = dict(model='resnet18', dtype='bfloat16', images_per_s=2000.0,
+                       images_per_step=1024, step_s_best=0.512, augment_ms=12.0)  # fmt: skip
+  torch_part = dict(
+    environment=dict(device='cuda', device_name='H100'),
+    rows=[dict(model='resnet18', dtype='bfloat16', variant=variant, images_per_s=rate)
+          for variant, rate in (('eager', 1000.0), ('compile', 1600.0))],
+  )  # fmt: skip
+  (ratio,) = accelerator.jax_over_torch([measured_step, failed], torch_part, 'gpu')
+  assert (ratio['torch_variant'], ratio['jax_over_torch']) == ('compile', 1.25)  # the fastest
+  assert ratio['jax_without_augment_over_torch'] == round(1024 / 0.5 / 1600, 3)  # 1.28
+  assert accelerator.jax_over_torch([measured_step], torch_part, 'cpu') == []  # not the same
+  skipped = dict(skipped='no CUDA device visible to PyTorch')
+  assert accelerator.jax_over_torch([measured_step], skipped, 'gpu') == []
+  table = accelerator.markdown(dict(environment=environment, torch=skipped))
+  assert 'PyTorch: skipped (no CUDA device visible to PyTorch).' in table
