@@ -182,7 +182,8 @@ def test_a_first_light_step_stops_at_its_limit_and_the_plan_goes_on_without_a_ra
   assert record['status'] == 'stopped at its limit of 2 s' and 2 <= record['seconds'] < 30
   assert lines == ['started\n']
   args = first_light_script.parse_args(['--out=x', '--max_epochs=7'])
-  assert first_light_script.plan_epochs({}, 500, 50_000, args)['epochs'] == 1  # no rate: 1
+  unmeasured = first_light_script.plan_epochs({}, 500, 50_000, args)
+  assert (unmeasured['epochs'], unmeasured['epoch_s']) == (1, None)  # no rate: 1 epoch
   rate = dict(step_samples_per_s=1000.0)  # 62.5 s an epoch at 0.8; 310 s to train: 4
   plan = first_light_script.plan_epochs(rate, 500, 50_000, args)
   assert (plan['train_s'], plan['epochs'], plan['every_epochs']) == (500 - 90 - 75 - 25, 4, 1)

@@ -167,7 +167,7 @@ def plan_epochs(rate: dict, seconds_left: float, examples: int, args) -> dict:
     examples=examples,
     seconds_left=round(seconds_left, 1),
     train_s=round(train_s, 1),
-    epoch_s=round(epoch_s, 2),
+    epoch_s=round(epoch_s, 2) if usable > 0 else None,  # None: no rate measured
     efficiency=args.efficiency,
     epochs=epochs,
     every_epochs=max(epochs // 4, 1),
