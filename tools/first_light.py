@@ -62,7 +62,12 @@ def parse_args(argv=None):
   parser.add_argument('--budget_s', type=float, default=540, help='wall time of all steps')
   parser.add_argument('--accelerator_s', type=float, default=300, help="the benchmark's limit")
   parser.add_argument('--torch_timeout_s', type=float, default=100, help="PyTorch's part of it")
-  parser.add_argument('--torch_device', default='auto', help='passed to accelerator.py')
+  parser.add_argument(
+    '--torch_device',
+    default='auto',
+    choices=('auto', 'cuda', 'cpu', 'off'),
+    help='passed to accelerator.py',
+  )
   parser.add_argument('--bundle', default=str(REPO / 'bundle'), help='tools/gpu_bundle.py build')
   parser.add_argument('--data', help='CIFAR-10 image folder (default: the bundle, unpacked)')
   parser.add_argument('--work', default='/tmp/hscl_first_light', help='site, data, the run')
