@@ -45,6 +45,7 @@ import json
 import os
 import pathlib
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -146,11 +147,15 @@ def torch_reference(args) -> dict:
     steps=args.steps,
   )
   command = [sys.executable, str(script), *(f'--{key}={value}' for key, value in sizes.items())]
+  proc = subprocess.Popen(
+    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+  )
   try:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=args.torch_timeout_s)
-    stdout, stderr, ended = done.stdout, done.stderr, f'exit status {done.returncode}'
-  except subprocess.TimeoutExpired as cut:  # the rows printed so far still count
-    stdout, stderr = (cut.stdout or b'').decode(), (cut.stderr or b'').decode()
+    stdout, stderr = proc.communicate(timeout=args.torch_timeout_s)
+    ended = f'exit status {proc.returncode}'
+  except subprocess.TimeoutExpired:  # the rows printed so far still count
+    os.killpg(proc.pid, signal.SIGKILL)  # torch.compile's worker processes too
+    stdout, stderr = proc.communicate()
     ended = f'stopped after --torch_timeout_s={args.torch_timeout_s}'
   lines = [json.loads(line) for line in stdout.splitlines() if line.startswith('{')]
   result = {key: line[key] for line in lines for key in ('environment', 'skipped') if key in line}
@@ -158,7 +163,8 @@ def torch_reference(args) -> dict:
     return result
   result['rows'] = [line for line in lines if 'model' in line]
   if ended != 'exit status 0':
-    result['ended'] = f'{ended}: {(stderr.strip().splitlines() or [""])[-1][:300]}'
+    last = (stderr.strip().splitlines() or [''])[-1][:300]  # e.g. the error it died of
+    result['ended'] = f'{ended}: {last}' if last else ended
   print(json.dumps(result), flush=True)
   return result
 
