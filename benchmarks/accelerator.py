@@ -20,20 +20,33 @@ jaxlib versions, date) with:
   and its backward (6 n^2 d FLOPs) at the float32 peak of the same precision;
 - the input pipeline: samples/s of `data.TrainLoader` (grain, two views, batch 512) from a
   decoded cache (an in-memory `data.ArraySource`, CIFAR-10's shape, random pixels) beside
-  the samples/s each train step consumes, and their ratio (>= 1: the host keeps up).
+  the samples/s each train step consumes, and their ratio (>= 1: the host keeps up);
+- PyTorch on the same GPU (`torch_reference.py`, in a process of its own, first, before
+  JAX takes the GPU's memory; at most --torch_timeout_s): the same models, batch and image
+  size, float32 (TF32) and bfloat16 autocast with channels_last, eager and torch.compile'd;
+  then per model x dtype the ratio JAX images/s / the fastest PyTorch variant's. What each
+  side includes differs: the JAX step augments both views on the device (timed alone as
+  `augment_ms`; `jax_without_augment_over_torch` takes it out) and computes the
+  diagnostics; PyTorch's reads random images already on the device. Skipped, with the
+  reason in the report, without PyTorch or without a CUDA device (--torch_device=auto);
+  --torch_device=cpu runs it on the CPU (the smoke test does), off skips it.
 
---smoke runs the same code at tiny sizes (small_cnn at 16 px in bfloat16, batch 8, n = 256)
-on any platform, in seconds; tests/test_benchmarks.py runs it, so the script cannot rot.
+--smoke runs the same code at tiny sizes (small_cnn at 16 px in bfloat16, batch 8, n = 256,
+PyTorch eager only) on any platform, in seconds; tests/test_benchmarks.py runs it, so the
+script cannot rot.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import pathlib
 import platform
+import signal
+import subprocess
 import sys
 import time
 
@@ -46,6 +59,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # the sibling 
 import bench_input  # noqa: E402
 import bench_losses  # noqa: E402
 import bench_train_step  # noqa: E402
+from rows import measured  # noqa: E402
 
 # Each size as (the full run, --smoke): the same code runs at both. The smoke run takes one
 # dtype, bfloat16, the less common path (float32's matmul peaks are measured anyway).
@@ -60,6 +74,8 @@ SIZES = dict(
   loss_block_size=(2048, 128),
   loader_images=(50_000, 512),
   loader_batches=(20, 2),
+  torch_variants=('eager,compile', 'eager'),
+  torch_timeout_s=(240, 120),
 )
 PRECISIONS = ('highest', 'default')
 
@@ -68,6 +84,12 @@ def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--out', required=True, help='folder for accelerator.json and .md')
   parser.add_argument('--smoke', action='store_true', help='tiny sizes: checks the script')
+  parser.add_argument(
+    '--torch_device',
+    default='auto',
+    choices=('auto', 'cuda', 'cpu', 'off'),
+    help='PyTorch beside JAX: auto = on CUDA when PyTorch sees it, else skipped',
+  )
   for name, (full, smoke) in SIZES.items():
     parser.add_argument(f'--{name}', type=type(full), help=f'default {full} (smoke: {smoke})')
   args = parser.parse_args(argv)
@@ -106,16 +128,78 @@ def matmul_peaks(args) -> dict:
   return {key: round(value / 1e9, 2) for key, value in peaks.items()}
 
 
-def measured(measure, **labels) -> dict:
-  """measure()'s row; where it fails (e.g. out of memory), the labels and the error's first
-  line, so that one failure does not cost the rest of the run."""
+def torch_reference(args) -> dict:
+  """torch_reference.py's rows (in a process of its own: PyTorch's memory is freed before
+  JAX starts), or why they are missing: {'environment', 'rows'} or {'skipped'}."""
+  if args.torch_device == 'off':
+    return dict(skipped='--torch_device=off')
+  if importlib.util.find_spec('torch') is None:
+    return dict(skipped='PyTorch is not installed (pip install torch)')
+  script = pathlib.Path(__file__).resolve().parent / 'torch_reference.py'
+  sizes = dict(
+    device=args.torch_device,
+    models=args.models,
+    # bfloat16 first: the compiled rows come last, and a time limit may cut the last ones
+    dtypes=','.join(sorted(args.dtypes.split(','), key=lambda dtype: dtype != 'bfloat16')),
+    variants=args.torch_variants,
+    batch_size=args.batch_size,
+    image_size=args.image_size,
+    steps=args.steps,
+  )
+  command = [sys.executable, str(script), *(f'--{key}={value}' for key, value in sizes.items())]
+  proc = subprocess.Popen(
+    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+  )
   try:
-    row = measure()
-  except Exception as error:  # recorded in the report; the run goes on
-    first_line = (str(error).strip().splitlines() or [''])[0][:300]
-    row = dict(labels, error=f'{type(error).__name__}: {first_line}')
-  print(json.dumps(row), flush=True)
-  return row
+    stdout, stderr = proc.communicate(timeout=args.torch_timeout_s)
+    ended = f'exit status {proc.returncode}'
+  except subprocess.TimeoutExpired:  # the rows printed so far still count
+    os.killpg(proc.pid, signal.SIGKILL)  # torch.compile's worker processes too
+    stdout, stderr = proc.communicate()
+    ended = f'stopped after --torch_timeout_s={args.torch_timeout_s}'
+  lines = [json.loads(line) for line in stdout.splitlines() if line.startswith('{')]
+  result = {key: line[key] for line in lines for key in ('environment', 'skipped') if key in line}
+  if 'skipped' in result:
+    return result
+  result['rows'] = [line for line in lines if 'model' in line]
+  if ended != 'exit status 0':
+    last = (stderr.strip().splitlines() or [''])[-1][:300]  # e.g. the error it died of
+    result['ended'] = f'{ended}: {last}' if last else ended
+  print(json.dumps(result), flush=True)
+  return result
+
+
+def jax_over_torch(steps: list[dict], torch_part: dict, platform_name: str) -> list[dict]:
+  """Per model x dtype measured on both sides: JAX images/s / the fastest PyTorch variant's,
+  with and without the JAX step's augmentation (its step time less augment_ms); none where
+  PyTorch did not run or ran on another kind of device than JAX."""
+  torch_device = torch_part.get('environment', {}).get('device')
+  if torch_device is None or (platform_name == 'gpu') != (torch_device == 'cuda'):
+    return []
+  ratios = []
+  for step in steps:
+    torch_rows = [
+      row
+      for row in torch_part['rows']
+      if (row['model'], row['dtype']) == (step.get('model'), step.get('dtype'))
+      and 'error' not in row
+    ]
+    if 'error' in step or not torch_rows:
+      continue
+    fastest = max(torch_rows, key=lambda row: row['images_per_s'])
+    without_augment = step['images_per_step'] / (step['step_s_best'] - step['augment_ms'] / 1e3)
+    ratios.append(
+      dict(
+        model=step['model'],
+        dtype=step['dtype'],
+        jax_images_per_s=step['images_per_s'],
+        torch_images_per_s=fastest['images_per_s'],
+        torch_variant=fastest['variant'],
+        jax_over_torch=round(step['images_per_s'] / fastest['images_per_s'], 3),
+        jax_without_augment_over_torch=round(without_augment / fastest['images_per_s'], 3),
+      )
+    )
+  return ratios
 
 
 def train_step(model: str, dtype: str, args, peaks: dict) -> dict:
@@ -189,6 +273,14 @@ STEP_COLUMNS = (
   ('GFLOP/image', 'gflop_per_image'),
   ('MFU', 'mfu'),
 )
+TORCH_COLUMNS = (('variant', 'variant'), ('warm-up s', 'warmup_s'), ('images/s', 'images_per_s'))
+RATIO_COLUMNS = (
+  ('JAX images/s', 'jax_images_per_s'),
+  ('fastest PyTorch images/s', 'torch_images_per_s'),
+  ('its variant', 'torch_variant'),
+  ('JAX / PyTorch', 'jax_over_torch'),
+  ('without JAX augmentation', 'jax_without_augment_over_torch'),
+)
 LOSS_COLUMNS = (
   ('block', 'block_size'),
   ('compile s', 'compile_s'),
@@ -233,6 +325,7 @@ def markdown(report: dict) -> str:
       [[f'n = {r["rows"]}', r['precision'], *_cells(r, LOSS_COLUMNS)] for r in loss],
     ),
   ]
+  lines += _torch_lines(report)
   if 'input' in report:
     flow = report['input']
     lines.append(
@@ -249,20 +342,49 @@ def markdown(report: dict) -> str:
   return '\n'.join(lines)
 
 
+def _torch_lines(report: dict) -> list[str]:
+  """The PyTorch rows and the JAX / PyTorch ratios, or why PyTorch was not run."""
+  part = report.get('torch')
+  if part is None:
+    return []
+  if 'skipped' in part:
+    return [f'PyTorch: skipped ({part["skipped"]}).', '']
+  env = part.get('environment', {})
+  lines = [
+    f'PyTorch {env.get("torch")} on {env.get("device_name")} (the same step, random images '
+    'on the device, no augmentation; float32 with TF32 on CUDA, bfloat16 autocast with '
+    f'channels_last){"; " + part["ended"] if "ended" in part else ""}.',
+    '',
+    *_table(
+      ['PyTorch step', *(name for name, _ in TORCH_COLUMNS)],
+      [[f'{r["model"]} {r["dtype"]}', *_cells(r, TORCH_COLUMNS)] for r in part['rows']],
+    ),
+  ]
+  return lines + _table(
+    ['JAX vs PyTorch', *(name for name, _ in RATIO_COLUMNS)],
+    [[f'{r["model"]} {r["dtype"]}', *_cells(r, RATIO_COLUMNS)] for r in report.get('ratio', [])],
+  )
+
+
 def main(argv=None):
   args = parse_args(argv)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  report = dict(environment=environment(args))
+  torch_part = torch_reference(args)  # first: its process ends before JAX takes the GPU
+  report = dict(environment=environment(args), torch=torch_part)
   print(json.dumps(report['environment']), flush=True)
+  save(report, out)
   report['matmul_peak_gflops'] = peaks = matmul_peaks(args)
   print(json.dumps(peaks), flush=True)
-  report['train_step'] = [
-    measured(lambda: train_step(model, dtype, args, peaks), model=model, dtype=dtype)
-    for model in args.models.split(',')
-    for dtype in args.dtypes.split(',')
-  ]
-  save(report, out)
+  report['train_step'] = []
+  for model in args.models.split(','):
+    for dtype in args.dtypes.split(','):
+      step = measured(lambda: train_step(model, dtype, args, peaks), model=model, dtype=dtype)
+      report['train_step'].append(step)
+      report['ratio'] = jax_over_torch(
+        report['train_step'], torch_part, report['environment']['platform']
+      )
+      save(report, out)
   report['loss'] = [
     measured(lambda: loss_kernel(n, precision, args, peaks), rows=n, precision=precision)
     for n in (int(size) for size in args.loss_rows.split(','))
