@@ -1,5 +1,6 @@
-"""`python -m hscl_jax.export --format=torch`: the backbone in torchvision's ResNet, checked
-by loading it (strict) and comparing PyTorch's features with JAX's on the same images.
+"""`python -m hscl_jax.export --format=torch`: the backbone in stock torchvision's ResNet,
+checked by loading it (strict, no hook) and comparing PyTorch's features with JAX's on the
+same images; a run stored before model.strided_padding, with the docs' hook.
 
 The checkpoints are written directly (no training) with every parameter and BatchNorm
 statistic random, away from its initial value (the zero-initialised last scale of each
@@ -71,9 +72,12 @@ def _write_run(workdir, config, variables):
   checkpointer.close()
 
 
-def _run(tmp_path, name, stem, image_size):
-  """(run directory, uint8 images, the JAX features of the saved variables)."""
+def _run(tmp_path, name, stem, image_size, *, stored_before=False):
+  """(run directory, uint8 images, the JAX features of the saved variables);
+  `stored_before`: a config.json without model.strided_padding (a run trained before it)."""
   config = _config(name, stem, image_size)
+  if stored_before:
+    del config.model['strided_padding']
   raw = jax.random.randint(jax.random.key(2), (NUM_IMAGES, image_size, image_size, 3), 0, 256)
   raw = np.asarray(raw, np.uint8)
   images = augment.preprocess_eval(
@@ -87,27 +91,23 @@ def _run(tmp_path, name, stem, image_size):
   return workdir, raw, np.asarray(features)
 
 
-def _docs_code() -> str:
-  """The Python block of docs/training.md's "Using the backbone in PyTorch"."""
+def _docs_code(block: int) -> str:
+  """The `block`-th Python block of docs/training.md's "Using the backbone in PyTorch"
+  (0: stock torchvision; 1: the hook of a run stored before model.strided_padding)."""
   text = (REPO / 'docs' / 'training.md').read_text()
-  section = text[text.index('## Using the backbone in PyTorch') :]
-  return section.split('```python\n', 1)[1].split('```', 1)[0]
+  section = text[text.index('## Using the backbone in PyTorch') :].split('\n## ', 1)[0]
+  return section.split('```python\n')[block + 1].split('```', 1)[0]
 
 
-def _torch_model(directory):
-  """(model, metadata) built by the docs' code in `directory` (backbone.safetensors, .json)."""
+def _torch_model(directory, *, hook=False):
+  """(model, metadata) built by the docs' code in `directory` (backbone.safetensors, .json);
+  `hook`: with the docs' code for a run stored before model.strided_padding."""
   namespace = {}
   with contextlib.chdir(directory):
-    exec(_docs_code(), namespace)
+    exec(_docs_code(0), namespace)
+    if hook:
+      exec(_docs_code(1), namespace)
   return namespace['model'], namespace['meta']
-
-
-def _torchvision_padding(model, meta):
-  """Undoes the docs' padding: torchvision's padding=1 on every side."""
-  for name in meta['same_padding_convs']:
-    conv = model.get_submodule(name)
-    conv.padding = (1, 1)
-    conv._forward_pre_hooks.clear()
 
 
 def _torch_features(model, meta, raw):
@@ -125,21 +125,23 @@ def _max_difference(model, meta, raw, jax_features):
   return float(np.max(np.abs(torch_features - jax_features)))
 
 
+def _tolerance(jax_features) -> float:
+  """float32 rounding through the network's depth, at the features' scale."""
+  return 1e-5 * max(1.0, float(np.max(np.abs(jax_features))))
+
+
 def _check_round_trip(directory, jax_features, raw):
-  """The docs' model's features equal JAX's to float32 rounding; torchvision's padding
-  differs. Returns the metadata."""
+  """Stock torchvision (no hook anywhere) loads the file strictly and its features equal
+  JAX's to float32 rounding. Returns the metadata."""
   model, meta = _torch_model(directory)
-  scale = float(np.max(np.abs(jax_features)))
+  assert not any(module._forward_pre_hooks for module in model.modules())
+  assert 'same_padding_convs' not in meta and meta['strided_padding'] == 'symmetric'
   difference = _max_difference(model, meta, raw, jax_features)
-  _torchvision_padding(model, meta)
-  unpadded = _max_difference(model, meta, raw, jax_features)
+  scale = float(np.max(np.abs(jax_features)))
   print(
-    f'{meta["architecture"]}: max |torch - jax| {difference:.2e} for features up to '
-    f'{scale:.3g} (torchvision padding: {unpadded:.2e})'
+    f'{meta["architecture"]}: max |torch - jax| {difference:.2e} for features up to {scale:.3g}'
   )
-  tolerance = 1e-5 * max(1.0, scale)  # float32 rounding through the network's depth
-  assert difference <= tolerance
-  assert unpadded > 100 * tolerance  # the metadata's padding is needed
+  assert difference <= _tolerance(jax_features)
   return meta
 
 
@@ -164,7 +166,6 @@ def test_resnet18_cifar_stem_through_the_command(tmp_path):
   )
   meta = _check_round_trip(tmp_path, jax_features, raw)
   config = _config('resnet18', 'cifar', 36)
-  assert meta['same_padding_convs'] == ['layer2.0.conv1', 'layer3.0.conv1', 'layer4.0.conv1']
   expected = {
     'architecture': 'resnet18',
     'stem': 'cifar',
@@ -183,6 +184,32 @@ def test_resnet50_imagenet_stem(tmp_path):
   weights = tmp_path / 'backbone.safetensors'
   torch_export.export_torch(str(workdir), str(weights))
   meta = _check_round_trip(tmp_path, jax_features, raw)
-  assert meta['same_padding_convs'] == ['layer2.0.conv2', 'layer3.0.conv2', 'layer4.0.conv2']
   assert set(meta['replace_modules']) == {'fc'}
   assert (meta['feature_dim'], meta['image_size']) == (2048, 64)
+
+
+@pytest.mark.parametrize(
+  'name, stem, image_size, convs',
+  [
+    ('resnet18', 'cifar', 32, ['layer2.0.conv1', 'layer3.0.conv1', 'layer4.0.conv1']),
+    ('resnet50', 'imagenet', 64, ['layer2.0.conv2', 'layer3.0.conv2', 'layer4.0.conv2']),
+  ],
+)
+def test_run_stored_before_strided_padding_exports_with_the_hook(
+  tmp_path, name, stem, image_size, convs
+):
+  """A config.json without model.strided_padding trained with Flax's 'SAME': it exports
+  as trained, the metadata names the convolutions, and the docs' hook matches JAX's
+  features where stock torchvision does not (every strided convolution sees an even size)."""
+  workdir, raw, jax_features = _run(tmp_path, name, stem, image_size, stored_before=True)
+  torch_export.export_torch(str(workdir), str(tmp_path / 'backbone.safetensors'))
+  tolerance = _tolerance(jax_features)
+  model, meta = _torch_model(tmp_path)
+  assert (meta['strided_padding'], meta['same_padding_convs']) == ('same', convs)
+  stock = _max_difference(model, meta, raw, jax_features)
+  model, meta = _torch_model(tmp_path, hook=True)
+  hooked = _max_difference(model, meta, raw, jax_features)
+  scale = float(np.max(np.abs(jax_features)))
+  print(f'{name} stored before: hook {hooked:.2e}, stock {stock:.3g}, features up to {scale:.3g}')
+  assert hooked <= tolerance
+  assert stock > 100 * tolerance
