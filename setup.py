@@ -40,6 +40,7 @@ TRAIN_REQUIRES = [
   # TensorBoard event files without TensorFlow; 2.6.1 and older fail with numpy 2.4.6
   # (TypeError: only 0-dimensional arrays can be converted to Python scalars).
   'tensorboardX>=2.6.2.2',
+  'safetensors>=0.8.0',  # the PyTorch export's file (its NumPy API); the version tested
 ]
 
 setuptools.setup(
@@ -73,7 +74,7 @@ setuptools.setup(
     # never imported by the package. The version measured (its floor not searched).
     'bench': [*TRAIN_REQUIRES, 'torch>=2.13.0'],
     # Loading a backbone written by `python -m hscl_jax.export --format=torch` (and its
-    # test); never imported by the package (it writes safetensors itself). The versions
+    # test); torch and torchvision are never imported by the package. The versions
     # tested, a matching pair: PyPI's torchvision 0.29 does not import beside torch 2.13.
     'torch': ['torch>=2.14.1', 'torchvision>=0.29.1', 'safetensors>=0.8.0'],
   },

@@ -20,13 +20,14 @@ __version__ = '0.1.0'
 TRAINER_MODULES = frozenset(
   {
     'absl',
-      'etils',
+    'etils',
     'flax',
     'grain',
-      'ml_collections',
+    'ml_collections',
     'optax',
     'orbax',
     'PIL',
+    'safetensors',
     'sklearn',
     'tensorboardX',
     'tensorflow_datasets',

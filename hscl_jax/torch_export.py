@@ -21,21 +21,20 @@ metadata beside the file says how to build the PyTorch model:
   * the input: RGB in [0, 1], normalised with the run's mean and std, NCHW, at the
     run's image size.
 
-The file is written here, not with the `safetensors` package: the format is an 8-byte
-little-endian header length, a JSON header (name -> dtype, shape, byte offsets) and the
-raw little-endian data, a few lines that need no dependency (the test reads it back with
-`safetensors.torch`).
+The file is written by the `safetensors` package (its NumPy API, no PyTorch), which
+lays out the format, its alignment and the metadata (the run's, as a JSON string under
+`hscl_jax`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import struct
 from typing import Any
 
 from ml_collections import config_dict
 import numpy as np
+import safetensors.numpy
 
 from hscl_jax import augment
 from hscl_jax import errors
@@ -46,7 +45,6 @@ FORMATS = ('torch',)
 SUFFIX = '.safetensors'
 # The block convolution that carries the stride (as torchvision's ResNet v1.5).
 STRIDED_CONV = {'BasicBlock': 'conv1', 'Bottleneck': 'conv2'}
-_SAFETENSORS_DTYPES = {'float32': 'F32', 'int64': 'I64'}
 
 
 class ExportError(errors.UserError, ValueError):
@@ -167,28 +165,9 @@ def _same_padding(backbone: models.ResNet) -> dict[str, Any]:
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
-  """Writes `tensors` (float32 or int64) in the safetensors format, atomically."""
-  header: dict[str, Any] = {'__metadata__': metadata}
-  offset = 0
-  arrays = []
-  for name, value in tensors.items():
-    array = np.ascontiguousarray(value, value.dtype.newbyteorder('<'))
-    end = offset + array.nbytes
-    header[name] = {
-      'dtype': _SAFETENSORS_DTYPES[array.dtype.name],
-      'shape': list(array.shape),
-      'data_offsets': [offset, end],
-    }
-    arrays.append(array)
-    offset = end
-  encoded = json.dumps(header, separators=(',', ':')).encode()
-  encoded += b' ' * (-len(encoded) % 8)  # the data starts 8-byte aligned, as the spec advises
+  """Writes `tensors` with `metadata` in the safetensors format, atomically."""
   temporary = f'{path}.tmp'
-  with open(temporary, 'wb') as f:
-    f.write(struct.pack('<Q', len(encoded)))
-    f.write(encoded)
-    for array in arrays:
-      f.write(array.tobytes())
+  safetensors.numpy.save_file(tensors, temporary, metadata=metadata)
   os.replace(temporary, path)
 
 

@@ -11,6 +11,7 @@ each exported tensor matters.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import pathlib
@@ -36,7 +37,7 @@ from hscl_jax import torch_export  # noqa: E402
 NEEDS = 'the export round trip needs PyTorch: pip install -e ".[torch]"'
 torch = pytest.importorskip('torch', reason=NEEDS)
 torchvision = pytest.importorskip('torchvision', reason=NEEDS)
-safetensors_torch = pytest.importorskip('safetensors.torch', reason=NEEDS)
+safetensors = pytest.importorskip('safetensors', reason=NEEDS)
 
 STEP = 7
 NUM_IMAGES = 4
@@ -165,6 +166,8 @@ def test_resnet18_cifar_stem_through_the_command(tmp_path):
     out.stdout == f'resnet18 (cifar stem) at checkpoint step {STEP}:\n  {weights}\n  {meta_file}\n'
   )
   meta = _check_round_trip(tmp_path, jax_features, raw)
+  with safetensors.safe_open(weights, framework='pt') as f:  # the metadata survives
+    assert json.loads(f.metadata()['hscl_jax']) == meta
   config = _config('resnet18', 'cifar', 36)
   expected = {
     'architecture': 'resnet18',
