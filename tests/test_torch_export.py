@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import pathlib
 import subprocess
@@ -26,11 +25,11 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
+from test_torch_export_errors import STEP  # noqa: E402
 from test_torch_export_errors import export_config as _config  # noqa: E402
+from test_torch_export_errors import write_run  # noqa: E402
 
 from hscl_jax import augment  # noqa: E402
-from hscl_jax import checkpointing  # noqa: E402
-from hscl_jax import metrics  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import torch_export  # noqa: E402
 
@@ -39,38 +38,7 @@ torch = pytest.importorskip('torch', reason=NEEDS)
 torchvision = pytest.importorskip('torchvision', reason=NEEDS)
 safetensors = pytest.importorskip('safetensors', reason=NEEDS)
 
-STEP = 7
 NUM_IMAGES = 4
-
-
-def _random_variables(config):
-  """Every parameter and BatchNorm statistic drawn with NumPy (nothing to compile):
-  He-normal kernels, scales and variances in [0.5, 1.5], biases and means around 0."""
-  model = models.create_model(config.model)
-  size = config.augment.image_size
-  shapes = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), (size, size, 3)))
-  rng = np.random.default_rng(0)
-
-  def draw(path, leaf):
-    name = path[-1].key
-    if name == 'kernel':
-      fan_out = math.prod(leaf.shape[:-2]) * leaf.shape[-1]
-      value = rng.normal(0.0, math.sqrt(2.0 / fan_out), leaf.shape)
-    elif name in ('scale', 'var'):
-      value = rng.uniform(0.5, 1.5, leaf.shape)
-    else:  # bias, mean
-      value = rng.normal(0.0, 0.2, leaf.shape)
-    return jnp.asarray(value, jnp.float32)
-
-  return jax.tree.map_with_path(draw, shapes)
-
-
-def _write_run(workdir, config, variables):
-  """A run's config.json and one checkpoint at STEP, as training writes them."""
-  metrics.write_config(str(workdir), config)
-  checkpointer = checkpointing.Checkpointer(str(workdir), keep=1)
-  checkpointer.save(STEP, variables, iterator_state={})
-  checkpointer.close()
 
 
 def _run(tmp_path, name, stem, image_size, *, stored_before=False):
@@ -84,9 +52,8 @@ def _run(tmp_path, name, stem, image_size, *, stored_before=False):
   images = augment.preprocess_eval(
     jnp.asarray(raw), augment.AugmentParams.from_config(config.augment)
   )
-  variables = _random_variables(config)
   workdir = tmp_path / 'run'
-  _write_run(workdir, config, variables)
+  variables = write_run(workdir, config)
   model = models.create_model(config.model)
   features = model.apply(variables, images, train=False, method='features')
   return workdir, raw, np.asarray(features)
@@ -191,24 +158,21 @@ def test_resnet50_imagenet_stem(tmp_path):
   assert (meta['feature_dim'], meta['image_size']) == (2048, 64)
 
 
-@pytest.mark.parametrize(
-  'name, stem, image_size, convs',
-  [
-    ('resnet18', 'cifar', 32, ['layer2.0.conv1', 'layer3.0.conv1', 'layer4.0.conv1']),
-    ('resnet50', 'imagenet', 64, ['layer2.0.conv2', 'layer3.0.conv2', 'layer4.0.conv2']),
-  ],
-)
-def test_run_stored_before_strided_padding_exports_with_the_hook(
-  tmp_path, name, stem, image_size, convs
-):
+def test_run_stored_before_strided_padding_exports_with_the_hook(tmp_path):
   """A config.json without model.strided_padding trained with Flax's 'SAME': it exports
-  as trained, the metadata names the convolutions, and the docs' hook matches JAX's
-  features where stock torchvision does not (every strided convolution sees an even size)."""
-  workdir, raw, jax_features = _run(tmp_path, name, stem, image_size, stored_before=True)
+  as trained, and the docs' hook matches JAX's features where stock torchvision does not
+  (32 px: every strided convolution sees an even size). The hook's code is the same for
+  every ResNet; which convolutions it pads (ResNet-50's conv2) is checked without PyTorch
+  (test_torch_export_errors)."""
+  name = 'resnet18'
+  workdir, raw, jax_features = _run(tmp_path, name, 'cifar', 32, stored_before=True)
   torch_export.export_torch(str(workdir), str(tmp_path / 'backbone.safetensors'))
   tolerance = _tolerance(jax_features)
   model, meta = _torch_model(tmp_path)
-  assert (meta['strided_padding'], meta['same_padding_convs']) == ('same', convs)
+  assert (meta['strided_padding'], meta['same_padding_convs']) == (
+    'same',
+    ['layer2.0.conv1', 'layer3.0.conv1', 'layer4.0.conv1'],
+  )
   stock = _max_difference(model, meta, raw, jax_features)
   model, meta = _torch_model(tmp_path, hook=True)
   hooked = _max_difference(model, meta, raw, jax_features)
