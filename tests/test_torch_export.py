@@ -55,7 +55,9 @@ def _run(tmp_path, name, stem, image_size, *, stored_before=False):
   workdir = tmp_path / 'run'
   variables = write_run(workdir, config)
   model = models.create_model(config.model)
-  features = model.apply(variables, images, train=False, method='features')
+  features = jax.jit(lambda v, x: model.apply(v, x, train=False, method='features'))(
+    variables, images
+  )
   return workdir, raw, np.asarray(features)
 
 
