@@ -36,10 +36,13 @@ TRAINER_MODULES = frozenset(
 INSTALL_TRAINER = "pip install 'hscl_jax[train]' (from a checkout: pip install -e '.[train]')"
 
 
+_IMPORT_SYSTEM = ('importlib', '_frozen_importlib')  # frozen or not (-X frozen_modules=off)
+
+
 def _importer() -> str | None:
   """The module (dotted name) whose import statement is running, past importlib's frames."""
   frame = sys._getframe(2)
-  while frame is not None and frame.f_code.co_filename.startswith('<frozen importlib'):
+  while frame is not None and frame.f_globals.get('__name__', '').startswith(_IMPORT_SYSTEM):
     frame = frame.f_back
   if frame is None:
     return None
