@@ -62,9 +62,11 @@ class _MissingTrainerDependency(importlib.abc.MetaPathFinder):
 
   def find_spec(self, fullname, path=None, target=None):
     top = fullname.partition('.')[0]
-    importer = _importer() or ''
-    if top not in TRAINER_MODULES or not importer.startswith('hscl_jax.'):
+    if top not in TRAINER_MODULES:
       return None
+    importer = _importer() or ''
+    if not importer.startswith('hscl_jax.'):
+      return None  # another package's import: its own error
     program = _program()
     message = (
       f"{program or importer} needs the trainer's dependencies ({top} is not installed). "
