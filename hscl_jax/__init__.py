@@ -51,7 +51,7 @@ def _importer() -> str | None:
 
 
 def _program() -> str | None:
-  """`hscl_jax.X` when this process is `python -m hscl_jax.X`."""
+  """The program this process runs (e.g. hscl_jax.main for `python -m hscl_jax.main`), or None."""
   spec = getattr(sys.modules.get('__main__'), '__spec__', None)
   return spec.name if spec is not None and spec.name.startswith('hscl_jax.') else None
 
