@@ -11,18 +11,25 @@ import setuptools
 # only with its known break. constraints.txt holds the exact set the full suite ran with
 # (Python 3.11); constraints-py312.txt the newest set .ci/run tests on Python 3.12 (jax 0.12).
 # Accelerator users install `jax[cuda13]` or `jax[tpu]` in the same range.
+# The loss kernels alone (`pip install hscl_jax`; `from hscl_jax import losses`): JAX and
+# NumPy, as optax.
 INSTALL_REQUIRES = [
   # The code needs jax.lax.pcast (0.8.2) and the tests jax.extend.core.jaxprs_in_params
   # (0.10.0); with 0.10.0 and 0.10.1, test_train's 4 devices = 1 device check failed
   # (losses 8e-5 apart, rtol 1e-5), as 0.10.2 did on AVX2-only CPUs: a ReLU kink, which the
   # test now avoids with SiLU (docs/testing.md). 0.10.0 has not been retried since.
   'jax>=0.10.2',
+  'numpy>=2.0.0',  # jax 0.10 needs numpy 2
+]
+# The trainer, the evaluations, the export and the experiments (`pip install
+# 'hscl_jax[train]'`): their top-level modules are hscl_jax.TRAINER_MODULES, which makes a
+# missing one a one-line error naming this extra.
+TRAIN_REQUIRES = [
   'flax>=0.10.0',  # 0.9.0: Module.init fails with jax 0.10 (no DynamicJaxprTrace.level)
   'optax>=0.2.8',  # 0.2.7 fails to import with jax 0.10 (no jax_pmap_shmap_merge option)
   'orbax-checkpoint>=0.11.17',  # 0.11.16 fails to import with jax 0.10 (DeviceLocalLayout)
   'ml-collections>=1.0.0',  # 0.1.1's config flags pass sys_argv, which absl rejects
   'absl-py>=0.12.0',  # 0.11 has no parameterized.product (the tests use it)
-  'numpy>=2.0.0',  # jax 0.10 needs numpy 2
   'grain>=0.2.8',  # 0.2.7 has no grain.ReadOptions
   'tensorflow-datasets>=4.9.0',  # 4.8 needs TensorFlow for tfds.data_source
   'array-record>=0.5.0',  # 0.4.x ships Python 3.10 binaries only
@@ -33,6 +40,7 @@ INSTALL_REQUIRES = [
   # TensorBoard event files without TensorFlow; 2.6.1 and older fail with numpy 2.4.6
   # (TypeError: only 0-dimensional arrays can be converted to Python scalars).
   'tensorboardX>=2.6.2.2',
+  'safetensors>=0.8.0',  # the PyTorch export's file (its NumPy API); the version tested
 ]
 
 setuptools.setup(
@@ -47,7 +55,9 @@ setuptools.setup(
     # `ruff check .` and `ruff format --check .`. chex 0.1.83 fails to import with jax 0.10
     # (jax.core.Shape); matplotlib 3.8.3 requires numpy<2. hypothesis: the version tested
     # (its floor not searched; the lowest-direct check does not run the property tests).
+    'train': TRAIN_REQUIRES,
     'test': [
+      *TRAIN_REQUIRES,
       'pytest>=6.2.5',
       'pytest-xdist>=3.0.2',  # pytest.ini's -n auto: the tests on every core
       'chex>=0.1.84',
@@ -56,15 +66,15 @@ setuptools.setup(
       'hypothesis>=6.155.2',
     ],
     # The comparison report's plots (python -m hscl_jax.experiments.compare).
-    'report': ['matplotlib>=3.8.4'],
+    'report': [*TRAIN_REQUIRES, 'matplotlib>=3.8.4'],
     # Only needed to *prepare* TFDS datasets (download + convert to array_record). Its floor
     # is the version tested (constraints.txt); the lowest-direct check does not install it.
-    'prepare': ['tensorflow-cpu>=2.21.0'],
+    'prepare': [*TRAIN_REQUIRES, 'tensorflow-cpu>=2.21.0'],
     # The PyTorch reference of the CPU benchmarks (bench_train_step --torch, bench_conv);
     # never imported by the package. The version measured (its floor not searched).
-    'bench': ['torch>=2.13.0'],
+    'bench': [*TRAIN_REQUIRES, 'torch>=2.13.0'],
     # Loading a backbone written by `python -m hscl_jax.export --format=torch` (and its
-    # test); never imported by the package (it writes safetensors itself). The versions
+    # test); torch and torchvision are never imported by the package. The versions
     # tested, a matching pair: PyPI's torchvision 0.29 does not import beside torch 2.13.
     'torch': ['torch>=2.14.1', 'torchvision>=0.29.1', 'safetensors>=0.8.0'],
   },

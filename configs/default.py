@@ -89,6 +89,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.norm = 'batch'
   # relu (the paper's) | silu | gelu: smooth ones make the gradient continuous in the input.
   config.model.activation = 'relu'
+  # symmetric (torchvision's, the paper's: the stride-2 3x3 convolutions pad 1 on each
+  # side) | same (Flax's 'SAME'; a run stored before this field existed reads as same).
+  config.model.strided_padding = 'symmetric'
 
   # --- Augmentation (fields of hscl_jax.augment.AugmentParams; SimCLR's recipe) ---
   config.augment = ml_collections.ConfigDict()

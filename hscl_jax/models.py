@@ -1,7 +1,8 @@
 """Backbones (ResNet-18/34/50, a small CNN) and the contrastive model.
 
 The paper's encoder is a ResNet-50 with the CIFAR stem (3x3 convolution, stride 1,
-no max-pool) followed by a projection head 2048 -> 512 (BatchNorm, ReLU) -> 128.
+no max-pool; its stride-2 3x3 convolutions pad one pixel on every side, torchvision's
+`strided_padding`) followed by a projection head 2048 -> 512 (BatchNorm, ReLU) -> 128.
 The loss uses the (normalised) projections; the kNN monitor and the linear
 evaluation use the (normalised) backbone features.
 
@@ -37,6 +38,7 @@ CONFIG_FIELDS = (
   'stem',
   'norm',
   'activation',
+  'strided_padding',
   'head_hidden',
   'head_out',
   'dtype',
@@ -50,8 +52,14 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 # of the input, so two programs that round differently (e.g. 1 device and 4) cannot land
 # on opposite sides of a kink (docs/testing.md).
 ACTIVATIONS = {'relu': nn.relu, 'silu': nn.silu, 'gelu': nn.gelu}
-# A run stored before config.model.activation existed trained with ReLU.
-STORED_WITHOUT_ACTIVATION = 'relu'
+# How the ResNets' stride-2 3x3 convolutions pad (Flax's padding argument): `symmetric`,
+# one pixel on every side, is torchvision's (the paper's model); `same` is Flax's 'SAME',
+# which on an even size pads nothing before and one after (every run stored before
+# config.model.strided_padding existed), so the two sample different pixels.
+STRIDED_PADDINGS = {'symmetric': ((1, 1), (1, 1)), 'same': 'SAME'}
+# What a run stored before a field existed trained with (its config.json lacks the field).
+STORED_WITHOUT = {'activation': 'relu', 'strided_padding': 'same'}
+_CHOICES = {'activation': ACTIVATIONS, 'strided_padding': STRIDED_PADDINGS}
 
 
 class BasicBlock(nn.Module):
@@ -62,13 +70,14 @@ class BasicBlock(nn.Module):
   norm: ModuleDef
   act: Callable
   strides: int = 1
+  strided_padding: Any = 'SAME'  # of the 3x3 convolution (a Flax padding)
 
   expansion = 1
 
   @nn.compact
   def __call__(self, x):
     residual = x
-    y = self.conv(self.filters, (3, 3), self.strides)(x)
+    y = self.conv(self.filters, (3, 3), self.strides, padding=self.strided_padding)(x)
     y = self.act(self.norm()(y))
     y = self.conv(self.filters, (3, 3))(y)
     # Zero-initialised last scale: each block starts as the identity.
@@ -87,6 +96,7 @@ class Bottleneck(nn.Module):
   norm: ModuleDef
   act: Callable
   strides: int = 1
+  strided_padding: Any = 'SAME'  # of the 3x3 convolution (a Flax padding)
 
   expansion = 4
 
@@ -95,7 +105,7 @@ class Bottleneck(nn.Module):
     residual = x
     y = self.conv(self.filters, (1, 1))(x)
     y = self.act(self.norm()(y))
-    y = self.conv(self.filters, (3, 3), self.strides)(y)
+    y = self.conv(self.filters, (3, 3), self.strides, padding=self.strided_padding)(y)
     y = self.act(self.norm()(y))
     y = self.conv(self.filters * self.expansion, (1, 1))(y)
     y = self.norm(scale_init=nn.initializers.zeros_init())(y)
@@ -153,6 +163,7 @@ class ResNet(nn.Module):
   dtype: Any = jnp.float32
   norm: str = 'batch'
   activation: str = 'relu'
+  strided_padding: str = 'symmetric'
   bn_momentum: float = 0.9
   bn_axis_name: str | None = None
 
@@ -163,6 +174,8 @@ class ResNet(nn.Module):
     )
     norm = _norm(self.norm, train, self.bn_momentum, self.bn_axis_name, self.dtype)
     act = _activation(self.activation)
+    _check_choice('strided_padding', self.strided_padding, STRIDED_PADDINGS)
+    padding = STRIDED_PADDINGS[self.strided_padding]
 
     x = jnp.asarray(x, self.dtype)
     if self.stem == 'cifar':
@@ -179,7 +192,12 @@ class ResNet(nn.Module):
       for j in range(block_size):
         strides = 2 if i > 0 and j == 0 else 1
         block = self.block_cls(
-          self.num_filters * 2**i, conv=conv, norm=norm, act=act, strides=strides
+          self.num_filters * 2**i,
+          conv=conv,
+          norm=norm,
+          act=act,
+          strides=strides,
+          strided_padding=padding,
         )
         x = block(x)
     return jnp.mean(x, axis=(1, 2))
@@ -240,11 +258,22 @@ def _check_name(name: str) -> None:
   _check_choice('name', name, BACKBONES)
 
 
-def configured_activation(model_config) -> str:
-  """config.model.activation, validated; a run stored before the field existed: ReLU."""
-  activation = model_config.get('activation', STORED_WITHOUT_ACTIVATION)
-  _check_choice('activation', activation, ACTIVATIONS)
-  return activation
+def configured(model_config, field: str) -> str:
+  """config.model.<field> (activation or strided_padding), validated; a run stored
+  before the field existed: what it trained with (STORED_WITHOUT)."""
+  value = model_config.get(field, STORED_WITHOUT[field])
+  _check_choice(field, value, _CHOICES[field])
+  return value
+
+
+def as_trained(stored_model: dict[str, Any]) -> dict[str, Any]:
+  """A stored config.model (as DIR/config.json holds it) with the value its run trained
+  with of each field it lacks that shapes its backbone (STORED_WITHOUT): resuming it with
+  today's default would silently change the model."""
+  shaped = set(STORED_WITHOUT)
+  if not str(stored_model.get('name', '')).startswith('resnet'):
+    shaped.discard('strided_padding')  # small_cnn's convolutions pad as Flax's 'SAME'
+  return {**{f: STORED_WITHOUT[f] for f in shaped}, **stored_model}
 
 
 def _activation(name: str) -> Callable:
@@ -265,10 +294,12 @@ def make_backbone(
   dtype: Any = jnp.float32,
   norm: str = 'batch',
   activation: str = 'relu',
+  strided_padding: str = 'symmetric',
   bn_momentum: float = 0.9,
   bn_axis_name: str | None = None,
 ) -> nn.Module:
-  """Builds the backbone `name` (see BACKBONES); `stem` only applies to ResNets."""
+  """Builds the backbone `name` (see BACKBONES); `stem` and `strided_padding` only apply
+  to ResNets."""
   _check_name(name)
   build = BACKBONES[name][0]
   kwargs = dict(
@@ -279,7 +310,7 @@ def make_backbone(
     bn_axis_name=bn_axis_name,
   )
   if name.startswith('resnet'):
-    kwargs['stem'] = stem
+    kwargs.update(stem=stem, strided_padding=strided_padding)
   return build(**kwargs)
 
 
@@ -317,6 +348,7 @@ class ContrastiveModel(nn.Module):
   dtype: Any = jnp.float32
   norm: str = 'batch'
   activation: str = 'relu'
+  strided_padding: str = 'symmetric'
   bn_axis_name: str | None = None
   bn_momentum: float = 0.9
 
@@ -327,6 +359,7 @@ class ContrastiveModel(nn.Module):
       dtype=self.dtype,
       norm=self.norm,
       activation=self.activation,
+      strided_padding=self.strided_padding,
       bn_momentum=self.bn_momentum,
       bn_axis_name=self.bn_axis_name,
     )
@@ -351,8 +384,8 @@ class ContrastiveModel(nn.Module):
 
 
 def create_model(model_config, *, bn_axis_name: str | None = None) -> ContrastiveModel:
-  """ContrastiveModel from `config.model` (name, stem, norm, activation, head_hidden,
-  head_out, dtype, bn_momentum).
+  """ContrastiveModel from `config.model` (name, stem, norm, activation, strided_padding,
+  head_hidden, head_out, dtype, bn_momentum).
 
   The one validation of config.model: raises ValueError naming the field and the fix.
   """
@@ -362,7 +395,8 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> Contrastiv
   _check_choice('norm', norm, NORMS)
   _check_choice('stem', model_config.stem, STEMS)
   _check_choice('dtype', model_config.dtype, DTYPES)
-  activation = configured_activation(model_config)
+  activation = configured(model_config, 'activation')
+  strided_padding = configured(model_config, 'strided_padding')
   if not 0.0 <= model_config.bn_momentum < 1.0:
     _invalid('bn_momentum', f'must be in [0, 1), got {model_config.bn_momentum}', 'use e.g. 0.9')
   for field in ('head_hidden', 'head_out'):
@@ -376,6 +410,7 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> Contrastiv
     dtype=DTYPES[model_config.dtype],
     norm=norm,
     activation=activation,
+    strided_padding=strided_padding,
     bn_axis_name=bn_axis_name,
     bn_momentum=float(model_config.bn_momentum),
   )

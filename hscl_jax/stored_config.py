@@ -17,6 +17,7 @@ import ml_collections
 
 from hscl_jax import errors
 from hscl_jax import metrics
+from hscl_jax import models
 from hscl_jax import schema
 
 
@@ -43,8 +44,11 @@ def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tu
   """{dotted field: (stored value, current value)} of the fields both have that differ.
 
   A field only one of them has comes from another version of hscl_jax (a field added or
-  removed since the run started); it does not stop the run from resuming.
+  removed since the run started); it does not stop the run from resuming, except a model
+  field whose absence means the old behaviour (models.as_trained), which is compared.
   """
+  if isinstance(stored.get('model'), dict):
+    stored = {**stored, 'model': models.as_trained(stored['model'])}
   old, new = _flatten(stored), _flatten(current)
   return {
     field: (old[field], new[field])

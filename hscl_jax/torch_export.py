@@ -10,31 +10,31 @@ metadata beside the file says how to build the PyTorch model:
 
   * the CIFAR stem (3x3 convolution, stride 1, no max-pool) replaces torchvision's
     `conv1` and makes `maxpool` an Identity; the ImageNet stem is torchvision's own;
-  * the stride-2 3x3 convolutions of the first block of layers 2-4 pad as Flax's
-    'SAME' does: one zero row/column after the input, and one before only when its size
-    is odd, where torchvision's padding=1 always pads one on each side (on even sizes
-    the two sample different pixels). The metadata names those convolutions; PyTorch
-    sets their `padding` to 0 and pads in a forward pre-hook, which leaves the
-    state_dict's names as torchvision's (docs/training.md shows the code);
+  * the stride-2 3x3 convolutions (first block of layers 2-4) pad one pixel on each
+    side, as torchvision's, so nothing else changes. A run stored before
+    config.model.strided_padding existed padded them as Flax's 'SAME' (one zero
+    row/column after the input, one before only when its size is odd; on even sizes the
+    two sample different pixels): its metadata names those convolutions, PyTorch sets
+    their `padding` to 0 and pads in a forward pre-hook, which leaves the state_dict's
+    names as torchvision's (docs/training.md shows the code);
   * BatchNorm: epsilon 1e-5 in both; Flax's momentum m is PyTorch's 1 - m;
   * the input: RGB in [0, 1], normalised with the run's mean and std, NCHW, at the
     run's image size.
 
-The file is written here, not with the `safetensors` package: the format is an 8-byte
-little-endian header length, a JSON header (name -> dtype, shape, byte offsets) and the
-raw little-endian data, a few lines that need no dependency (the test reads it back with
-`safetensors.torch`).
+The file is written by the `safetensors` package (its NumPy API, no PyTorch), which
+lays out the format, its alignment and the metadata (the run's, as a JSON string under
+`hscl_jax`).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import struct
 from typing import Any
 
 from ml_collections import config_dict
 import numpy as np
+import safetensors.numpy
 
 from hscl_jax import augment
 from hscl_jax import errors
@@ -45,7 +45,6 @@ FORMATS = ('torch',)
 SUFFIX = '.safetensors'
 # The block convolution that carries the stride (as torchvision's ResNet v1.5).
 STRIDED_CONV = {'BasicBlock': 'conv1', 'Bottleneck': 'conv2'}
-_SAFETENSORS_DTYPES = {'float32': 'F32', 'int64': 'I64'}
 
 
 class ExportError(errors.UserError, ValueError):
@@ -70,7 +69,7 @@ def check_exportable(config: config_dict.ConfigDict, out: str) -> None:
       f'config.model.norm is {config.model.norm!r}: only BatchNorm ResNets export '
       "(torchvision's ResNet has BatchNorm layers); train with model.norm='batch'."
     )
-  activation = models.configured_activation(config.model)
+  activation = models.configured(config.model, 'activation')
   if activation != 'relu':
     raise ExportError(
       f'config.model.activation is {activation!r}: only ReLU ResNets export '
@@ -155,29 +154,20 @@ def same_padding_convs(backbone: models.ResNet) -> list[str]:
   return [f'layer{layer + 1}.0.{conv}' for layer in range(1, len(backbone.stage_sizes))]
 
 
+def _same_padding(backbone: models.ResNet) -> dict[str, Any]:
+  """The metadata of a run whose strided convolutions pad as Flax's 'SAME' (the hook's)."""
+  return {
+    'same_padding_convs': same_padding_convs(backbone),
+    'same_padding': (
+      "as Flax's 'SAME': padding=0, input padded left W % 2, right 1, top H % 2, bottom 1"
+    ),
+  }
+
+
 def write_safetensors(path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
-  """Writes `tensors` (float32 or int64) in the safetensors format, atomically."""
-  header: dict[str, Any] = {'__metadata__': metadata}
-  offset = 0
-  arrays = []
-  for name, value in tensors.items():
-    array = np.ascontiguousarray(value, value.dtype.newbyteorder('<'))
-    end = offset + array.nbytes
-    header[name] = {
-      'dtype': _SAFETENSORS_DTYPES[array.dtype.name],
-      'shape': list(array.shape),
-      'data_offsets': [offset, end],
-    }
-    arrays.append(array)
-    offset = end
-  encoded = json.dumps(header, separators=(',', ':')).encode()
-  encoded += b' ' * (-len(encoded) % 8)  # the data starts 8-byte aligned, as the spec advises
+  """Writes `tensors` with `metadata` in the safetensors format, atomically."""
   temporary = f'{path}.tmp'
-  with open(temporary, 'wb') as f:
-    f.write(struct.pack('<Q', len(encoded)))
-    f.write(encoded)
-    for array in arrays:
-      f.write(array.tobytes())
+  safetensors.numpy.save_file(tensors, temporary, metadata=metadata)
   os.replace(temporary, path)
 
 
@@ -185,6 +175,7 @@ def export_metadata(config, backbone: models.ResNet, step: int, workdir: str) ->
   """What a PyTorch user needs to build the model and feed it (the JSON beside the file)."""
   params = augment.AugmentParams.from_config(config.augment)
   cifar = config.model.stem == 'cifar'
+  strided_padding = models.configured(config.model, 'strided_padding')
   width = backbone.num_filters
   return {
     'architecture': config.model.name,
@@ -197,10 +188,8 @@ def export_metadata(config, backbone: models.ResNet, step: int, workdir: str) ->
     }
     if cifar
     else {'fc': 'torch.nn.Identity()'},
-    'same_padding_convs': same_padding_convs(backbone),
-    'same_padding': (
-      "as Flax's 'SAME': padding=0, input padded left W % 2, right 1, top H % 2, bottom 1"
-    ),
+    'strided_padding': strided_padding,
+    **(_same_padding(backbone) if strided_padding == 'same' else {}),
     'feature_dim': models.feature_dim(config.model.name),
     'image_size': params.image_size,
     'input': 'RGB in [0, 1], (x - mean) / std per channel, NCHW float32',

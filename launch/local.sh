@@ -13,7 +13,8 @@
 #   * run from the repository root, or anywhere with REPO=/path/to/repo (configs/ are files
 #     of the repository, not of the installed package);
 #   * the package and a GPU build of JAX are installed in $PYTHON's environment
-#     (pip install -e . 'jax[cuda13]==<the pinned jax version>'); no GPU -> JAX uses the CPU;
+#     (pip install -e '.[train]' 'jax[cuda13]==<the pinned jax version>'); no GPU -> JAX
+#     uses the CPU;
 #   * WORKDIR is a local path or a gs:// URL; rerunning the same command resumes from its
 #     latest checkpoint (SIGTERM saves one and exits with 143).
 # Environment: GPUS (comma-separated ids -> CUDA_VISIBLE_DEVICES), PYTHON (default python3),

@@ -22,6 +22,7 @@ def model_config(**overrides):
       stem='cifar',
       norm='batch',
       activation='relu',
+      strided_padding='symmetric',
       head_hidden=32,
       head_out=16,
       dtype='float32',
@@ -97,8 +98,10 @@ def test_parameter_counts():
   assert counts['resnet50'] == 25_557_032 - 2_049_000 - 64 * 3 * (49 - 9)
 
 
-def host_variables(model, image_shape, seed=0):
-  """Random variables built on the host from the abstract shapes (no compiled init).
+def host_variables(model, image_shape, seed=0, *, random_norms=False):
+  """Random variables built on the host from the abstract shapes (no compiled init); the
+  normalisation layers' scales and variances 1, biases and means 0, or (random_norms)
+  drawn away from those, so that each one matters.
 
   Compiling ResNet-50's random initialiser costs more than its training step.
   """
@@ -108,9 +111,11 @@ def host_variables(model, image_shape, seed=0):
   def fill(path, leaf):
     name = path[-1].key
     if name in ('scale', 'var'):
-      return jnp.ones(leaf.shape, leaf.dtype)
+      value = rng.uniform(0.5, 1.5, leaf.shape) if random_norms else 1.0
+      return jnp.broadcast_to(jnp.asarray(value, leaf.dtype), leaf.shape)
     if name in ('bias', 'mean'):
-      return jnp.zeros(leaf.shape, leaf.dtype)
+      value = rng.normal(0.0, 0.2, leaf.shape) if random_norms else 0.0
+      return jnp.broadcast_to(jnp.asarray(value, leaf.dtype), leaf.shape)
     fan_in = int(np.prod(leaf.shape[:-1]))
     return jnp.asarray(rng.normal(scale=np.sqrt(1.0 / fan_in), size=leaf.shape), leaf.dtype)
 
@@ -300,9 +305,10 @@ def test_create_model_fields():
   assert (model.head_hidden, model.head_out) == (64, 8)
   assert model.dtype == jnp.bfloat16 and model.bn_momentum == 0.99
   assert model.bn_axis_name == 'batch'
-  stored_before_the_field = model_config()
-  del stored_before_the_field['activation']
-  assert models.create_model(stored_before_the_field).activation == 'relu'
+  stored_before_the_fields = model_config()
+  del stored_before_the_fields['activation'], stored_before_the_fields['strided_padding']
+  stored = models.create_model(stored_before_the_fields)
+  assert (stored.activation, stored.strided_padding) == ('relu', 'same')
 
 
 def _primitive_counts(model, primitives):
@@ -345,6 +351,7 @@ def test_activation_is_applied_at_every_site(name, sites):
     (dict(stem='tiny'), 'model.stem'),
     (dict(norm='instance'), 'model.norm'),
     (dict(activation='tanh'), 'model.activation'),
+    (dict(strided_padding='valid'), 'model.strided_padding'),
     (dict(dtype='float16'), 'model.dtype'),
     (dict(bn_momentum=1.0), 'model.bn_momentum'),
     (dict(head_out=0), 'model.head_out'),
@@ -356,3 +363,114 @@ def test_create_model_rejects_bad_config(overrides, match):
   if 'name' in overrides:
     with pytest.raises(ValueError, match='valid names'):
       models.feature_dim(overrides['name'])
+
+
+# ----------------------------------------------------------------------------------------
+# The ResNets' padding, against a float64 NumPy ResNet written from torchvision's definition.
+
+
+def _reference_conv(x, kernel, stride, pads):
+  """x NHWC, kernel HWIO, pads ((top, bottom), (left, right)) of zeros, in float64."""
+  x = np.pad(x, ((0, 0), *pads, (0, 0)))
+  kh, kw = kernel.shape[:2]
+  out_h, out_w = (x.shape[1] - kh) // stride + 1, (x.shape[2] - kw) // stride + 1
+  out = np.zeros((x.shape[0], out_h, out_w, kernel.shape[3]))
+  for i in range(kh):
+    for j in range(kw):
+      rows = x[
+        :, i : i + stride * (out_h - 1) + 1 : stride, j : j + stride * (out_w - 1) + 1 : stride
+      ]
+      out += rows @ kernel[i, j]
+  return out
+
+
+def _reference_bn(x, params, stats):
+  return (x - stats['mean']) / np.sqrt(stats['var'] + 1e-5) * params['scale'] + params['bias']
+
+
+def _reference_block(x, params, stats, stride, strided_pads):
+  """torchvision's BasicBlock / Bottleneck (v1.5: the stride on the 3x3 convolution)."""
+  convs = sorted((k for k in params if k.startswith('Conv_')), key=lambda k: int(k[5:]))
+  strided = next(i for i, k in enumerate(convs) if params[k]['kernel'].shape[0] == 3)
+  y = x
+  for i, conv in enumerate(convs):
+    kernel = params[conv]['kernel']
+    k = kernel.shape[0]
+    if i == strided and stride == 2:
+      pads = strided_pads(y.shape[1:3])
+    else:
+      pads = ((k // 2, k // 2),) * 2
+    y = _reference_conv(y, kernel, stride if i == strided else 1, pads)
+    y = _reference_bn(y, params[f'BatchNorm_{i}'], stats[f'BatchNorm_{i}'])
+    if i < len(convs) - 1:
+      y = np.maximum(y, 0)
+  if 'conv_proj' in params:
+    x = _reference_conv(x, params['conv_proj']['kernel'], stride, ((0, 0), (0, 0)))
+    x = _reference_bn(x, params['norm_proj'], stats['norm_proj'])
+  return np.maximum(x + y, 0)
+
+
+def _reference_resnet(variables, x, stem, stage_sizes, strided_pads):
+  """Pooled features; `strided_pads(size)` pads the stride-2 3x3 convolutions."""
+  params = jax.tree.map(lambda a: np.asarray(a, np.float64), variables['params']['encoder'])
+  stats = jax.tree.map(lambda a: np.asarray(a, np.float64), variables['batch_stats']['encoder'])
+  kernel = params['conv_init']['kernel']
+  pads = ((kernel.shape[0] // 2,) * 2,) * 2  # torchvision: 3x3 pads 1, 7x7 pads 3
+  y = _reference_conv(np.asarray(x, np.float64), kernel, 1 if stem == 'cifar' else 2, pads)
+  y = np.maximum(_reference_bn(y, params['bn_init'], stats['bn_init']), 0)
+  if stem == 'imagenet':  # max-pool 3x3, stride 2, padding 1
+    y = np.pad(y, ((0, 0), (1, 1), (1, 1), (0, 0)), constant_values=-np.inf)
+    h, w = (y.shape[1] - 3) // 2 + 1, (y.shape[2] - 3) // 2 + 1
+    windows = [
+      y[:, i : i + 2 * h - 1 : 2, j : j + 2 * w - 1 : 2] for i in range(3) for j in range(3)
+    ]
+    y = np.max(windows, axis=0)
+  blocks = [k for k in params if k.startswith(('BasicBlock_', 'Bottleneck_'))]
+  blocks.sort(key=lambda k: int(k.rsplit('_', 1)[1]))
+  strides = [
+    2 if stage > 0 and j == 0 else 1 for stage, n in enumerate(stage_sizes) for j in range(n)
+  ]
+  for name, stride in zip(blocks, strides, strict=True):
+    y = _reference_block(y, params[name], stats[name], stride, strided_pads)
+  return y.mean(axis=(1, 2))
+
+
+def _torchvision_pads(size):
+  return ((1, 1), (1, 1))
+
+
+def _flax_same_pads(size):
+  """Flax's 'SAME' for a 3x3 stride-2 convolution: one after, one before if odd."""
+  return tuple((n % 2, 1) for n in size)
+
+
+@pytest.mark.parametrize(
+  'name, stem, size', [('resnet18', 'cifar', 8), ('resnet50', 'imagenet', 32)]
+)
+def test_strided_convolutions_pad_as_torchvision(name, stem, size):
+  """strided_padding='symmetric' pads the stride-2 3x3 convolutions one pixel on each side
+  (torchvision's, the paper's model), 'same' as Flax's 'SAME' (runs stored before the
+  field). Every strided convolution sees an even size (8, 4, 2), where the two differ."""
+  stage_sizes = models.BACKBONES[name][0].keywords['stage_sizes']
+  x = np.random.default_rng(1).normal(size=(2, size, size, 3)).astype(np.float32)
+  pads = {'symmetric': _torchvision_pads, 'same': _flax_same_pads}
+  for padding, other in (('symmetric', 'same'), ('same', 'symmetric')):
+    model = models.create_model(model_config(name=name, stem=stem, strided_padding=padding))
+    variables = host_variables(model, (size, size, 3), random_norms=True)
+    features = jit_apply(model, train=False, method='features')(variables, x)
+    expected = _reference_resnet(variables, x, stem, stage_sizes, pads[padding])
+    tolerance = 1e-5 * float(np.max(np.abs(expected)))
+    np.testing.assert_allclose(np.asarray(features, np.float64), expected, rtol=0, atol=tolerance)
+    wrong = _reference_resnet(variables, x, stem, stage_sizes, pads[other])
+    assert np.max(np.abs(wrong - expected)) > 100 * tolerance, padding
+
+
+def test_small_cnn_ignores_strided_padding():
+  """Only the ResNets have torchvision's counterpart; small_cnn keeps Flax's 'SAME'."""
+  outputs = []
+  for padding in models.STRIDED_PADDINGS:
+    model = models.create_model(model_config(strided_padding=padding))
+    variables = host_variables(model, (8, 8, 3), random_norms=True)
+    x = np.random.default_rng(1).normal(size=(2, 8, 8, 3)).astype(np.float32)
+    outputs.append(np.asarray(jit_apply(model, train=False, method='features')(variables, x)))
+  np.testing.assert_array_equal(*outputs)

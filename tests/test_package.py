@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import json
 import os
+import pathlib
+import re
 import subprocess
 import sys
+
+import hscl_jax
 
 # Top-level modules that only training, data, evaluation or plotting need.
 HEAVY = (
@@ -51,3 +57,125 @@ def test_losses_import_no_package_beyond_jax():
   assert ours[:2] == ['hscl_jax', 'hscl_jax.losses']
   assert all(m.startswith('hscl_jax.losses.') for m in ours[2:])
   assert not [m for m in modules['jax'] + modules['losses'] if m.split('.')[0] in HEAVY]
+
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# Imported lazily by the one feature that needs it, which names its extra when it is missing.
+OPTIONAL = {'matplotlib': 'report', 'tensorflow': 'prepare'}
+
+
+def _setup_list(name: str) -> list[str]:
+  """A list literal of setup.py (INSTALL_REQUIRES, TRAIN_REQUIRES)."""
+  tree = ast.parse((REPO / 'setup.py').read_text())
+  for node in tree.body:
+    if isinstance(node, ast.Assign) and node.targets[0].id == name:
+      return ast.literal_eval(node.value)
+  raise AssertionError(f'setup.py has no {name}')
+
+
+def _distribution(requirement: str) -> str:
+  return re.split(r'[<>=!~\[ ]', requirement, maxsplit=1)[0].lower().replace('_', '-')
+
+
+def _third_party_imports() -> set[str]:
+  """Top-level modules the package imports (anywhere in its code) that are not its own or
+  the standard library's."""
+  found = set()
+  for path in (REPO / 'hscl_jax').rglob('*.py'):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.Import):
+        found.update(alias.name.split('.')[0] for alias in node.names)
+      elif isinstance(node, ast.ImportFrom) and node.level == 0:
+        found.add(node.module.split('.')[0])
+  return found - set(sys.stdlib_module_names) - {'hscl_jax', '__future__'}
+
+
+def test_the_package_needs_jax_numpy_and_the_train_extra_only():
+  """install_requires is JAX and NumPy; every other import is the [train] extra's (so a
+  missing one is the one-line error naming it) or an optional feature's."""
+  assert [_distribution(r) for r in _setup_list('INSTALL_REQUIRES')] == ['jax', 'numpy']
+  imports = _third_party_imports()
+  assert imports - {'jax', 'numpy'} - set(OPTIONAL) == hscl_jax.TRAINER_MODULES
+  top_levels = importlib.metadata.packages_distributions()
+  train = {_distribution(r) for r in _setup_list('TRAIN_REQUIRES')}
+  extra_modules = {
+    module
+    for module in hscl_jax.TRAINER_MODULES
+    if {_distribution(d) for d in top_levels.get(module, [])} & train
+  }
+  assert extra_modules == hscl_jax.TRAINER_MODULES  # each one is the extra's own
+
+
+_HIDE = """
+import importlib, importlib.machinery, runpy, sys
+HIDDEN = {hidden!r}
+
+class Hide:  # PathFinder, but these distributions are not installed
+  def find_spec(self, name, path=None, target=None):
+    if name.partition('.')[0] in HIDDEN:
+      return None
+    return importlib.machinery.PathFinder.find_spec(name, path, target)
+
+sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = Hide()
+{code}
+"""
+
+
+def _without(hidden, code: str) -> subprocess.CompletedProcess:
+  return subprocess.run(
+    [sys.executable, '-c', _HIDE.format(hidden=set(hidden), code=code)],
+    capture_output=True,
+    text=True,
+    env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+    timeout=120,
+  )
+
+
+def test_a_missing_trainer_dependency_is_one_line_naming_the_extra():
+  """As if the [train] extra were not installed (tests/losses_alone.py checks a real bare
+  install in CI, the losses running there): a program stops with the line alone
+  (SystemExit: printed, exit status 1), a library import raises ModuleNotFoundError in one
+  line."""
+  code = """
+try:
+  runpy.run_module('hscl_jax.embed', run_name='__main__', alter_sys=True)  # imports absl
+except SystemExit as error:
+  print(repr(error.code))
+HIDDEN.clear()
+HIDDEN.add('optax')
+try:
+  import hscl_jax.optim
+except ModuleNotFoundError as error:
+  print(repr(str(error)), error.name)
+"""
+  out = _without({'absl'}, code)
+  fix = f'Fix: {hscl_jax.INSTALL_TRAINER}'
+  assert out.stdout.splitlines() == [
+    repr(f"hscl_jax.embed needs the trainer's dependencies (absl is not installed). {fix}"),
+    repr(f"hscl_jax.optim needs the trainer's dependencies (optax is not installed). {fix}")
+    + ' optax',
+  ], out.stderr[-2000:]
+
+
+def _extras() -> set[str]:
+  """The keys of setup.py's extras_require."""
+  tree = ast.parse((REPO / 'setup.py').read_text())
+  for node in ast.walk(tree):
+    if isinstance(node, ast.keyword) and node.arg == 'extras_require':
+      return {key.value for key in node.value.keys}
+  raise AssertionError('setup.py has no extras_require')
+
+
+def test_every_extra_an_install_command_names_exists():
+  """`.[X]`, `hscl_jax[X]` in the docs, scripts, messages and CI name extras of setup.py."""
+  files = [REPO / 'README.md', REPO / '.ci' / 'run', *(REPO / 'docs').rglob('*.md')]
+  for folder in ('hscl_jax', 'launch', 'tools', 'benchmarks', 'tests'):
+    files += [p for p in (REPO / folder).rglob('*') if p.suffix in ('.py', '.sh', '.md', '')]
+  named = {}
+  for path in files:
+    if path.is_file():
+      for match in re.finditer(r'(?:\.|hscl_jax|\$remote_dir)\[([a-z0-9_,]+)\]', path.read_text()):
+        for extra in match.group(1).split(','):
+          named.setdefault(extra, path.relative_to(REPO))
+  assert {'train', 'test', 'torch'} <= set(named)
+  assert {e: p for e, p in named.items() if e not in _extras()} == {}

@@ -81,3 +81,20 @@ def test_a_free_or_allowed_section_frees_every_field_in_it(tmp_path):
   assert 'augment.crop_scale' in refused(tmp_path, config)
   assert refused(tmp_path, config, allowed=('augment',)) is None
   assert 'augment.flip_prob' in refused(tmp_path, config, allowed=('augment.crop_scale',))
+
+
+def test_a_resnet_stored_before_strided_padding_resumes_only_as_trained(tmp_path):
+  """Its config.json lacks the field: it trained with Flax's 'SAME' (models.STORED_WITHOUT),
+  so today's default (symmetric) is a change, named; small_cnn, which the field does not
+  shape, resumes."""
+  config = digits.get_config()
+  metrics.write_config(str(tmp_path), config)
+  stored = json.loads((tmp_path / 'config.json').read_text())
+  del stored['model']['strided_padding']
+  (tmp_path / 'config.json').write_text(json.dumps(stored))
+  assert refused(tmp_path, config) is None  # small_cnn
+  stored['model']['name'] = config.model.name = 'resnet18'
+  (tmp_path / 'config.json').write_text(json.dumps(stored))
+  assert 'model.strided_padding: "same" -> "symmetric"' in refused(tmp_path, config)
+  config.model.strided_padding = 'same'
+  assert refused(tmp_path, config) is None

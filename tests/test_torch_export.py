@@ -1,5 +1,6 @@
-"""`python -m hscl_jax.export --format=torch`: the backbone in torchvision's ResNet, checked
-by loading it (strict) and comparing PyTorch's features with JAX's on the same images.
+"""`python -m hscl_jax.export --format=torch`: the backbone in stock torchvision's ResNet,
+checked by loading it (strict, no hook) and comparing PyTorch's features with JAX's on the
+same images; a run stored before model.strided_padding, with the docs' hook.
 
 The checkpoints are written directly (no training) with every parameter and BatchNorm
 statistic random, away from its initial value (the zero-initialised last scale of each
@@ -10,7 +11,7 @@ each exported tensor matters.
 from __future__ import annotations
 
 import contextlib
-import math
+import json
 import os
 import pathlib
 import subprocess
@@ -24,90 +25,59 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
+from test_torch_export_errors import STEP  # noqa: E402
 from test_torch_export_errors import export_config as _config  # noqa: E402
+from test_torch_export_errors import write_run  # noqa: E402
 
 from hscl_jax import augment  # noqa: E402
-from hscl_jax import checkpointing  # noqa: E402
-from hscl_jax import metrics  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import torch_export  # noqa: E402
 
 NEEDS = 'the export round trip needs PyTorch: pip install -e ".[torch]"'
 torch = pytest.importorskip('torch', reason=NEEDS)
 torchvision = pytest.importorskip('torchvision', reason=NEEDS)
-safetensors_torch = pytest.importorskip('safetensors.torch', reason=NEEDS)
+safetensors = pytest.importorskip('safetensors', reason=NEEDS)
 
-STEP = 7
 NUM_IMAGES = 4
 
 
-def _random_variables(config):
-  """Every parameter and BatchNorm statistic drawn with NumPy (nothing to compile):
-  He-normal kernels, scales and variances in [0.5, 1.5], biases and means around 0."""
-  model = models.create_model(config.model)
-  size = config.augment.image_size
-  shapes = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), (size, size, 3)))
-  rng = np.random.default_rng(0)
-
-  def draw(path, leaf):
-    name = path[-1].key
-    if name == 'kernel':
-      fan_out = math.prod(leaf.shape[:-2]) * leaf.shape[-1]
-      value = rng.normal(0.0, math.sqrt(2.0 / fan_out), leaf.shape)
-    elif name in ('scale', 'var'):
-      value = rng.uniform(0.5, 1.5, leaf.shape)
-    else:  # bias, mean
-      value = rng.normal(0.0, 0.2, leaf.shape)
-    return jnp.asarray(value, jnp.float32)
-
-  return jax.tree.map_with_path(draw, shapes)
-
-
-def _write_run(workdir, config, variables):
-  """A run's config.json and one checkpoint at STEP, as training writes them."""
-  metrics.write_config(str(workdir), config)
-  checkpointer = checkpointing.Checkpointer(str(workdir), keep=1)
-  checkpointer.save(STEP, variables, iterator_state={})
-  checkpointer.close()
-
-
-def _run(tmp_path, name, stem, image_size):
-  """(run directory, uint8 images, the JAX features of the saved variables)."""
+def _run(tmp_path, name, stem, image_size, *, stored_before=False):
+  """(run directory, uint8 images, the JAX features of the saved variables);
+  `stored_before`: a config.json without model.strided_padding (a run trained before it)."""
   config = _config(name, stem, image_size)
+  if stored_before:
+    del config.model['strided_padding']
   raw = jax.random.randint(jax.random.key(2), (NUM_IMAGES, image_size, image_size, 3), 0, 256)
   raw = np.asarray(raw, np.uint8)
   images = augment.preprocess_eval(
     jnp.asarray(raw), augment.AugmentParams.from_config(config.augment)
   )
-  variables = _random_variables(config)
   workdir = tmp_path / 'run'
-  _write_run(workdir, config, variables)
+  variables = write_run(workdir, config)
   model = models.create_model(config.model)
-  features = model.apply(variables, images, train=False, method='features')
+  features = jax.jit(lambda v, x: model.apply(v, x, train=False, method='features'))(
+    variables, images
+  )
   return workdir, raw, np.asarray(features)
 
 
-def _docs_code() -> str:
-  """The Python block of docs/training.md's "Using the backbone in PyTorch"."""
+def _docs_code(block: int) -> str:
+  """The `block`-th Python block of docs/training.md's "Using the backbone in PyTorch"
+  (0: stock torchvision; 1: the hook of a run stored before model.strided_padding)."""
   text = (REPO / 'docs' / 'training.md').read_text()
-  section = text[text.index('## Using the backbone in PyTorch') :]
-  return section.split('```python\n', 1)[1].split('```', 1)[0]
+  section = text[text.index('## Using the backbone in PyTorch') :].split('\n## ', 1)[0]
+  return section.split('```python\n')[block + 1].split('```', 1)[0]
 
 
-def _torch_model(directory):
-  """(model, metadata) built by the docs' code in `directory` (backbone.safetensors, .json)."""
+def _torch_model(directory, *, hook=False):
+  """(model, metadata) built by the docs' code in `directory` (backbone.safetensors, .json);
+  `hook`: with the docs' code for a run stored before model.strided_padding."""
   namespace = {}
   with contextlib.chdir(directory):
-    exec(_docs_code(), namespace)
+    exec(_docs_code(0), namespace)
+    if hook:
+      exec(_docs_code(1), namespace)
   return namespace['model'], namespace['meta']
-
-
-def _torchvision_padding(model, meta):
-  """Undoes the docs' padding: torchvision's padding=1 on every side."""
-  for name in meta['same_padding_convs']:
-    conv = model.get_submodule(name)
-    conv.padding = (1, 1)
-    conv._forward_pre_hooks.clear()
 
 
 def _torch_features(model, meta, raw):
@@ -125,21 +95,23 @@ def _max_difference(model, meta, raw, jax_features):
   return float(np.max(np.abs(torch_features - jax_features)))
 
 
+def _tolerance(jax_features) -> float:
+  """float32 rounding through the network's depth, at the features' scale."""
+  return 1e-5 * max(1.0, float(np.max(np.abs(jax_features))))
+
+
 def _check_round_trip(directory, jax_features, raw):
-  """The docs' model's features equal JAX's to float32 rounding; torchvision's padding
-  differs. Returns the metadata."""
+  """Stock torchvision (no hook anywhere) loads the file strictly and its features equal
+  JAX's to float32 rounding. Returns the metadata."""
   model, meta = _torch_model(directory)
-  scale = float(np.max(np.abs(jax_features)))
+  assert not any(module._forward_pre_hooks for module in model.modules())
+  assert 'same_padding_convs' not in meta and meta['strided_padding'] == 'symmetric'
   difference = _max_difference(model, meta, raw, jax_features)
-  _torchvision_padding(model, meta)
-  unpadded = _max_difference(model, meta, raw, jax_features)
+  scale = float(np.max(np.abs(jax_features)))
   print(
-    f'{meta["architecture"]}: max |torch - jax| {difference:.2e} for features up to '
-    f'{scale:.3g} (torchvision padding: {unpadded:.2e})'
+    f'{meta["architecture"]}: max |torch - jax| {difference:.2e} for features up to {scale:.3g}'
   )
-  tolerance = 1e-5 * max(1.0, scale)  # float32 rounding through the network's depth
-  assert difference <= tolerance
-  assert unpadded > 100 * tolerance  # the metadata's padding is needed
+  assert difference <= _tolerance(jax_features)
   return meta
 
 
@@ -163,8 +135,9 @@ def test_resnet18_cifar_stem_through_the_command(tmp_path):
     out.stdout == f'resnet18 (cifar stem) at checkpoint step {STEP}:\n  {weights}\n  {meta_file}\n'
   )
   meta = _check_round_trip(tmp_path, jax_features, raw)
+  with safetensors.safe_open(weights, framework='pt') as f:  # the metadata survives
+    assert json.loads(f.metadata()['hscl_jax']) == meta
   config = _config('resnet18', 'cifar', 36)
-  assert meta['same_padding_convs'] == ['layer2.0.conv1', 'layer3.0.conv1', 'layer4.0.conv1']
   expected = {
     'architecture': 'resnet18',
     'stem': 'cifar',
@@ -183,6 +156,29 @@ def test_resnet50_imagenet_stem(tmp_path):
   weights = tmp_path / 'backbone.safetensors'
   torch_export.export_torch(str(workdir), str(weights))
   meta = _check_round_trip(tmp_path, jax_features, raw)
-  assert meta['same_padding_convs'] == ['layer2.0.conv2', 'layer3.0.conv2', 'layer4.0.conv2']
   assert set(meta['replace_modules']) == {'fc'}
   assert (meta['feature_dim'], meta['image_size']) == (2048, 64)
+
+
+def test_run_stored_before_strided_padding_exports_with_the_hook(tmp_path):
+  """A config.json without model.strided_padding trained with Flax's 'SAME': it exports
+  as trained, and the docs' hook matches JAX's features where stock torchvision does not
+  (32 px: every strided convolution sees an even size). The hook's code is the same for
+  every ResNet; which convolutions it pads (ResNet-50's conv2) is checked without PyTorch
+  (test_torch_export_errors)."""
+  name = 'resnet18'
+  workdir, raw, jax_features = _run(tmp_path, name, 'cifar', 32, stored_before=True)
+  torch_export.export_torch(str(workdir), str(tmp_path / 'backbone.safetensors'))
+  tolerance = _tolerance(jax_features)
+  model, meta = _torch_model(tmp_path)
+  assert (meta['strided_padding'], meta['same_padding_convs']) == (
+    'same',
+    ['layer2.0.conv1', 'layer3.0.conv1', 'layer4.0.conv1'],
+  )
+  stock = _max_difference(model, meta, raw, jax_features)
+  model, meta = _torch_model(tmp_path, hook=True)
+  hooked = _max_difference(model, meta, raw, jax_features)
+  scale = float(np.max(np.abs(jax_features)))
+  print(f'{name} stored before: hook {hooked:.2e}, stock {stock:.3g}, features up to {scale:.3g}')
+  assert hooked <= tolerance
+  assert stock > 100 * tolerance

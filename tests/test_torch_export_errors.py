@@ -1,20 +1,32 @@
-"""`python -m hscl_jax.export --format=torch` refuses what torchvision cannot load, before
-any work, in one line: these tests need no PyTorch (the round trip is test_torch_export)."""
+"""`python -m hscl_jax.export --format=torch` without PyTorch: the exported state dict's
+values against a hand-written NumPy reference (names, HWIO -> OIHW, BatchNorm's
+statistics, the metadata's momentum), and what torchvision cannot load refused before any
+work, in one line (the round trip through torchvision is test_torch_export)."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import sys
 
+import numpy as np
 import pytest
+import safetensors
+import safetensors.numpy
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
+from test_models import host_variables  # noqa: E402
+
 from configs import default  # noqa: E402
+from hscl_jax import checkpointing  # noqa: E402
 from hscl_jax import errors  # noqa: E402
 from hscl_jax import metrics  # noqa: E402
+from hscl_jax import models  # noqa: E402
 from hscl_jax import torch_export  # noqa: E402
+
+STEP = 7
 
 
 def export_config(name: str, stem: str, image_size: int):
@@ -23,6 +35,20 @@ def export_config(name: str, stem: str, image_size: int):
   config.model.stem = stem
   config.augment.image_size = image_size
   return config
+
+
+def write_run(workdir, config):
+  """A run's config.json and one checkpoint at STEP, as training writes them, of random
+  variables (BatchNorm's too, so that each exported tensor matters); returns them."""
+  model = models.create_model(config.model)
+  size = config.augment.image_size
+  variables = host_variables(model, (size, size, 3), random_norms=True)
+  variables = {'params': variables['params'], 'batch_stats': variables['batch_stats']}
+  metrics.write_config(str(workdir), config)
+  checkpointer = checkpointing.Checkpointer(str(workdir), keep=1)
+  checkpointer.save(STEP, variables, iterator_state={})
+  checkpointer.close()
+  return variables
 
 
 def _one_line_error(tmp_path, config, *, out='backbone.safetensors') -> str:
@@ -58,3 +84,88 @@ def test_bad_output_path(tmp_path):
   assert 'must end in .safetensors' in _one_line_error(tmp_path, config, out='b.pt')
   message = _one_line_error(tmp_path, config, out='missing/b.safetensors')
   assert 'does not exist' in message
+
+
+def _expected_state(variables, block: str, stage_sizes) -> dict[str, np.ndarray]:
+  """torchvision's ResNet state_dict (without fc), written out from its definition: a
+  block's convolutions conv1..convN with bn1..bnN, the projection downsample.0/1; Flax's
+  HWIO kernels as OIHW; BatchNorm's scale, bias, mean and (biased) variance as weight,
+  bias, running_mean, running_var; num_batches_tracked the checkpoint's step."""
+  params, stats = variables['params']['encoder'], variables['batch_stats']['encoder']
+  state = {}
+
+  def conv(name, flax_params):
+    state[f'{name}.weight'] = np.einsum('hwio->oihw', np.asarray(flax_params['kernel']))
+
+  def batch_norm(name, flax_params, flax_stats):
+    state[f'{name}.weight'] = np.asarray(flax_params['scale'])
+    state[f'{name}.bias'] = np.asarray(flax_params['bias'])
+    state[f'{name}.running_mean'] = np.asarray(flax_stats['mean'])
+    state[f'{name}.running_var'] = np.asarray(flax_stats['var'])
+    state[f'{name}.num_batches_tracked'] = np.asarray(STEP, np.int64)
+
+  conv('conv1', params['conv_init'])
+  batch_norm('bn1', params['bn_init'], stats['bn_init'])
+  convs = {'BasicBlock': 2, 'Bottleneck': 3}[block]
+  index = 0
+  for layer, size in enumerate(stage_sizes, start=1):
+    for j in range(size):
+      flax, prefix = f'{block}_{index}', f'layer{layer}.{j}'
+      index += 1
+      for c in range(convs):
+        conv(f'{prefix}.conv{c + 1}', params[flax][f'Conv_{c}'])
+        batch_norm(
+          f'{prefix}.bn{c + 1}', params[flax][f'BatchNorm_{c}'], stats[flax][f'BatchNorm_{c}']
+        )
+      if j == 0 and (layer > 1 or block == 'Bottleneck'):  # the shape changes: a projection
+        conv(f'{prefix}.downsample.0', params[flax]['conv_proj'])
+        batch_norm(f'{prefix}.downsample.1', params[flax]['norm_proj'], stats[flax]['norm_proj'])
+  return state
+
+
+@pytest.mark.parametrize(
+  'name, stem, block, keys',
+  # keys: len(torchvision.models.resnetN().state_dict()) minus fc.weight and fc.bias.
+  [('resnet18', 'cifar', 'BasicBlock', 122 - 2), ('resnet50', 'imagenet', 'Bottleneck', 320 - 2)],
+)
+def test_state_dict_values_and_metadata_without_torch(tmp_path, name, stem, block, keys):
+  """The file (read with safetensors' NumPy API) holds exactly the reference's tensors,
+  bit for bit, and its metadata equals the JSON's, whose BatchNorm momentum is PyTorch's
+  (1 - Flax's: 0.03 for 0.97)."""
+  config = export_config(name, stem, 16)
+  config.model.bn_momentum = 0.97
+  variables = write_run(tmp_path / 'run', config)
+  out = tmp_path / 'backbone.safetensors'
+  meta = torch_export.export_torch(str(tmp_path / 'run'), str(out))
+  stage_sizes = models.BACKBONES[name][0].keywords['stage_sizes']
+  expected = _expected_state(variables, block, stage_sizes)
+  written = safetensors.numpy.load_file(str(out))
+  assert len(expected) == keys and sorted(written) == sorted(expected)
+  for key, value in expected.items():
+    assert written[key].dtype == value.dtype and written[key].shape == value.shape, key
+    np.testing.assert_array_equal(written[key], value, err_msg=key)
+  with safetensors.safe_open(str(out), framework='np') as f:
+    assert json.loads(f.metadata()['hscl_jax']) == meta
+  assert json.loads((tmp_path / 'backbone.json').read_text()) == meta
+  assert meta['batchnorm'] == {'epsilon': 1e-5, 'torch_momentum': 0.03}
+  assert (meta['checkpoint_step'], meta['strided_padding']) == (STEP, 'symmetric')
+
+
+@pytest.mark.parametrize(
+  'name, convs',
+  [
+    ('resnet18', ['layer2.0.conv1', 'layer3.0.conv1', 'layer4.0.conv1']),
+    # torchvision's Bottleneck (v1.5) strides its 3x3 conv2, as ours.
+    ('resnet50', ['layer2.0.conv2', 'layer3.0.conv2', 'layer4.0.conv2']),
+  ],
+)
+def test_only_a_run_stored_before_strided_padding_needs_the_hook(name, convs):
+  """Its metadata names the stride-2 3x3 convolutions to pad as Flax's 'SAME'; a new
+  run's has none (stock torchvision)."""
+  config = export_config(name, 'cifar', 32)
+  backbone = models.make_backbone(name)
+  meta = torch_export.export_metadata(config, backbone, STEP, 'run')
+  assert meta['strided_padding'] == 'symmetric' and 'same_padding_convs' not in meta
+  del config.model['strided_padding']
+  meta = torch_export.export_metadata(config, backbone, STEP, 'run')
+  assert (meta['strided_padding'], meta['same_padding_convs']) == ('same', convs)
