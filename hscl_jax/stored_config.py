@@ -79,6 +79,18 @@ def check_unchanged(
   listed = '; '.join(
     f'{f}: {json.dumps(old)} -> {json.dumps(new)}' for f, (old, new) in changed.items()
   )
+  # A model field the run's config.json lacks (it predates the field): the run continues
+  # only as trained, so the fix names that value, not a deliberate change.
+  as_trained = [
+    f'--config.{f}={old}'
+    for f, (old, _) in changed.items()
+    if f.startswith('model.') and f.split('.', 1)[1] not in stored.get('model', {})
+  ]
+  if as_trained:
+    raise ConfigChangedError(
+      f'workdir {workdir} holds a run trained before this field existed ({listed}). '
+      f'Fix: resume it as it was trained, add {" ".join(as_trained)}; or use a new --workdir'
+    )
   raise ConfigChangedError(
     f'workdir {workdir} holds a run trained with another config ({listed}). '
     f'Fix: use a new --workdir, or, to change it deliberately (e.g. more epochs), '

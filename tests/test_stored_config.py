@@ -95,6 +95,11 @@ def test_a_resnet_stored_before_strided_padding_resumes_only_as_trained(tmp_path
   assert refused(tmp_path, config) is None  # small_cnn
   stored['model']['name'] = config.model.name = 'resnet18'
   (tmp_path / 'config.json').write_text(json.dumps(stored))
-  assert 'model.strided_padding: "same" -> "symmetric"' in refused(tmp_path, config)
+  message = refused(tmp_path, config)
+  assert 'model.strided_padding: "same" -> "symmetric"' in message
+  assert message.endswith(
+    'Fix: resume it as it was trained, add --config.model.strided_padding=same; or use a '
+    'new --workdir'
+  )
   config.model.strided_padding = 'same'
   assert refused(tmp_path, config) is None
