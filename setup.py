@@ -67,5 +67,8 @@ setuptools.setup(
     # test); never imported by the package (it writes safetensors itself). The versions
     # tested, a matching pair: PyPI's torchvision 0.29 does not import beside torch 2.13.
     'torch': ['torch>=2.14.1', 'torchvision>=0.29.1', 'safetensors>=0.8.0'],
+    # tools/mutation_score.py: cosmic-ray's mutants, sampled (docs/testing.md). The version
+    # tested (its floor not searched).
+    'mutation': ['cosmic-ray>=8.7.0'],
   },
 )
