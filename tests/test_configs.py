@@ -10,6 +10,7 @@ import sys
 
 from absl import flags
 from ml_collections import config_flags
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -171,6 +172,79 @@ def test_invalid_configs_name_the_field_and_the_fix(path, value, expected):
   message = _invalid(_setitem(path, value))
   assert 'Fix:' in message
   assert re.search(expected, message), message
+
+
+def _closure(function) -> dict:
+  return dict(zip(function.__code__.co_freevars, (c.cell_contents for c in function.__closure__)))
+
+
+def _range_checks():
+  """(field, kind, bound) of every field schema.FIELDS checks against a range: its
+  at_least(bound), positive or in_unit_interval check, bare or inside unset_or."""
+  for name, field in schema.FIELDS.items():
+    check = field.check
+    if check is not None and check.__name__ == '<lambda>':  # unset_or(check)
+      check = _closure(check)['check']
+    kind = check.__qualname__.split('.')[0] if check is not None else None
+    if kind in ('at_least', 'positive', 'in_unit_interval'):
+      yield name, kind, _closure(check).get('bound')
+
+
+def _edges(kind, bound, integer):
+  """(values the check must accept: the bounds, values it must refuse: one past each)."""
+  below = (lambda b: b - 1) if integer else (lambda b: float(np.nextafter(b, -np.inf)))
+  if kind == 'at_least':
+    return [bound], [below(bound)]
+  if kind == 'positive':  # (0, inf): the least positive value, and 0
+    return [1 if integer else float(np.nextafter(0.0, 1.0))], [0]
+  return [0.0, float(np.nextafter(1.0, 0.0))], [float(np.nextafter(0.0, -1.0)), 1.0]  # [0, 1)
+
+
+RANGE_CHECKS = sorted(_range_checks())
+
+
+def test_the_range_checks_are_found():
+  names = {name for name, _, _ in RANGE_CHECKS}
+  assert {'num_epochs', 'knn.k', 'temperature', 'M', 'tau_plus', 'optimizer.b2'} <= names
+  assert len(RANGE_CHECKS) >= 25
+
+
+@pytest.mark.parametrize('name, kind, bound', RANGE_CHECKS)
+def test_every_range_check_accepts_its_bounds_and_refuses_one_past(name, kind, bound):
+  """Each bound accepted (a check `>` for `>=` refuses it) and the value one past it
+  refused, in the field's own type (one integer, or the next float)."""
+  value = schema._value(default.get_config(), name)
+  integer = value is None or isinstance(value, int) and not isinstance(value, bool)
+  accepted, refused = _edges(kind, bound, integer)
+  for edge in accepted:
+    config = default.get_config()
+    _setitem(name, edge)(config)
+    schema.validate_config(config, num_devices=4)
+  for edge in refused:
+    message = _invalid(_setitem(name, edge))
+    assert message.startswith(f'config.{name}: '), (edge, message)
+
+
+@pytest.mark.parametrize(
+  'path, accepted, refused',
+  [
+    # Bounded by another field (num_epochs = 200, 4 devices, batch_size 512: 128 per device).
+    ('beta_anneal_steps', (0, 200), (-1, 201)),
+    ('optimizer.warmup_epochs', (0.0, 200.0), (-1e-9, 200.000001)),
+    ('chunk_size', (0, 1, 128), (-1, 129, 256)),
+    ('batch_size', (4, 1024), (0, 2, 1026)),
+    ('knn.batch_size', (4,), (0, 6)),
+    ('queue_size', (0, 1024, 2048), (-1024, 1023, 1025)),
+  ],
+)
+def test_cross_field_checks_accept_their_bounds_and_refuse_one_past(path, accepted, refused):
+  for value in accepted:
+    config = default.get_config()
+    _setitem(path, value)(config)
+    schema.validate_config(config, num_devices=4)
+  for value in refused:
+    message = _invalid(_setitem(path, value))
+    assert message.startswith(f'config.{path}: '), (value, message)
 
 
 @pytest.mark.parametrize('name', sorted(ALL_CONFIGS))

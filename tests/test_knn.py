@@ -154,7 +154,7 @@ def _pattern_split(seed, num):
   rng = np.random.default_rng(seed)
   patterns = np.random.default_rng(7).uniform(-1, 1, (3, 4, 4, 3))
   labels = rng.integers(0, 3, num)
-  images = 0.5 + 0.15 * patterns[labels] + 0.2 * rng.normal(size=(num, 4, 4, 3))
+  images = 0.5 + 0.15 * patterns[labels] + 0.3 * rng.normal(size=(num, 4, 4, 3))
   return np.clip(np.round(255 * images), 0, 255).astype(np.uint8), labels
 
 
@@ -165,10 +165,11 @@ def _pixel_features(images):
 
 def test_monitor_accuracy_is_recomputed_from_the_splits():
   """Bank = the train split, queries = the test split, padding rows of neither count:
-  recomputed by brute force on splits of 50 and 30 examples, extracted in batches of 32
-  over 4 devices (14 padding rows in the bank). Using the test split as the bank, or the
-  bank's padding rows as neighbours, gives other figures on these data."""
-  (bank, bank_labels), (queries, query_labels) = _pattern_split(0, 50), _pattern_split(1, 30)
+  recomputed by brute force on splits of 50 and 100 examples, extracted in batches of 32
+  over 4 devices (14 padding rows in the bank). Using the test split as the bank, the
+  bank's padding rows as neighbours, another k or temperature, or unweighted votes gives
+  other figures on these data."""
+  (bank, bank_labels), (queries, query_labels) = _pattern_split(0, 50), _pattern_split(1, 100)
   mesh = parallel.make_mesh()
 
   def per_device(variables, batch):
@@ -179,7 +180,7 @@ def test_monitor_accuracy_is_recomputed_from_the_splits():
     jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P('data')), out_specs=P('data'))
   )
   checks = []
-  knn_config = ml_collections.ConfigDict(dict(batch_size=32, k=64, temperature=0.5, chunk_size=16))
+  knn_config = ml_collections.ConfigDict(dict(batch_size=32, k=15, temperature=0.1, chunk_size=16))
   top1 = evaluation.knn_accuracy(
     knn_config,
     feature_fn,
@@ -190,10 +191,10 @@ def test_monitor_accuracy_is_recomputed_from_the_splits():
     mesh=mesh,
     check=lambda: checks.append(1),
   )
-  assert len(checks) == 3  # before each of the 2 bank and 1 query batches
+  assert len(checks) == 6  # before each of the 2 bank and 4 query batches
 
-  def accuracy(bank_x, bank_y):
-    predictions = reference_predict(bank_x, bank_y, _pixel_features(queries), 3, 64, 0.5)
+  def accuracy(bank_x, bank_y, k=15, temperature=0.1):  # k below the bank's 50: it matters
+    predictions = reference_predict(bank_x, bank_y, _pixel_features(queries), 3, k, temperature)
     return np.mean(predictions == query_labels)
 
   expected = accuracy(_pixel_features(bank), bank_labels)
@@ -201,6 +202,11 @@ def test_monitor_accuracy_is_recomputed_from_the_splits():
   wrong = (
     accuracy(_pixel_features(queries), query_labels),
     accuracy(_pixel_features(padded), np.concatenate([bank_labels, np.zeros(14, int)])),
+    # config.knn's k or temperature not the one used (the defaults 200, the whole bank,
+    # and 0.5), or the votes unweighted (a temperature so high every weight is 1):
+    accuracy(_pixel_features(bank), bank_labels, k=200),
+    accuracy(_pixel_features(bank), bank_labels, temperature=0.5),
+    accuracy(_pixel_features(bank), bank_labels, temperature=1e6),
   )
   assert expected not in wrong, (expected, wrong)
   assert top1 == pytest.approx(expected, abs=1e-6)

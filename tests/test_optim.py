@@ -89,6 +89,49 @@ def test_create_optimizer_adam_and_the_rank1_mask(exclude_rank1):
     np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
+def sgd_adamw_lars_reference(name, params, grads, *, lr, decay_mask, momentum=0.7):
+  """SGD with momentum (L2 added to the gradient), AdamW (decoupled decay) and LARS (L2,
+  then each masked leaf's update scaled by trust_coefficient ||p|| / ||g||, then momentum
+  on the scaled steps), in float64, from their papers' formulas; _config's settings with
+  a momentum of 0.7 and a trust coefficient of 0.02."""
+  wd, b1, b2, eps, tc = 0.1, 0.9, 0.999, 1e-8, 0.02
+  params = {k: np.asarray(v, np.float64) for k, v in params.items()}
+  slots = {k: [np.zeros_like(v), np.zeros_like(v)] for k, v in params.items()}
+  for t, step_grads in enumerate(grads, start=1):
+    for k, p in params.items():
+      g, (m, v) = np.asarray(step_grads[k], np.float64), slots[k]
+      if name == 'adamw':
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        step = m / (1 - b1**t) / (np.sqrt(v / (1 - b2**t)) + eps) + wd * p * decay_mask[k]
+        params[k] = p - lr * step
+      else:
+        g = g + wd * p * decay_mask[k]
+        if name == 'lars' and decay_mask[k]:
+          g = g * tc * np.linalg.norm(p) / np.linalg.norm(g)
+        m = momentum * m + lr * g
+        params[k] = p - m
+      slots[k] = [m, v]
+  return params
+
+
+@pytest.mark.parametrize('name', ['sgd', 'adamw', 'lars'])
+def test_create_optimizer_sgd_adamw_lars_against_their_formulas(name):
+  """Three steps of each optimizer config.optimizer.name selects, at a momentum of 0.7 (not
+  0 or 0.9's default) and with the rank-1 mask (biases neither decayed nor trust-scaled):
+  the name selects its own update rule (another optimizer's differs by far more)."""
+  params, grads = _problem()
+  config = _config(name, exclude_rank1=True)
+  config.momentum, config.trust_coefficient = 0.7, 0.02
+  got = _run(optim.create_optimizer(config, 0.05), params, grads)
+  mask = {'kernel': True, 'bias': False}
+  want = sgd_adamw_lars_reference(name, params, grads, lr=0.05, decay_mask=mask)
+  for k in params:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+  for other in {'sgd', 'adamw', 'lars'} - {name}:
+    theirs = sgd_adamw_lars_reference(other, params, grads, lr=0.05, decay_mask=mask)
+    assert np.abs(theirs['kernel'] - want['kernel']).max() > 1e-3
+
+
 def _schedule_reference(step, *, learning_rate, warmup_steps, total_steps, cosine):
   """Linear warm-up from 0 over `warmup_steps`, then constant or a cosine to 0 at the end."""
   if step < warmup_steps:
