@@ -1,6 +1,7 @@
 """tools/mutation_score.py's own logic, with no mutant run and without cosmic-ray: the map
 covers every module, the sample is seeded and order-free, --all allocates by lines, the
-score arithmetic, annotations never drawn, equivalents read and named by their lines."""
+score arithmetic, annotations and non-operator stars never drawn, equivalents read and
+named by their lines."""
 
 from __future__ import annotations
 
@@ -89,6 +90,17 @@ def test_mutants_inside_annotations_are_found_by_position():
   assert (2, source.splitlines()[1].index('dict')) in spans
   assert (2, source.splitlines()[1].index('{}')) not in spans
   assert not any(line == 3 for line, _ in spans)
+
+
+def test_stars_that_are_no_operator_are_found_by_position():
+  source = 'def f(a, *, b):\n  return g(*a, **b) * 2 ** 3 + [*x] + f(x)*y\n'
+  line2 = source.splitlines()[1]
+  assert mutation_score.signature_stars(source) == {
+    (1, 9),  # the keyword-only marker
+    (2, line2.index('*a')),
+    (2, line2.index('**b')),
+    (2, line2.index('*x')),
+  }  # not the products `* 2`, `)*y` nor the power `** 3`
 
 
 def test_equivalents_are_named_by_their_changed_line(tmp_path):

@@ -18,7 +18,8 @@ so the mutated file and not the editable install is imported, and classifies the
 
 The score is the assertion kills over the sampled mutants less the equivalent ones; crashes
 and timeouts are not counted as kills. Mutants inside type annotations are never drawn
-(every module has `from __future__ import annotations`: they are strings nobody reads).
+(every module has `from __future__ import annotations`: they are strings nobody reads),
+nor those of a `*` that is no operator (a keyword-only marker, `*args`, unpacking).
 
 Sessions are cosmic-ray's sqlite files in .mutation_sessions/ (one per module, seed and
 sample size): a run that stops continues where it stopped; a module or test file that
@@ -34,6 +35,7 @@ import argparse
 import ast
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import pathlib
@@ -41,6 +43,7 @@ import random
 import sys
 import tempfile
 import time
+import tokenize
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -164,6 +167,20 @@ def annotation_lines(source: str) -> set[tuple[int, int]]:
   return spans
 
 
+def signature_stars(source: str) -> set[tuple[int, int]]:
+  """(line, column) of every `*` or `**` that is no operator: the bare `*` of keyword-only
+  parameters and the stars of `*args`, `**kwargs` and unpacking (cosmic-ray mutates them
+  too: into `/`, positional-only and so equivalent, or into a syntax error)."""
+  tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.string]
+  stars = set()
+  for before, token, after in zip(tokens, tokens[1:], tokens[2:]):
+    if token.string not in ('*', '**'):
+      continue
+    if after.string in (',', ')') or before.string in ('(', ',', '[', '{', 'lambda'):
+      stars.add(token.start)
+  return stars
+
+
 @dataclasses.dataclass(frozen=True)
 class Tally:
   """The outcomes of one module's (or all modules') sample."""
@@ -220,9 +237,10 @@ def outcome_of(result, equivalents: dict, module: str) -> tuple[str, str]:
 
 
 def fingerprint(module: str) -> str:
-  """What a session's results depend on: the module, its tests and the conftest."""
+  """What a session's results depend on: the module, its tests, the conftest and this
+  tool (which mutants it draws and how it runs them)."""
   digest = hashlib.sha256()
-  for name in (module, 'tests/conftest.py', *TESTS_OF[module]):
+  for name in (module, 'tests/conftest.py', 'tools/mutation_score.py', *TESTS_OF[module]):
     path = ROOT / name
     digest.update(name.encode() + (path.read_bytes() if path.exists() else b''))
   return digest.hexdigest()
@@ -253,12 +271,13 @@ def open_session(module: str, size: int, seed: int) -> pathlib.Path:
   try:
     with use_db(str(path)) as db:
       init([pathlib.Path(module)], db, {})
-      in_annotation = annotation_lines((ROOT / module).read_text())
+      source = (ROOT / module).read_text()
+      never = annotation_lines(source) | signature_stars(source)
       items = {item.job_id: item.mutations[0] for item in db.work_items}
       drawable = {
         f'{m.operator_name}#{m.occurrence:05d}': job
         for job, m in items.items()
-        if tuple(m.start_pos) not in in_annotation
+        if tuple(m.start_pos) not in never
       }
       chosen = {drawable[key] for key in draw(list(drawable), size, seed, module)}
       skipped = [job for job in items if job not in chosen]
