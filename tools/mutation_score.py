@@ -27,6 +27,7 @@ changed since starts its session again.
 
     python tools/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
     python tools/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
+    python tools/mutation_score.py --all --sample 200 --plan     # its mutants per module
 """
 
 from __future__ import annotations
@@ -373,6 +374,7 @@ def main() -> int:
   parser.add_argument(
     '--all', action='store_true', help='--sample mutants over all of hscl_jax/, by lines'
   )
+  parser.add_argument('--plan', action='store_true', help='print mutants per module and exit')
   args = parser.parse_args()
   unknown = [m for m in args.modules if m not in TESTS_OF]
   if unknown or not (args.modules or args.all):
@@ -382,6 +384,10 @@ def main() -> int:
     plan = {m: n for m, n in allocate(lines, args.sample).items() if n}
   else:
     plan = dict.fromkeys(args.modules, args.sample)
+  if args.plan:
+    for module, size in plan.items():
+      print(f'{module:42s}{size:5d}  {" ".join(TESTS_OF[module])}')
+    return 0
   equivalents = load_equivalents()
   sessions = {module: open_session(module, size, args.seed) for module, size in plan.items()}
   with tempfile.TemporaryDirectory(prefix='hscl_mutation_score_') as copy:
