@@ -23,7 +23,7 @@ nor those of a `*` that is no operator (a keyword-only marker, `*args`, unpackin
 
 Sessions are cosmic-ray's sqlite files in .mutation_sessions/ (one per module, seed and
 sample size): a run that stops continues where it stopped; a module or test file that
-changed since starts its session again.
+changed since (or DRAW_VERSION) starts its session again.
 
     python tools/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
     python tools/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
@@ -52,6 +52,9 @@ sys.path.insert(0, str(ROOT / 'tools'))
 import mutation_test  # noqa: E402  (its tree copy and its assertion/crash classifier)
 
 EQUIVALENTS = ROOT / 'tools' / 'mutation_equivalents.toml'
+# Raise it when a change here changes which mutants are drawn or how they run: every
+# session then starts again.
+DRAW_VERSION = 2
 SESSIONS = ROOT / '.mutation_sessions'
 
 _DATA = ('tests/test_data_sources.py', 'tests/test_data_loaders.py')
@@ -238,10 +241,10 @@ def outcome_of(result, equivalents: dict, module: str) -> tuple[str, str]:
 
 
 def fingerprint(module: str) -> str:
-  """What a session's results depend on: the module, its tests, the conftest and this
-  tool (which mutants it draws and how it runs them)."""
-  digest = hashlib.sha256()
-  for name in (module, 'tests/conftest.py', 'tools/mutation_score.py', *TESTS_OF[module]):
+  """What a session's results depend on: the module, its tests, the conftest and how this
+  tool draws and runs mutants (DRAW_VERSION)."""
+  digest = hashlib.sha256(f'draw {DRAW_VERSION}'.encode())
+  for name in (module, 'tests/conftest.py', *TESTS_OF[module]):
     path = ROOT / name
     digest.update(name.encode() + (path.read_bytes() if path.exists() else b''))
   return digest.hexdigest()
