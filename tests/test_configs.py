@@ -235,6 +235,10 @@ def test_every_range_check_accepts_its_bounds_and_refuses_one_past(name, kind, b
     ('batch_size', (4, 1024), (0, 2, 1026)),
     ('knn.batch_size', (4,), (0, 6)),
     ('queue_size', (0, 1024, 2048), (-1024, 1023, 1025)),
+    # Checked by the module that builds them (models.create_model).
+    ('model.bn_momentum', (0.0, float(np.nextafter(1.0, 0.0))), (-1e-300, 1.0)),
+    ('model.head_hidden', (1,), (0,)),
+    ('model.head_out', (1,), (0,)),
   ],
 )
 def test_cross_field_checks_accept_their_bounds_and_refuse_one_past(path, accepted, refused):
