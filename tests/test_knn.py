@@ -128,6 +128,27 @@ def test_bad_arguments():
     knn.weighted_knn_predict(bank, bank_labels, queries[:, :3], num_classes=5)
   with pytest.raises(ValueError, match='empty'):
     knn.weighted_knn_predict(bank[:0], bank_labels[:0], queries, num_classes=5)
+  # Each bound accepted and one past it refused, one argument at a time.
+  tiny = float(np.nextafter(np.float32(0), np.float32(1)))
+  for name, bound, past in (('k', 1, 0), ('chunk_size', 1, 0), ('temperature', tiny, 0.0)):
+    knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, **{name: bound})
+    with pytest.raises(ValueError, match=r'Need k >= 1, chunk_size >= 1, temperature > 0'):
+      knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, **{name: past})
+
+
+def test_defaults_are_the_papers():
+  """k = 200 and temperature 0.5 when not given: the same predictions as passing them,
+  on a bank of 300 where k = 199 or 201 and temperature 0.4 or 0.6 give others (for 3, 1,
+  8 and 10 of the 300 queries)."""
+  bank, bank_labels, queries, _ = make_data(1, num_bank=300, num_queries=300)
+  predict = lambda **kw: np.asarray(
+    knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, **kw)
+  )
+  default = predict()
+  np.testing.assert_array_equal(default, reference_predict(bank, bank_labels, queries, 5, 200, 0.5))
+  for other in (dict(k=199), dict(k=201), dict(temperature=0.4), dict(temperature=0.6)):
+    k, t = other.get('k', 200), other.get('temperature', 0.5)
+    assert np.any(reference_predict(bank, bank_labels, queries, 5, k, t) != default), other
 
 
 def test_query_mask_drops_padding_even_when_it_would_be_right():

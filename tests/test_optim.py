@@ -62,10 +62,16 @@ def test_adam_coupled_l2_is_torch_adam_with_weight_decay():
   assert not np.allclose(decoupled['kernel'], got['kernel'], rtol=1e-5)  # AdamW differs
 
 
+def _fresh(text: str) -> str:
+  """`text` as a new string object, as read from config.json or a flag (literals are
+  interned: `name is 'sgd'` would hold for them and fail for a user's config)."""
+  return ''.join(list(text))
+
+
 def _config(name, exclude_rank1):
   return ml_collections.ConfigDict(
     dict(
-      name=name,
+      name=_fresh(name),
       weight_decay=0.1,
       b1=0.9,
       b2=0.999,
@@ -146,7 +152,9 @@ def _schedule_reference(step, *, learning_rate, warmup_steps, total_steps, cosin
 def test_learning_rate_schedule_step_by_step(schedule):
   """Every step's rate against the formula, with 1.5 warm-up epochs of 5 steps: 7.5
   rounds to 8 warm-up steps (not 7), the cosine starts at step 8 and ends at step 40."""
-  opt = ml_collections.ConfigDict(dict(learning_rate=0.3, warmup_epochs=1.5, schedule=schedule))
+  opt = ml_collections.ConfigDict(
+    dict(learning_rate=0.3, warmup_epochs=1.5, schedule=_fresh(schedule))
+  )
   lr = optim.create_learning_rate_schedule(opt, steps_per_epoch=5, total_steps=40)
   got = np.array([float(lr(step)) for step in range(41)])
   want = [
@@ -156,3 +164,25 @@ def test_learning_rate_schedule_step_by_step(schedule):
     for s in range(41)
   ]
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_a_warm_up_over_the_whole_run_then_the_cosines_single_step():
+  """warmup_epochs = num_epochs (the schema's upper bound): 10 warm-up steps of 10, then
+  the cosine over max(0, 1) = 1 step: the full rate at step 10, 0 from step 11."""
+  opt = ml_collections.ConfigDict(
+    dict(learning_rate=0.3, warmup_epochs=2.0, schedule=_fresh('cosine'))
+  )
+  lr = optim.create_learning_rate_schedule(opt, steps_per_epoch=5, total_steps=10)
+  got = [float(lr(step)) for step in range(13)]
+  np.testing.assert_allclose(got, [0.03 * s for s in range(11)] + [0.0, 0.0], atol=1e-7)
+
+
+def test_the_rank1_mask_decays_only_weights_of_two_or_more_dimensions():
+  params = {'kernel': jnp.zeros((3, 3, 2, 4)), 'dense': jnp.zeros((2, 4))}
+  params |= {'bias': jnp.zeros(4), 'scalar': jnp.zeros(())}
+  assert optim._rank1_mask(params) == {
+    'kernel': True,
+    'dense': True,
+    'bias': False,
+    'scalar': False,
+  }
