@@ -40,12 +40,21 @@ def _parse(*args):
   return flag_values.config
 
 
+def _assert_valid(config, devices=4):
+  """validate_config accepts `config`: a refusal fails as an assertion naming the error (a
+  valid value refused is a wrong answer, not a crash of the test)."""
+  try:
+    schema.validate_config(config, num_devices=devices)
+  except schema.ConfigError as error:
+    raise AssertionError(f'a valid config refused: {error}') from None
+
+
 @pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
 def test_configs_are_valid_on_1_and_4_devices(name):
   config = ALL_CONFIGS[name].get_config()
   assert config.dataset == name
   for devices in (1, 4):
-    schema.validate_config(config, num_devices=devices)
+    _assert_valid(config, devices)
 
 
 @pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
@@ -93,7 +102,7 @@ def test_command_line_overrides():
   assert (config.method, config.M, config.num_epochs) == ('scl', 100, 50)
   assert (config.optimizer.name, config.model.dtype) == ('lars', 'bfloat16')
   assert tuple(config.augment.crop_scale) == (0.2, 1.0)
-  schema.validate_config(config, num_devices=4)
+  _assert_valid(config)
 
 
 @pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
@@ -219,7 +228,7 @@ def test_every_range_check_accepts_its_bounds_and_refuses_one_past(name, kind, b
   for edge in accepted:
     config = default.get_config()
     _setitem(name, edge)(config)
-    schema.validate_config(config, num_devices=4)
+    _assert_valid(config)
   for edge in refused:
     message = _invalid(_setitem(name, edge))
     assert message.startswith(f'config.{name}: '), (edge, message)
@@ -245,7 +254,7 @@ def test_cross_field_checks_accept_their_bounds_and_refuse_one_past(path, accept
   for value in accepted:
     config = default.get_config()
     _setitem(path, value)(config)
-    schema.validate_config(config, num_devices=4)
+    _assert_valid(config)
   for value in refused:
     message = _invalid(_setitem(path, value))
     assert message.startswith(f'config.{path}: '), (value, message)
@@ -256,7 +265,7 @@ def test_every_shipped_config_accepts_one_epoch(name):
   """num_epochs=1 keeps each config valid (a warm-up may span the whole run)."""
   config = ALL_CONFIGS[name].get_config()
   config.num_epochs = 1
-  schema.validate_config(config, num_devices=4)
+  _assert_valid(config)
   schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=5, total_steps=5)
   rates = [float(schedule(step)) for step in range(5)]
   assert all(0 <= r <= config.optimizer.learning_rate for r in rates) and rates[-1] > 0
