@@ -101,6 +101,9 @@ def test_stars_that_are_no_operator_are_found_by_position():
     (2, line2.index('**b')),
     (2, line2.index('*x')),
   }  # not the products `* 2`, `)*y` nor the power `** 3`
+  # After a line break (and a comment) the token before is still the comma.
+  source = 'x = {\n  "a": 1,  # one\n  **other,\n}\ny = (a\n  * b)\n'
+  assert mutation_score.signature_stars(source) == {(3, 2)}
 
 
 def test_equivalents_are_named_by_their_changed_line(tmp_path):

@@ -54,7 +54,7 @@ import mutation_test  # noqa: E402  (its tree copy and its assertion/crash class
 EQUIVALENTS = ROOT / 'tools' / 'mutation_equivalents.toml'
 # Raise it when a change here changes which mutants are drawn or how they run: every
 # session then starts again.
-DRAW_VERSION = 2
+DRAW_VERSION = 3
 SESSIONS = ROOT / '.mutation_sessions'
 
 _DATA = ('tests/test_data_sources.py', 'tests/test_data_loaders.py')
@@ -175,7 +175,10 @@ def signature_stars(source: str) -> set[tuple[int, int]]:
   """(line, column) of every `*` or `**` that is no operator: the bare `*` of keyword-only
   parameters and the stars of `*args`, `**kwargs` and unpacking (cosmic-ray mutates them
   too: into `/`, positional-only and so equivalent, or into a syntax error)."""
-  tokens = [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.string]
+  layout = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+  tokens = [
+    t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in layout
+  ]
   stars = set()
   for before, token, after in zip(tokens, tokens[1:], tokens[2:]):
     if token.string not in ('*', '**'):
