@@ -188,6 +188,11 @@ def signature_stars(source: str) -> set[tuple[int, int]]:
   return stars
 
 
+def never_drawn(source: str) -> set[tuple[int, int]]:
+  """Positions whose mutants are never drawn: annotations and stars that are no operator."""
+  return annotation_lines(source) | signature_stars(source)
+
+
 @dataclasses.dataclass(frozen=True)
 class Tally:
   """The outcomes of one module's (or all modules') sample."""
@@ -278,8 +283,7 @@ def open_session(module: str, size: int, seed: int) -> pathlib.Path:
   try:
     with use_db(str(path)) as db:
       init([pathlib.Path(module)], db, {})
-      source = (ROOT / module).read_text()
-      never = annotation_lines(source) | signature_stars(source)
+      never = never_drawn((ROOT / module).read_text())
       items = {item.job_id: item.mutations[0] for item in db.work_items}
       drawable = {
         f'{m.operator_name}#{m.occurrence:05d}': job
@@ -334,8 +338,8 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict) -> None:
       print(f'{where:70s} {outcome:10s} {time.time() - start:5.0f} s  {detail}', flush=True)
 
 
-def results(path: pathlib.Path):
-  """The session's (mutation, result) pairs that ran (skipped ones left out)."""
+def results(module: str, path: pathlib.Path):
+  """(the module's drawable mutants, the session's (mutation, result) pairs that ran)."""
   from cosmic_ray.work_db import WorkDB
   from cosmic_ray.work_db import use_db
   from cosmic_ray.work_item import WorkerOutcome
@@ -343,22 +347,25 @@ def results(path: pathlib.Path):
   with use_db(str(path), mode=WorkDB.Mode.open) as db:
     items = {item.job_id: item.mutations[0] for item in db.work_items}
     done = list(db.results)
-  return [(items[job], r) for job, r in done if r.worker_outcome != WorkerOutcome.SKIPPED]
+  never = never_drawn((ROOT / module).read_text())
+  drawable = sum(tuple(m.start_pos) not in never for m in items.values())
+  ran = [(items[job], r) for job, r in done if r.worker_outcome != WorkerOutcome.SKIPPED]
+  return drawable, ran
 
 
 def report(plan: dict[str, int], seed: int, equivalents: dict) -> Tally:
   """The per-module table, the total, and every survivor as a diff."""
-  header = ('module', 'sampled', 'assert', 'crash', 'timeout', 'survived', 'equiv', 'score')
-  print('\n{:42s}{:>8s}{:>8s}{:>7s}{:>9s}{:>10s}{:>7s}{:>7s}'.format(*header))
-  total, survivors = Tally(), []
+  header = ('module', 'mutants', 'sampled', 'assert', 'crash', 'timeout', 'survived', 'equiv')
+  print('\n{:42s}{:>8s}{:>8s}{:>8s}{:>7s}{:>9s}{:>10s}{:>7s}   score'.format(*header))
+  total, all_mutants, survivors = Tally(), 0, []
   for module, size in plan.items():
-    done = results(session_path(module, size, seed))
+    mutants, done = results(module, session_path(module, size, seed))
     outcomes = [outcome_of(r, equivalents, module)[0] for _, r in done]
     survivors += [r.diff for (_, r), o in zip(done, outcomes) if o == 'survived']
     row = tally(outcomes)
-    total += row
-    print(f'{module:42s}' + format_row(row))
-  print(f'{"all":42s}' + format_row(total))
+    total, all_mutants = total + row, all_mutants + mutants
+    print(f'{module:42s}{mutants:8d}' + format_row(row))
+  print(f'{"all":42s}{all_mutants:8d}' + format_row(total))
   for diff in survivors:
     print('\nsurvived:\n' + diff.strip())
   return total
