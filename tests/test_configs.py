@@ -209,19 +209,34 @@ def _edges(kind, bound, integer):
   return [0.0, float(np.nextafter(1.0, 0.0))], [float(np.nextafter(0.0, -1.0)), 1.0]  # [0, 1)
 
 
-RANGE_CHECKS = sorted(_range_checks())
+# Every range a field of schema.FIELDS must lie in, written here from the fields' meaning
+# (not read from the schema, whose bound a bug would change): at_least(bound), positive
+# (> 0), unit = [0, 1).
+AT_LEAST_0 = ('beta', 'decode_cache_gib', 'knn.every_epochs', 'train_examples')
+AT_LEAST_0 += ('optimizer.weight_decay', 'linear_eval.weight_decay')
+AT_LEAST_1 = ('num_epochs', 'steps_per_epoch_limit', 'knn.k', 'knn.chunk_size')
+AT_LEAST_1 += ('checkpoint_every_epochs', 'keep_checkpoints', 'log_every_steps')
+AT_LEAST_1 += ('linear_eval.num_epochs', 'linear_eval.batch_size')
+POSITIVE = ('temperature', 'M', 'knn.temperature', 'linear_eval.learning_rate')
+POSITIVE += ('optimizer.learning_rate', 'optimizer.eps', 'optimizer.trust_coefficient')
+UNIT = ('tau_plus', 'queue_momentum', 'optimizer.b1', 'optimizer.b2', 'optimizer.momentum')
+RANGES = {
+  **{f: ('at_least', 0) for f in AT_LEAST_0},
+  **{f: ('at_least', 1) for f in AT_LEAST_1},
+  **{f: ('positive', None) for f in POSITIVE},
+  **{f: ('in_unit_interval', None) for f in UNIT},
+}
 
 
-def test_the_range_checks_are_found():
-  names = {name for name, _, _ in RANGE_CHECKS}
-  assert {'num_epochs', 'knn.k', 'temperature', 'M', 'tau_plus', 'optimizer.b2'} <= names
-  assert len(RANGE_CHECKS) >= 25
+def test_every_range_check_of_the_schema_has_its_expected_range():
+  assert {name: (kind, bound) for name, kind, bound in _range_checks()} == RANGES
 
 
-@pytest.mark.parametrize('name, kind, bound', RANGE_CHECKS)
-def test_every_range_check_accepts_its_bounds_and_refuses_one_past(name, kind, bound):
+@pytest.mark.parametrize('name', sorted(RANGES))
+def test_every_range_check_accepts_its_bounds_and_refuses_one_past(name):
   """Each bound accepted (a check `>` for `>=` refuses it) and the value one past it
   refused, in the field's own type (one integer, or the next float)."""
+  kind, bound = RANGES[name]
   value = schema._value(default.get_config(), name)
   integer = value is None or isinstance(value, int) and not isinstance(value, bool)
   accepted, refused = _edges(kind, bound, integer)
@@ -324,3 +339,26 @@ def test_config_json_round_trips(tmp_path):
   saved = json.loads((tmp_path / 'config.json').read_text())
   assert saved['augment']['image_size'] == 96 and saved['M'] is None
   assert saved['model']['name'] == 'resnet50'
+
+
+def test_the_config_file_argument_is_found_in_both_flag_forms(tmp_path):
+  """--config=PATH and --config PATH; a PATH:ARG suffix dropped unless the whole value is a
+  file; a trailing --config without a value, or none, is no path."""
+  find = schema.config_file_argument
+  assert find(['prog', '--config=configs/digits.py', '--workdir=w']) == 'configs/digits.py'
+  assert find(['prog', '--workdir', 'w', '--config', 'configs/digits.py']) == 'configs/digits.py'
+  assert find(['prog', '--config=configs/tiny_imagenet.py:cpu']) == 'configs/tiny_imagenet.py'
+  odd = tmp_path / 'a:b.py'  # a file whose name holds a colon is taken whole
+  odd.write_text('')
+  assert find(['prog', f'--config={odd}']) == str(odd)
+  assert find(['prog', '--workdir=w', '--config']) is None
+  assert find(['prog', '--workdir=w']) is None
+
+
+def test_an_image_folder_without_its_root_is_refused():
+  def mutate(config):
+    config.dataset = ''.join(list('image_folder'))  # a fresh string, as parsed from a flag
+    config.folder = ''
+
+  message = _invalid(mutate)
+  assert message.startswith('config.folder: image_folder needs a root directory. Fix: pass')

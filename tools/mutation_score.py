@@ -116,7 +116,11 @@ TESTS_OF = {
   'hscl_jax/optim.py': ('tests/test_optim.py',),
   'hscl_jax/parallel.py': ('tests/test_train_wiring.py', 'tests/test_knn.py'),
   'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py'),
-  'hscl_jax/schema.py': ('tests/test_configs.py', 'tests/test_config_properties.py'),
+  'hscl_jax/schema.py': (
+    'tests/test_configs.py',
+    'tests/test_config_properties.py',
+    'tests/test_stored_config.py',  # which fields are free on resume
+  ),
   'hscl_jax/stored_config.py': ('tests/test_stored_config.py',),
   'hscl_jax/torch_export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py'),
   'hscl_jax/train.py': ('tests/test_train.py', 'tests/test_train_wiring.py'),
