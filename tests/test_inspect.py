@@ -105,6 +105,17 @@ def test_negative_sets_are_the_definitions_and_an_unknown_one_is_refused():
   np.testing.assert_array_equal(
     hard_negatives.negative_mask(labels, 'hscl'), others & (labels[:, None] != labels)
   )
+  fresh = lambda text: ''.join(list(text))  # as parsed from a flag: no interned literal
+  for name in ('hucl', 'hscl'):
+    np.testing.assert_array_equal(
+      hard_negatives.negative_mask(labels, fresh(name)), hard_negatives.negative_mask(labels, name)
+    )
+  # One class: H-SCL's anchors have no negative at all; their weights are 0, not 0/0.
+  z, _ = _batch()
+  q, _ = hard_negatives.hardening_weights(
+    z, np.zeros(len(z), int), losses.exponential(1.0), 0.5, 'hscl'
+  )
+  np.testing.assert_array_equal(q, np.zeros_like(q))
   for name in ('scl', 'HSCL', ''):
     with pytest.raises(ValueError, match=r"negatives must be one of \('hucl', 'hscl'\), got"):
       hard_negatives.negative_mask(labels, name)
