@@ -362,3 +362,18 @@ def test_an_image_folder_without_its_root_is_refused():
 
   message = _invalid(mutate)
   assert message.startswith('config.folder: image_folder needs a root directory. Fix: pass')
+
+
+def test_a_config_file_elsewhere_imports_its_own_configs_package(tmp_path, monkeypatch):
+  """make_config_importable puts the config's package first on sys.path: its
+  `configs` wins over another one already on the path (here the repository's)."""
+  package = tmp_path / 'elsewhere' / 'configs'
+  package.mkdir(parents=True)
+  (package / '__init__.py').write_text('WHERE = "elsewhere"\n')
+  (package / 'mine.py').write_text('')
+  monkeypatch.setattr(sys, 'path', [str(REPO), *sys.path])
+  monkeypatch.delitem(sys.modules, 'configs')
+  schema.make_config_importable(['prog', f'--config={package / "mine.py"}'])
+  import configs
+
+  assert getattr(configs, 'WHERE', None) == 'elsewhere'
