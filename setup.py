@@ -65,6 +65,11 @@ setuptools.setup(
       'matplotlib>=3.8.4',
       'hypothesis>=6.155.2',
     ],
+    # .ci/run's line and branch coverage (configured in pyproject.toml): coverage's `patch =
+    # subprocess` follows the programs the tests start (pytest-cov 7 leaves that to it).
+    # The versions tested; pytest-cov 7.1 needs coverage 7.10.6 and pytest 7, so this is
+    # not in [test], whose floors (pytest 6.2.5) .ci/run checks.
+    'coverage': ['pytest-cov>=7.1.0', 'coverage>=7.10.6'],
     # The comparison report's plots (python -m hscl_jax.experiments.compare).
     'report': [*TRAIN_REQUIRES, 'matplotlib>=3.8.4'],
     # Only needed to *prepare* TFDS datasets (download + convert to array_record). Its floor
@@ -77,5 +82,8 @@ setuptools.setup(
     # test); torch and torchvision are never imported by the package. The versions
     # tested, a matching pair: PyPI's torchvision 0.29 does not import beside torch 2.13.
     'torch': ['torch>=2.14.1', 'torchvision>=0.29.1', 'safetensors>=0.8.0'],
+    # tools/mutation_score.py: cosmic-ray's mutants, sampled (docs/testing.md). The version
+    # tested (its floor not searched).
+    'mutation': ['cosmic-ray>=8.7.0'],
   },
 )

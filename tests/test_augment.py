@@ -267,6 +267,37 @@ def test_blur_kernel_size_and_default_small_image_rule():
   assert augment.AugmentParams(image_size=96).blur_enabled
 
 
+_BELOW = lambda b: float(np.nextafter(b, -np.inf))
+_ABOVE = lambda b: float(np.nextafter(b, np.inf))
+
+
+@pytest.mark.parametrize(
+  'field, accepted, refused',
+  [
+    ('image_size', (1,), (0,)),
+    *[
+      (p, (0.0, 1.0), (_BELOW(0.0), _ABOVE(1.0)))
+      for p in ('flip_prob', 'jitter_prob', 'grayscale_prob', 'blur_prob')
+    ],
+    ('hue', (0.0, 0.5), (_BELOW(0.0), _ABOVE(0.5))),
+    # 0 < low <= high <= 1: the least positive low, low = high, high = 1.
+    (
+      'crop_scale',
+      ((5e-324, 1.0), (0.3, 0.3), (0.08, 1.0)),
+      ((0.0, 1.0), (0.3, _BELOW(0.3)), (0.08, _ABOVE(1.0))),
+    ),
+    ('crop_ratio', ((5e-324, 2.0), (1.5, 1.5)), ((0.0, 2.0), (1.5, _BELOW(1.5)))),
+    ('std', ((5e-324, 1.0, 1.0),), ((0.0, 1.0, 1.0), (1.0, 1.0))),
+  ],
+)
+def test_every_range_check_accepts_its_bounds_and_refuses_one_past(field, accepted, refused):
+  for value in accepted:
+    augment.AugmentParams(**{'image_size': 32, field: value})
+  for value in refused:
+    with pytest.raises(ValueError, match=f'{field} must|/{field} need'):
+      augment.AugmentParams(**{'image_size': 32, field: value})
+
+
 def test_params_from_config_accepts_lists_and_rejects_unknown_keys():
   params = augment.AugmentParams.from_config(
     {'image_size': 32, 'crop_scale': [0.2, 1.0], 'mean': [0.5, 0.5, 0.5]}

@@ -10,6 +10,7 @@ import sys
 
 from absl import flags
 from ml_collections import config_flags
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -39,12 +40,21 @@ def _parse(*args):
   return flag_values.config
 
 
+def _assert_valid(config, devices=4):
+  """validate_config accepts `config`: a refusal fails as an assertion naming the error (a
+  valid value refused is a wrong answer, not a crash of the test)."""
+  try:
+    schema.validate_config(config, num_devices=devices)
+  except schema.ConfigError as error:
+    raise AssertionError(f'a valid config refused: {error}') from None
+
+
 @pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
 def test_configs_are_valid_on_1_and_4_devices(name):
   config = ALL_CONFIGS[name].get_config()
   assert config.dataset == name
   for devices in (1, 4):
-    schema.validate_config(config, num_devices=devices)
+    _assert_valid(config, devices)
 
 
 @pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
@@ -92,7 +102,7 @@ def test_command_line_overrides():
   assert (config.method, config.M, config.num_epochs) == ('scl', 100, 50)
   assert (config.optimizer.name, config.model.dtype) == ('lars', 'bfloat16')
   assert tuple(config.augment.crop_scale) == (0.2, 1.0)
-  schema.validate_config(config, num_devices=4)
+  _assert_valid(config)
 
 
 @pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
@@ -173,12 +183,104 @@ def test_invalid_configs_name_the_field_and_the_fix(path, value, expected):
   assert re.search(expected, message), message
 
 
+def _closure(function) -> dict:
+  return dict(zip(function.__code__.co_freevars, (c.cell_contents for c in function.__closure__)))
+
+
+def _range_checks():
+  """(field, kind, bound) of every field schema.FIELDS checks against a range: its
+  at_least(bound), positive or in_unit_interval check, bare or inside unset_or."""
+  for name, field in schema.FIELDS.items():
+    check = field.check
+    if check is not None and check.__name__ == '<lambda>':  # unset_or(check)
+      check = _closure(check)['check']
+    kind = check.__qualname__.split('.')[0] if check is not None else None
+    if kind in ('at_least', 'positive', 'in_unit_interval'):
+      yield name, kind, _closure(check).get('bound')
+
+
+def _edges(kind, bound, integer):
+  """(values the check must accept: the bounds, values it must refuse: one past each)."""
+  below = (lambda b: b - 1) if integer else (lambda b: float(np.nextafter(b, -np.inf)))
+  if kind == 'at_least':
+    return [bound], [below(bound)]
+  if kind == 'positive':  # (0, inf): the least positive value, and 0
+    return [1 if integer else float(np.nextafter(0.0, 1.0))], [0]
+  return [0.0, float(np.nextafter(1.0, 0.0))], [float(np.nextafter(0.0, -1.0)), 1.0]  # [0, 1)
+
+
+# Every range a field of schema.FIELDS must lie in, written here from the fields' meaning
+# (not read from the schema, whose bound a bug would change): at_least(bound), positive
+# (> 0), unit = [0, 1).
+AT_LEAST_0 = ('beta', 'decode_cache_gib', 'knn.every_epochs', 'train_examples')
+AT_LEAST_0 += ('optimizer.weight_decay', 'linear_eval.weight_decay')
+AT_LEAST_1 = ('num_epochs', 'steps_per_epoch_limit', 'knn.k', 'knn.chunk_size')
+AT_LEAST_1 += ('checkpoint_every_epochs', 'keep_checkpoints', 'log_every_steps')
+AT_LEAST_1 += ('linear_eval.num_epochs', 'linear_eval.batch_size')
+POSITIVE = ('temperature', 'M', 'knn.temperature', 'linear_eval.learning_rate')
+POSITIVE += ('optimizer.learning_rate', 'optimizer.eps', 'optimizer.trust_coefficient')
+UNIT = ('tau_plus', 'queue_momentum', 'optimizer.b1', 'optimizer.b2', 'optimizer.momentum')
+RANGES = {
+  **{f: ('at_least', 0) for f in AT_LEAST_0},
+  **{f: ('at_least', 1) for f in AT_LEAST_1},
+  **{f: ('positive', None) for f in POSITIVE},
+  **{f: ('in_unit_interval', None) for f in UNIT},
+}
+
+
+def test_every_range_check_of_the_schema_has_its_expected_range():
+  assert {name: (kind, bound) for name, kind, bound in _range_checks()} == RANGES
+
+
+@pytest.mark.parametrize('name', sorted(RANGES))
+def test_every_range_check_accepts_its_bounds_and_refuses_one_past(name):
+  """Each bound accepted (a check `>` for `>=` refuses it) and the value one past it
+  refused, in the field's own type (one integer, or the next float)."""
+  kind, bound = RANGES[name]
+  value = schema._value(default.get_config(), name)
+  integer = value is None or isinstance(value, int) and not isinstance(value, bool)
+  accepted, refused = _edges(kind, bound, integer)
+  for edge in accepted:
+    config = default.get_config()
+    _setitem(name, edge)(config)
+    _assert_valid(config)
+  for edge in refused:
+    message = _invalid(_setitem(name, edge))
+    assert message.startswith(f'config.{name}: '), (edge, message)
+
+
+@pytest.mark.parametrize(
+  'path, accepted, refused',
+  [
+    # Bounded by another field (num_epochs = 200, 4 devices, batch_size 512: 128 per device).
+    ('beta_anneal_steps', (0, 200), (-1, 201)),
+    ('optimizer.warmup_epochs', (0.0, 200.0), (-1e-9, 200.000001)),
+    ('chunk_size', (0, 1, 128), (-1, 129, 256)),
+    ('batch_size', (4, 1024), (0, 2, 1026)),
+    ('knn.batch_size', (4,), (0, 6)),
+    ('queue_size', (0, 1024, 2048), (-1024, 1023, 1025)),
+    # Checked by the module that builds them (models.create_model).
+    ('model.bn_momentum', (0.0, float(np.nextafter(1.0, 0.0))), (-1e-300, 1.0)),
+    ('model.head_hidden', (1,), (0,)),
+    ('model.head_out', (1,), (0,)),
+  ],
+)
+def test_cross_field_checks_accept_their_bounds_and_refuse_one_past(path, accepted, refused):
+  for value in accepted:
+    config = default.get_config()
+    _setitem(path, value)(config)
+    _assert_valid(config)
+  for value in refused:
+    message = _invalid(_setitem(path, value))
+    assert message.startswith(f'config.{path}: '), (value, message)
+
+
 @pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
 def test_every_shipped_config_accepts_one_epoch(name):
   """num_epochs=1 keeps each config valid (a warm-up may span the whole run)."""
   config = ALL_CONFIGS[name].get_config()
   config.num_epochs = 1
-  schema.validate_config(config, num_devices=4)
+  _assert_valid(config)
   schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=5, total_steps=5)
   rates = [float(schedule(step)) for step in range(5)]
   assert all(0 <= r <= config.optimizer.learning_rate for r in rates) and rates[-1] > 0
@@ -237,3 +339,41 @@ def test_config_json_round_trips(tmp_path):
   saved = json.loads((tmp_path / 'config.json').read_text())
   assert saved['augment']['image_size'] == 96 and saved['M'] is None
   assert saved['model']['name'] == 'resnet50'
+
+
+def test_the_config_file_argument_is_found_in_both_flag_forms(tmp_path):
+  """--config=PATH and --config PATH; a PATH:ARG suffix dropped unless the whole value is a
+  file; a trailing --config without a value, or none, is no path."""
+  find = schema.config_file_argument
+  assert find(['prog', '--config=configs/digits.py', '--workdir=w']) == 'configs/digits.py'
+  assert find(['prog', '--workdir', 'w', '--config', 'configs/digits.py']) == 'configs/digits.py'
+  assert find(['prog', '--config=configs/tiny_imagenet.py:cpu']) == 'configs/tiny_imagenet.py'
+  odd = tmp_path / 'a:b.py'  # a file whose name holds a colon is taken whole
+  odd.write_text('')
+  assert find(['prog', f'--config={odd}']) == str(odd)
+  assert find(['prog', '--workdir=w', '--config']) is None
+  assert find(['prog', '--workdir=w']) is None
+
+
+def test_an_image_folder_without_its_root_is_refused():
+  def mutate(config):
+    config.dataset = ''.join(list('image_folder'))  # a fresh string, as parsed from a flag
+    config.folder = ''
+
+  message = _invalid(mutate)
+  assert message.startswith('config.folder: image_folder needs a root directory. Fix: pass')
+
+
+def test_a_config_file_elsewhere_imports_its_own_configs_package(tmp_path, monkeypatch):
+  """make_config_importable puts the config's package first on sys.path: its
+  `configs` wins over another one already on the path (here the repository's)."""
+  package = tmp_path / 'elsewhere' / 'configs'
+  package.mkdir(parents=True)
+  (package / '__init__.py').write_text('WHERE = "elsewhere"\n')
+  (package / 'mine.py').write_text('')
+  monkeypatch.setattr(sys, 'path', [str(REPO), *sys.path])
+  monkeypatch.delitem(sys.modules, 'configs')
+  schema.make_config_importable(['prog', f'--config={package / "mine.py"}'])
+  import configs
+
+  assert getattr(configs, 'WHERE', None) == 'elsewhere'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 
 from hscl_jax import data
 from hscl_jax import errors
+from hscl_jax.data import image_folder
 
 
 def test_unknown_dataset_lists_valid_names():
@@ -106,6 +108,53 @@ def test_image_folder_with_train_and_test_subfolders(tmp_path):
     )
   )
   assert batch['image'].shape == (4, 2, 8, 8, 3)
+
+
+def test_a_test_split_missing_a_middle_class_keeps_the_train_splits_labels(tmp_path):
+  """The test split lacks class b (not the last): its c images keep label 2, the train
+  split's index of c, and not 1, their position among the test split's folders."""
+  for split, names in [('train', 'abc'), ('test', 'ac')]:
+    for name in names:
+      save_image(str(tmp_path / split / name / '0.bmp'), 'RGB', (8, 8), (ord(name), 0, 0))
+  test = data.get_source('image_folder', 'test', folder=str(tmp_path), folder_image_size=8)
+  np.testing.assert_array_equal(test.labels(), [0, 2])
+  assert [int(test[i]['image'][0, 0, 0]) for i in range(2)] == [ord('a'), ord('c')]
+
+
+def test_wide_and_tall_images_keep_their_centre_square(tmp_path):
+  """Without resizing (the square's side is already the size), the crop offset alone:
+  a 9 x 4 image keeps columns 2-5 ((9 - 4) // 2 = 2), a 4 x 7 one rows 1-4."""
+  wide = np.zeros((4, 9, 3), np.uint8)
+  wide[..., 0] = np.arange(9) * 20  # each column its own red
+  tall = np.zeros((7, 4, 3), np.uint8)
+  tall[..., 1] = np.arange(7)[:, None] * 20  # each row its own green
+  for name, pixels in (('wide', wide), ('tall', tall)):
+    Image.fromarray(pixels).save(tmp_path / f'{name}.png')
+  np.testing.assert_array_equal(image_folder.load_rgb(str(tmp_path / 'wide.png'), 4), wide[:, 2:6])
+  np.testing.assert_array_equal(image_folder.load_rgb(str(tmp_path / 'tall.png'), 4), tall[1:5])
+
+
+def test_long_lists_in_errors_say_how_many_more(tmp_path):
+  """Five names, then 'and N more' (sub-folders and files alike); one unreadable file
+  named, then '(and N more)'."""
+  class_dir = tmp_path / 'layout' / 'a'  # a class folder without images
+  for i in range(7):
+    (class_dir / f'sub{i}').mkdir(parents=True)
+  for i in range(6):
+    (class_dir / f'note{i}.txt').write_text('')
+  with pytest.raises(data.ImageFolderError) as error:
+    data.get_source('image_folder', 'train', folder=str(tmp_path / 'layout'))
+  message = str(error.value)
+  for stem, suffix, total in (('sub', '', 7), ('note', '.txt', 6)):
+    listed = re.search(rf'((?:{stem}\d{suffix}, ){{4}}{stem}\d{suffix}) and (\d) more', message)
+    assert listed and int(listed[2]) == total - 5, message  # five named, the rest counted
+  for i in range(4):
+    broken = tmp_path / 'broken' / 'train' / 'only' / f'{i}.png'
+    broken.parent.mkdir(parents=True, exist_ok=True)
+    broken.write_bytes(b'not a png')
+  save_image(str(tmp_path / 'broken' / 'test' / 'only' / '0.png'), 'RGB', (8, 8), (1, 2, 3))
+  with pytest.raises(data.ImageFolderError, match=r'only/\d\.png: .* \(and 3 more\); remove or'):
+    data.get_source('image_folder', 'train', folder=str(tmp_path / 'broken'))
 
 
 def test_image_folder_errors_name_the_bad_path(tmp_path):

@@ -22,6 +22,7 @@ from tensorflow_datasets.core import naming
 from tensorflow_datasets.core import splits as splits_lib
 
 from hscl_jax import data
+from hscl_jax.data import tfds_sources
 
 SPLIT_SIZES = {
   'cifar10': {'train': 24, 'test': 10},
@@ -104,6 +105,23 @@ def test_reads_prepared_array_record_without_tensorflow(prepared_dir):
   assert 'tensorflow' not in sys.modules
   info = data.dataset_info('cifar10', data_dir=prepared_dir)
   assert info.split_sizes == {'train': 24, 'test': 10} and info.image_shape == (32, 32, 3)
+
+
+def test_lazy_tfds_sources_and_their_subsets_read_their_labels(prepared_dir):
+  """cache_bytes=0 keeps the records on disk: the TFDS source's labels() decodes them,
+  a subset's labels() are its examples' labels in its order, unlabelled ones are -1."""
+  lazy = data.get_source('cifar10', 'train', data_dir=prepared_dir, cache_bytes=0)
+  assert isinstance(lazy, tfds_sources.TfdsSource)
+  np.testing.assert_array_equal(lazy.labels(), np.arange(24) % 10)
+  subset = data.get_source(
+    'cifar10', 'train', data_dir=prepared_dir, num_examples=10, seed=3, cache_bytes=0
+  )
+  assert isinstance(subset, data.SubsetSource) and len(subset) == 10
+  np.testing.assert_array_equal(subset.labels(), [subset[i]['label'] for i in range(10)])
+  assert sorted(subset.labels()) == list(range(10))  # one of each class: balanced
+  unlabelled = data.get_source('stl10', 'unlabelled', data_dir=prepared_dir, cache_bytes=0)
+  assert isinstance(unlabelled, tfds_sources.TfdsSource)
+  np.testing.assert_array_equal(unlabelled.labels(), np.full(len(unlabelled), -1))
 
 
 def test_tfds_loaders_end_to_end(prepared_dir):

@@ -34,6 +34,31 @@ def test_disk_full_message_names_the_last_good_checkpoint(tmp_path):
   assert 'no checkpoint had been written' in checkpointing.disk_full_message(str(tmp_path / 'new'))
 
 
+def test_a_full_disk_outside_training_is_one_line_with_the_fix():
+  """errors.disk_full_message, user_message's default for a full disk (the programs that
+  write no checkpoint: embed, inspect, export); training passes checkpointing's."""
+  full = OSError(errno.ENOSPC, 'No space left on device')
+  expected = 'no space at /w/run. Fix: free space (or move the workdir) and rerun the same command.'
+  assert errors.disk_full_message('/w/run') == expected
+  assert errors.user_message(full, '/w/run') == expected
+  assert errors.user_message(full, '/w/run', lambda w: f'full: {w}') == 'full: /w/run'
+  assert errors.user_message(full, None) is None  # no workdir: not a user error
+
+
+def test_checkpointer_lists_the_steps_it_keeps(tmp_path):
+  import jax.numpy as jnp
+
+  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  for step in (1, 2, 3):
+    assert checkpointer.save(step, {'w': jnp.full((3,), step, jnp.float32)}, {'position': step})
+  checkpointer.close()
+  reopened = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  assert reopened.all_steps() == [2, 3] and reopened.latest_step() == 3  # keep=2: 1 removed
+  assert not reopened.save(3, {'w': jnp.zeros((3,), jnp.float32)}, {'position': 0})  # skipped
+  reopened.close()
+  assert checkpointing.finished_steps(str(tmp_path)) == [2, 3]
+
+
 def test_user_errors_exit_with_one_line_others_keep_their_traceback(tmp_path, caplog):
   def user_mistake():
     raise workdir_lock.WorkdirError('workdir X is a file. Fix: pass a directory')

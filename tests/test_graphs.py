@@ -492,6 +492,62 @@ def test_table_report_picks_the_best_beta_and_reuses_finished_runs(tmp_path):
     graph_grid.run_one(config, str(tmp_path), 'MUTAG', 'ucl', 0.0, 1, None)
 
 
+def test_run_grid_trains_only_unfinished_runs_and_writes_the_report(tmp_path, monkeypatch):
+  """run_grid over MUTAG, betas (1, 2), methods ucl and hucl, 2 repeats: the run finished
+  beforehand is read back, one held by another worker is skipped (None), every other run
+  is trained once with the setting's method, β (the hardened methods only), seed and
+  data_dir; report.md, rewritten after each repeat, is the report of the runs on disk."""
+  config = graphs_config.get_config()
+  calls = []
+
+  def write_record(workdir, dataset, method, beta, seed):
+    record = {
+      'dataset': dataset,
+      'method': method,
+      'beta': beta if method == 'hucl' else 0.0,
+      'accuracy': 0.5 + 0.1 * seed + 0.01 * beta,
+      'protocol': 'unsupervised',
+      'num_epochs': config.num_epochs,
+      'train_seconds': 1.0,
+      'eval_seconds': 2.0,
+    }
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, train.EVAL_FILE), 'w') as f:
+      json.dump(record, f)
+    return record
+
+  def fake_run(run_config, workdir):
+    key = (run_config.dataset, run_config.method, float(run_config.beta), run_config.seed)
+    calls.append((key, run_config.data_dir, workdir))
+    if key == ('MUTAG', 'hucl', 2.0, 1):
+      raise graph_grid.workdir_lock.WorkdirBusyError('held by another worker')
+    return write_record(workdir, *key)
+
+  monkeypatch.setattr(graph_grid.train, 'run', fake_run)
+  write_record(graph_grid.run_dir(str(tmp_path), 'MUTAG', 'ucl', 0.0, 0), 'MUTAG', 'ucl', 0.0, 0)
+  graph_grid.run_grid(config, str(tmp_path), ['MUTAG'], [1.0, 2.0], ['ucl', 'hucl'], 2, '/tu')
+  trained = [key for key, _, _ in calls]
+  assert trained == [
+    ('MUTAG', 'hucl', 1.0, 0),
+    ('MUTAG', 'hucl', 2.0, 0),
+    ('MUTAG', 'ucl', config.beta, 1),
+    ('MUTAG', 'hucl', 1.0, 1),
+    ('MUTAG', 'hucl', 2.0, 1),
+  ]
+  for (dataset, method, beta, seed), data_dir, workdir in calls:
+    assert data_dir == '/tu'
+    assert workdir == graph_grid.run_dir(
+      str(tmp_path), dataset, method, beta if method == 'hucl' else 0.0, seed
+    )
+  runs = graph_grid.collect(str(tmp_path), ['MUTAG'], [1.0, 2.0], 2)
+  assert len(runs) == 5  # 6 settings x seeds of ucl/hucl, less the busy one
+  with open(tmp_path / 'report.md') as f:
+    report = f.read()
+  assert report == graph_grid.markdown_report(runs, ['MUTAG'], [1.0, 2.0], 2, config)
+  path = graph_grid.write_report(str(tmp_path), ['MUTAG'], [1.0, 2.0], 2, config)
+  assert path == str(tmp_path / 'report.md')
+
+
 def test_grid_settings_follow_table_order_and_method_filter():
   every = graph_grid.settings([1.0, 10.0])
   assert [graph_grid.setting_name(m, b) for m, b in every] == [

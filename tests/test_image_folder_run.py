@@ -35,15 +35,18 @@ CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
 NUM_CLASSES = 4
 
 
-def write_folder(root: pathlib.Path, per_class: dict[str, int]) -> None:
-  """root/<split>/class<c>/<i>.png: 32 x 32 noise around a colour of the class."""
+def write_folder(root: pathlib.Path, per_class: dict[str, int], shift: float = 0) -> None:
+  """root/<split>/class<c>/<i>.png: 32 x 32 noise around a colour of the class, moved
+  per image by a random colour of std `shift` (pixel noise alone averages out)."""
   rng = np.random.default_rng(0)
   for split, count in per_class.items():
     for c in range(NUM_CLASSES):
       colour = np.array([60 * c, 255 - 60 * c, 40 + 50 * (c % 2)])
       os.makedirs(root / split / f'class{c}', exist_ok=True)
       for i in range(count):
-        pixels = np.clip(colour + rng.normal(0, 40, (32, 32, 3)), 0, 255).astype(np.uint8)
+        image_colour = colour + rng.normal(0, shift, 3)
+        pixels = image_colour + rng.normal(0, 40, (32, 32, 3))
+        pixels = np.clip(pixels, 0, 255).astype(np.uint8)
         Image.fromarray(pixels).save(root / split / f'class{c}' / f'{i}.png')
 
 
@@ -60,8 +63,9 @@ def short_config(folder: str):
   return config
 
 
-def recomputed_knn(config, workdir) -> float:
-  """The kNN accuracy of the last checkpoint, from a bank built here from the subset."""
+def recomputed_knn(config, workdir, *, bank_split: str = 'subset', k: int | None = None) -> float:
+  """The kNN accuracy of the last checkpoint, from a bank built here from the subset (or,
+  `bank_split='train'`, the whole train split), with config.knn's k (or `k`)."""
   model = models.create_model(config.model)
   size = config.augment.image_size
   step, variables = linear_probe.restore_usable_encoder(workdir, None, model, (size, size, 3))
@@ -75,31 +79,43 @@ def recomputed_knn(config, workdir) -> float:
   subset = data.SubsetSource(
     full_train, data.balanced_subset(full_train.labels(), config.train_examples, config.split_seed)
   )
-  bank, bank_labels, bank_mask = evaluation.extract_features(feature_fn, variables, subset, 8, mesh)
+  bank_source = subset if bank_split == 'subset' else full_train
+  bank, bank_labels, bank_mask = evaluation.extract_features(
+    feature_fn, variables, bank_source, 8, mesh
+  )
   queries, query_labels, query_mask = evaluation.extract_features(
     feature_fn, variables, test, 8, mesh
   )
-  assert bank_mask.all() and query_mask.sum() == len(test)  # 24 bank rows; 12 queries padded to 16
+  assert bank_mask.sum() == len(bank_source) and query_mask.sum() == len(test)
   return knn.weighted_knn_accuracy(
     bank[bank_mask],
     bank_labels[bank_mask],
     queries[query_mask],
     query_labels[query_mask],
     num_classes=NUM_CLASSES,
-    k=config.knn.k,
+    k=k or config.knn.k,
+    temperature=config.knn.temperature,
   )
 
 
 def test_cifar10_folder_config_runs_an_epoch_on_a_generated_folder(tmp_path):
-  write_folder(tmp_path / 'images', {'train': 10, 'test': 3})
+  # Colours moved per image: a kNN neither at chance nor perfect, so the bank and k the
+  # monitor uses change its figure (on separable classes every bank scores 1).
+  write_folder(tmp_path / 'images', {'train': 16, 'test': 10}, shift=70)
   config = short_config(str(tmp_path / 'images'))
   workdir = str(tmp_path / 'run')
   train.train_and_evaluate(config, workdir)
   (record,) = metrics.read_metrics(workdir)
   assert record['step'] == 3  # 24 subset examples / batch 8: the subset is what is trained on
-  assert record['knn_top1'] == pytest.approx(recomputed_knn(config, workdir), abs=1e-6)
+  expected = recomputed_knn(config, workdir)
+  wrong = (
+    recomputed_knn(config, workdir, bank_split='train'),
+    recomputed_knn(config, workdir, k=1),
+  )
+  assert 0.25 < expected < 1 and expected not in wrong, (expected, wrong)
+  assert record['knn_top1'] == pytest.approx(expected, abs=1e-6)
   result = linear_probe.linear_evaluate(config, workdir)
-  assert (result['num_train'], result['num_test']) == (24, 12)
+  assert (result['num_train'], result['num_test']) == (24, 40)
   with open(os.path.join(workdir, metrics.CONFIG_FILE)) as f:
     assert json.load(f)['train_examples'] == 24
 

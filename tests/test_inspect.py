@@ -98,6 +98,31 @@ def test_weights_are_the_normalised_hardening_and_hscl_never_picks_the_same_clas
   }
 
 
+def test_negative_sets_are_the_definitions_and_an_unknown_one_is_refused():
+  labels = np.array([0, 1, 0, 2, 1])
+  others = ~np.eye(5, dtype=bool)
+  np.testing.assert_array_equal(hard_negatives.negative_mask(labels, 'hucl'), others)
+  np.testing.assert_array_equal(
+    hard_negatives.negative_mask(labels, 'hscl'), others & (labels[:, None] != labels)
+  )
+  fresh = lambda text: ''.join(list(text))  # as parsed from a flag: no interned literal
+  for name in ('hucl', 'hscl'):
+    np.testing.assert_array_equal(
+      hard_negatives.negative_mask(labels, fresh(name)), hard_negatives.negative_mask(labels, name)
+    )
+  # One class: H-SCL's anchors have no negative at all; their weights are 0, not 0/0.
+  z, _ = _batch()
+  q, _ = hard_negatives.hardening_weights(
+    z, np.zeros(len(z), int), losses.exponential(1.0), 0.5, 'hscl'
+  )
+  np.testing.assert_array_equal(q, np.zeros_like(q))
+  for name in ('scl', 'HSCL', ''):
+    with pytest.raises(ValueError, match=r"negatives must be one of \('hucl', 'hscl'\), got"):
+      hard_negatives.negative_mask(labels, name)
+    with pytest.raises(ValueError, match='negatives must be one of'):
+      hard_negatives.false_negative_fraction([_batch()], losses.exponential(1.0), 0.5, 3, name)
+
+
 def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path):
   workdir, config, _ = digits_run
   out = tmp_path / 'inspect'

@@ -128,6 +128,31 @@ def test_bad_arguments():
     knn.weighted_knn_predict(bank, bank_labels, queries[:, :3], num_classes=5)
   with pytest.raises(ValueError, match='empty'):
     knn.weighted_knn_predict(bank[:0], bank_labels[:0], queries, num_classes=5)
+  # Each bound accepted and one past it refused, one argument at a time.
+  tiny = float(np.nextafter(np.float32(0), np.float32(1)))
+  for name, bound, past in (('k', 1, 0), ('chunk_size', 1, 0), ('temperature', tiny, 0.0)):
+    knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, **{name: bound})
+    with pytest.raises(ValueError, match=r'Need k >= 1, chunk_size >= 1, temperature > 0'):
+      knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, **{name: past})
+
+
+def test_defaults_are_the_papers():
+  """k = 200 and temperature 0.5 when not given, in the predictions and the accuracy
+  (0.733): on a bank of 300, k = 199 or 201 and temperature 0.4 or 0.6 give other
+  predictions (3, 1, 8 and 10 of the 300 queries) and accuracies."""
+  bank, bank_labels, queries, labels = make_data(1, num_bank=300, num_queries=300)
+  predict = lambda **kw: np.asarray(
+    knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, **kw)
+  )
+  default = predict()
+  np.testing.assert_array_equal(default, reference_predict(bank, bank_labels, queries, 5, 200, 0.5))
+  accuracy = lambda k, t: np.mean(reference_predict(bank, bank_labels, queries, 5, k, t) == labels)
+  top1 = knn.weighted_knn_accuracy(bank, bank_labels, queries, labels, num_classes=5)
+  assert top1 == pytest.approx(accuracy(200, 0.5), abs=1e-6)
+  for other in (dict(k=199), dict(k=201), dict(temperature=0.4), dict(temperature=0.6)):
+    k, t = other.get('k', 200), other.get('temperature', 0.5)
+    assert np.any(reference_predict(bank, bank_labels, queries, 5, k, t) != default), other
+    assert accuracy(k, t) != pytest.approx(top1, abs=1e-6), other  # 0.740, 0.737, 0.753, 0.720
 
 
 def test_query_mask_drops_padding_even_when_it_would_be_right():
@@ -154,7 +179,7 @@ def _pattern_split(seed, num):
   rng = np.random.default_rng(seed)
   patterns = np.random.default_rng(7).uniform(-1, 1, (3, 4, 4, 3))
   labels = rng.integers(0, 3, num)
-  images = 0.5 + 0.15 * patterns[labels] + 0.2 * rng.normal(size=(num, 4, 4, 3))
+  images = 0.5 + 0.15 * patterns[labels] + 0.3 * rng.normal(size=(num, 4, 4, 3))
   return np.clip(np.round(255 * images), 0, 255).astype(np.uint8), labels
 
 
@@ -165,10 +190,11 @@ def _pixel_features(images):
 
 def test_monitor_accuracy_is_recomputed_from_the_splits():
   """Bank = the train split, queries = the test split, padding rows of neither count:
-  recomputed by brute force on splits of 50 and 30 examples, extracted in batches of 32
-  over 4 devices (14 padding rows in the bank). Using the test split as the bank, or the
-  bank's padding rows as neighbours, gives other figures on these data."""
-  (bank, bank_labels), (queries, query_labels) = _pattern_split(0, 50), _pattern_split(1, 30)
+  recomputed by brute force on splits of 50 and 100 examples, extracted in batches of 32
+  over 4 devices (14 padding rows in the bank). Using the test split as the bank, the
+  bank's padding rows as neighbours, another k or temperature, or unweighted votes gives
+  other figures on these data."""
+  (bank, bank_labels), (queries, query_labels) = _pattern_split(0, 50), _pattern_split(1, 100)
   mesh = parallel.make_mesh()
 
   def per_device(variables, batch):
@@ -179,7 +205,7 @@ def test_monitor_accuracy_is_recomputed_from_the_splits():
     jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P('data')), out_specs=P('data'))
   )
   checks = []
-  knn_config = ml_collections.ConfigDict(dict(batch_size=32, k=64, temperature=0.5, chunk_size=16))
+  knn_config = ml_collections.ConfigDict(dict(batch_size=32, k=15, temperature=0.1, chunk_size=16))
   top1 = evaluation.knn_accuracy(
     knn_config,
     feature_fn,
@@ -190,10 +216,10 @@ def test_monitor_accuracy_is_recomputed_from_the_splits():
     mesh=mesh,
     check=lambda: checks.append(1),
   )
-  assert len(checks) == 3  # before each of the 2 bank and 1 query batches
+  assert len(checks) == 6  # before each of the 2 bank and 4 query batches
 
-  def accuracy(bank_x, bank_y):
-    predictions = reference_predict(bank_x, bank_y, _pixel_features(queries), 3, 64, 0.5)
+  def accuracy(bank_x, bank_y, k=15, temperature=0.1):  # k below the bank's 50: it matters
+    predictions = reference_predict(bank_x, bank_y, _pixel_features(queries), 3, k, temperature)
     return np.mean(predictions == query_labels)
 
   expected = accuracy(_pixel_features(bank), bank_labels)
@@ -201,6 +227,11 @@ def test_monitor_accuracy_is_recomputed_from_the_splits():
   wrong = (
     accuracy(_pixel_features(queries), query_labels),
     accuracy(_pixel_features(padded), np.concatenate([bank_labels, np.zeros(14, int)])),
+    # config.knn's k or temperature not the one used (the defaults 200, the whole bank,
+    # and 0.5), or the votes unweighted (a temperature so high every weight is 1):
+    accuracy(_pixel_features(bank), bank_labels, k=200),
+    accuracy(_pixel_features(bank), bank_labels, temperature=0.5),
+    accuracy(_pixel_features(bank), bank_labels, temperature=1e6),
   )
   assert expected not in wrong, (expected, wrong)
   assert top1 == pytest.approx(expected, abs=1e-6)

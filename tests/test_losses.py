@@ -647,6 +647,10 @@ class ScheduleTest(parameterized.TestCase):
         beta = losses.beta_schedule(epoch, beta=2.0, num_epochs=5, num_steps=2)
       self.assertIsInstance(tau, np.float32)
       self.assertIsInstance(beta, np.float32)
+      # The precision claimed: float64 arithmetic, rounded once to float32 (bit for bit).
+      level = -0.5 + (epoch - 1) / 4 * (0.1 - -0.5)
+      self.assertEqual(tau, np.float32(np.exp(np.float64(level) / 0.1)))
+      self.assertEqual(beta, np.float32(2.0 * (1.0 - np.floor(epoch * 2 / 5) / 2)))
       on_device = jnp.int32(epoch)
       self.assertIsInstance(
         losses.tau_schedule(on_device, start=-0.5, end=0.1, num_epochs=5), jax.Array

@@ -62,10 +62,16 @@ def test_adam_coupled_l2_is_torch_adam_with_weight_decay():
   assert not np.allclose(decoupled['kernel'], got['kernel'], rtol=1e-5)  # AdamW differs
 
 
+def _fresh(text: str) -> str:
+  """`text` as a new string object, as read from config.json or a flag (literals are
+  interned: `name is 'sgd'` would hold for them and fail for a user's config)."""
+  return ''.join(list(text))
+
+
 def _config(name, exclude_rank1):
   return ml_collections.ConfigDict(
     dict(
-      name=name,
+      name=_fresh(name),
       weight_decay=0.1,
       b1=0.9,
       b2=0.999,
@@ -89,6 +95,49 @@ def test_create_optimizer_adam_and_the_rank1_mask(exclude_rank1):
     np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
+def sgd_adamw_lars_reference(name, params, grads, *, lr, decay_mask, momentum=0.7):
+  """SGD with momentum (L2 added to the gradient), AdamW (decoupled decay) and LARS (L2,
+  then each masked leaf's update scaled by trust_coefficient ||p|| / ||g||, then momentum
+  on the scaled steps), in float64, from their papers' formulas; _config's settings with
+  a momentum of 0.7 and a trust coefficient of 0.02."""
+  wd, b1, b2, eps, tc = 0.1, 0.9, 0.999, 1e-8, 0.02
+  params = {k: np.asarray(v, np.float64) for k, v in params.items()}
+  slots = {k: [np.zeros_like(v), np.zeros_like(v)] for k, v in params.items()}
+  for t, step_grads in enumerate(grads, start=1):
+    for k, p in params.items():
+      g, (m, v) = np.asarray(step_grads[k], np.float64), slots[k]
+      if name == 'adamw':
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        step = m / (1 - b1**t) / (np.sqrt(v / (1 - b2**t)) + eps) + wd * p * decay_mask[k]
+        params[k] = p - lr * step
+      else:
+        g = g + wd * p * decay_mask[k]
+        if name == 'lars' and decay_mask[k]:
+          g = g * tc * np.linalg.norm(p) / np.linalg.norm(g)
+        m = momentum * m + lr * g
+        params[k] = p - m
+      slots[k] = [m, v]
+  return params
+
+
+@pytest.mark.parametrize('name', ['sgd', 'adamw', 'lars'])
+def test_create_optimizer_sgd_adamw_lars_against_their_formulas(name):
+  """Three steps of each optimizer config.optimizer.name selects, at a momentum of 0.7 (not
+  0 or 0.9's default) and with the rank-1 mask (biases neither decayed nor trust-scaled):
+  the name selects its own update rule (another optimizer's differs by far more)."""
+  params, grads = _problem()
+  config = _config(name, exclude_rank1=True)
+  config.momentum, config.trust_coefficient = 0.7, 0.02
+  got = _run(optim.create_optimizer(config, 0.05), params, grads)
+  mask = {'kernel': True, 'bias': False}
+  want = sgd_adamw_lars_reference(name, params, grads, lr=0.05, decay_mask=mask)
+  for k in params:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+  for other in {'sgd', 'adamw', 'lars'} - {name}:
+    theirs = sgd_adamw_lars_reference(other, params, grads, lr=0.05, decay_mask=mask)
+    assert np.abs(theirs['kernel'] - want['kernel']).max() > 1e-3
+
+
 def _schedule_reference(step, *, learning_rate, warmup_steps, total_steps, cosine):
   """Linear warm-up from 0 over `warmup_steps`, then constant or a cosine to 0 at the end."""
   if step < warmup_steps:
@@ -103,7 +152,9 @@ def _schedule_reference(step, *, learning_rate, warmup_steps, total_steps, cosin
 def test_learning_rate_schedule_step_by_step(schedule):
   """Every step's rate against the formula, with 1.5 warm-up epochs of 5 steps: 7.5
   rounds to 8 warm-up steps (not 7), the cosine starts at step 8 and ends at step 40."""
-  opt = ml_collections.ConfigDict(dict(learning_rate=0.3, warmup_epochs=1.5, schedule=schedule))
+  opt = ml_collections.ConfigDict(
+    dict(learning_rate=0.3, warmup_epochs=1.5, schedule=_fresh(schedule))
+  )
   lr = optim.create_learning_rate_schedule(opt, steps_per_epoch=5, total_steps=40)
   got = np.array([float(lr(step)) for step in range(41)])
   want = [
@@ -113,3 +164,25 @@ def test_learning_rate_schedule_step_by_step(schedule):
     for s in range(41)
   ]
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_a_warm_up_over_the_whole_run_then_the_cosines_single_step():
+  """warmup_epochs = num_epochs (the schema's upper bound): 10 warm-up steps of 10, then
+  the cosine over max(0, 1) = 1 step: the full rate at step 10, 0 from step 11."""
+  opt = ml_collections.ConfigDict(
+    dict(learning_rate=0.3, warmup_epochs=2.0, schedule=_fresh('cosine'))
+  )
+  lr = optim.create_learning_rate_schedule(opt, steps_per_epoch=5, total_steps=10)
+  got = [float(lr(step)) for step in range(13)]
+  np.testing.assert_allclose(got, [0.03 * s for s in range(11)] + [0.0, 0.0], atol=1e-7)
+
+
+def test_the_rank1_mask_decays_only_weights_of_two_or_more_dimensions():
+  params = {'kernel': jnp.zeros((3, 3, 2, 4)), 'dense': jnp.zeros((2, 4))}
+  params |= {'bias': jnp.zeros(4), 'scalar': jnp.zeros(())}
+  assert optim._rank1_mask(params) == {
+    'kernel': True,
+    'dense': True,
+    'bias': False,
+    'scalar': False,
+  }

@@ -314,6 +314,12 @@ def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted):
     assert 'beta' in record and 'tau' not in record  # H-SCL(beta): tau is not used
   assert records[-1]['knn_top1'] > 0.5  # chance is 0.1
   assert records[-1]['train_loss'] < records[0]['train_loss']
+  # The logged rate is the one the epoch's last update used (step s - 1 of the schedule):
+  # digits' cosine from 3e-3 to 0 over 6 steps, no warm-up (tiny_config), written out.
+  config = tiny_config()
+  assert (config.optimizer.schedule, config.optimizer.warmup_epochs) == ('cosine', 0.0)
+  want = [config.optimizer.learning_rate * 0.5 * (1 + np.cos(np.pi * (s - 1) / 6)) for s in (3, 6)]
+  np.testing.assert_allclose([r['learning_rate'] for r in records], want, rtol=1e-6)
   assert result.last_record == records[-1]
 
   saved = json.loads((workdir / 'config.json').read_text())

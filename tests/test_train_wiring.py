@@ -149,3 +149,23 @@ def test_wiring_program_model_batchnorm_statistics_are_global(tmp_path, monkeypa
   for x, y in zip(jax.tree.leaves(four), jax.tree.leaves(one), strict=True):
     assert x.shape[0] == 4
     np.testing.assert_allclose(x, np.broadcast_to(y, x.shape), rtol=1e-4, atol=1e-5)
+
+
+def test_the_epoch_log_line_shows_the_records_values():
+  """train.epoch_summary, the one line logged per epoch, from a record whose every value
+  differs (and rounds visibly at the line's precision); the optional figures only when
+  the record has them."""
+  record = {
+    'epoch': 3,
+    'train_loss': 4.56789,
+    'knn_top1': 0.71234,
+    'assumption1_fraction': 0.0456,
+    'learning_rate': 0.00123456,
+    'images_per_second': 1234.4,
+    'epoch_time': 12.34,
+  }
+  assert train.epoch_summary(record) == (
+    'epoch 3: loss 4.5679, kNN top-1 0.7123, Assumption 1 0.046, lr 0.00123, 1234 img/s, 12.3 s'
+  )
+  del record['knn_top1'], record['assumption1_fraction']
+  assert train.epoch_summary(record) == 'epoch 3: loss 4.5679, lr 0.00123, 1234 img/s, 12.3 s'

@@ -1,0 +1,129 @@
+"""tools/mutation_score.py's own logic, with no mutant run and without cosmic-ray: the map
+covers every module, the sample is seeded and order-free, --all allocates by lines, the
+score arithmetic, annotations and non-operator stars never drawn, equivalents read and
+named by their lines."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location('mutation_score', REPO / 'tools/mutation_score.py')
+mutation_score = importlib.util.module_from_spec(_spec)
+sys.modules['mutation_score'] = mutation_score  # dataclasses look their module up
+_spec.loader.exec_module(mutation_score)
+
+
+def test_every_module_of_the_package_has_its_existing_test_files():
+  modules = sorted(str(p.relative_to(REPO)) for p in (REPO / 'hscl_jax').rglob('*.py'))
+  assert sorted(mutation_score.TESTS_OF) == modules
+  assert mutation_score.package_modules() == modules
+  for module, tests in mutation_score.TESTS_OF.items():
+    assert tests, module
+    for test in tests:
+      assert (REPO / test).is_file(), (module, test)
+
+
+def test_the_sample_is_seeded_and_independent_of_the_listing_order():
+  ids = [f'core/Op#{i:05d}' for i in range(40)]
+  first = mutation_score.draw(ids, 7, seed=3, module='hscl_jax/knn.py')
+  assert len(first) == len(set(first)) == 7 and set(first) <= set(ids)
+  assert mutation_score.draw(ids[::-1], 7, seed=3, module='hscl_jax/knn.py') == first
+  assert mutation_score.draw(ids, 7, seed=4, module='hscl_jax/knn.py') != first
+  assert mutation_score.draw(ids, 7, seed=3, module='hscl_jax/optim.py') != first
+  # The sample of a larger size is another draw, not the smaller one extended; at or
+  # above the count, every mutant.
+  assert mutation_score.draw(ids, 40, seed=3, module='m') == sorted(ids)
+  assert mutation_score.draw(ids, 41, seed=3, module='m') == sorted(ids)
+
+
+def test_all_allocates_the_total_in_proportion_to_lines_by_largest_remainder():
+  # 200 over 10/30/60 lines: exactly 20/60/120.
+  assert mutation_score.allocate({'a': 10, 'b': 30, 'c': 60}, 200) == {'a': 20, 'b': 60, 'c': 120}
+  # 10 over 1/1/1: shares 3.33 each; the one left over goes to the first by name.
+  assert mutation_score.allocate({'b': 1, 'a': 1, 'c': 1}, 10) == {'a': 4, 'b': 3, 'c': 3}
+  # 7 over 5/3/2 lines: exact 3.5, 2.1, 1.4 -> 3, 2, 1 and the remainders .5, .1, .4
+  # give the last one to 'a', then nothing is left.
+  assert mutation_score.allocate({'a': 5, 'b': 3, 'c': 2}, 7) == {'a': 4, 'b': 2, 'c': 1}
+  lines = {m: mutation_score.code_lines(REPO / m) for m in mutation_score.package_modules()}
+  plan = mutation_score.allocate(lines, 200)
+  assert sum(plan.values()) == 200
+  biggest = max(lines, key=lines.get)
+  assert abs(plan[biggest] - 200 * lines[biggest] / sum(lines.values())) < 1
+
+
+def test_code_lines_skip_blank_and_comment_lines(tmp_path):
+  path = tmp_path / 'm.py'
+  path.write_text('# a comment\n\nx = 1  # counted\n    # indented comment\ny = 2\n')
+  assert mutation_score.code_lines(path) == 2
+
+
+def test_the_score_is_assertion_kills_over_the_non_equivalent_sample():
+  outcomes = ['assertion'] * 6 + ['crash', 'timeout', 'survived', 'equivalent', 'equivalent']
+  t = mutation_score.tally(outcomes)
+  assert (t.sampled, t.assertion, t.crash, t.timeout, t.survived, t.equivalent) == (
+    11,
+    6,
+    1,
+    1,
+    1,
+    2,
+  )
+  assert t.score == pytest.approx(6 / 9)
+  both = t + mutation_score.tally(['assertion', 'survived'])
+  assert (both.sampled, both.assertion, both.survived, both.score) == (13, 7, 2, 7 / 11)
+  assert mutation_score.tally(['equivalent']).score is None
+  assert mutation_score.format_row(t).split()[-2:] == ['67', '%']
+
+
+def test_mutants_inside_annotations_are_found_by_position():
+  source = 'def f(x: int | None, y=1 | 2) -> list[int]:\n  z: dict[str, int] = {}\n  return x\n'
+  spans = mutation_score.annotation_lines(source)
+  line1 = source.splitlines()[0]
+  assert (1, line1.index('|')) in spans  # int | None
+  assert (1, line1.index('1 | 2') + 2) not in spans  # a default is code
+  assert (1, line1.index('list')) in spans
+  assert (2, source.splitlines()[1].index('dict')) in spans
+  assert (2, source.splitlines()[1].index('{}')) not in spans
+  assert not any(line == 3 for line, _ in spans)
+
+
+def test_stars_that_are_no_operator_are_found_by_position():
+  source = 'def f(a, *, b):\n  return g(*a, **b) * 2 ** 3 + [*x] + f(x)*y\n'
+  line2 = source.splitlines()[1]
+  assert mutation_score.signature_stars(source) == {
+    (1, 9),  # the keyword-only marker
+    (2, line2.index('*a')),
+    (2, line2.index('**b')),
+    (2, line2.index('*x')),
+  }  # not the products `* 2`, `)*y` nor the power `** 3`
+  # After a line break (and a comment) the token before is still the comma.
+  source = 'x = {\n  "a": 1,  # one\n  **other,\n}\ny = (a\n  * b)\n'
+  assert mutation_score.signature_stars(source) == {(3, 2)}
+
+
+def test_equivalents_are_named_by_their_changed_line(tmp_path):
+  diff = (
+    '--- mutation diff ---\n--- a/hscl_jax/x.py\n+++ b/hscl_jax/x.py\n@@ -1,3 +1,3 @@\n'
+    ' a = 1\n-  if n >= 0:\n+  if n > 0:\n b = 2\n'
+  )
+  assert mutation_score.changed_lines(diff) == ('if n >= 0:', 'if n > 0:')
+  path = tmp_path / 'eq.toml'
+  path.write_text(
+    '[[equivalent]]\nmodule = "hscl_jax/x.py"\noriginal = "if n >= 0:"\n'
+    'mutated = "if n > 0:"\nreason = "n is never 0"\n'
+  )
+  assert mutation_score.load_equivalents(path) == {
+    ('hscl_jax/x.py', 'if n >= 0:', 'if n > 0:'): 'n is never 0'
+  }
+
+
+def test_the_checked_in_equivalents_name_known_modules_and_give_reasons():
+  for (module, original, mutated), reason in mutation_score.load_equivalents().items():
+    assert module in mutation_score.TESTS_OF
+    assert original != mutated and reason.strip()
+    assert original in (REPO / module).read_text(), (module, original)  # not stale

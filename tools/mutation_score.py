@@ -1,0 +1,422 @@
+"""A sampled mutation score from cosmic-ray's mutants: how many realistic bugs nobody chose
+does a module's suite catch?
+
+cosmic-ray (the `[mutation]` extra) lists every mutant of a module (an operator replaced,
+a comparison flipped, a number changed, a condition negated, a loop skipped, a decorator
+removed...). This script draws a seeded random sample of them per module, plants each, one
+at a time, in a copy of the working tree (the real files are never touched; cosmic-ray
+restores the file after each), runs that module's test files (`TESTS_OF`, the one map of
+module -> tests) in a fresh `python -m pytest -n 0 -x` process with PYTHONPATH on the copy,
+so the mutated file and not the editable install is imported, and classifies the result:
+
+  * ``assertion``: a test failed on an assertion about the behaviour (AssertionError,
+    `Failed: DID NOT RAISE`, a regex mismatch), read from pytest's short summary;
+  * ``crash``: killed, but by another exception (a fixture, an import, a TypeError...);
+  * ``timeout``: the tests ran past 3x their unmutated time plus 60 s (killed by cosmic-ray);
+  * ``survived``: every test passed; ``equivalent`` if tools/mutation_equivalents.toml lists
+    it, by hand, with the reason it cannot change behaviour.
+
+The score is the assertion kills over the sampled mutants less the equivalent ones; crashes
+and timeouts are not counted as kills. Mutants inside type annotations are never drawn
+(every module has `from __future__ import annotations`: they are strings nobody reads),
+nor those of a `*` that is no operator (a keyword-only marker, `*args`, unpacking).
+
+Sessions are cosmic-ray's sqlite files in .mutation_sessions/ (one per module, seed and
+sample size): a run that stops continues where it stopped; a module or test file that
+changed since (or DRAW_VERSION) starts its session again.
+
+    python tools/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
+    python tools/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
+    python tools/mutation_score.py --all --sample 200 --plan     # its mutants per module
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import pathlib
+import random
+import sys
+import tempfile
+import time
+import tokenize
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / 'tools'))
+import mutation_test  # noqa: E402  (its tree copy and its assertion/crash classifier)
+
+EQUIVALENTS = ROOT / 'tools' / 'mutation_equivalents.toml'
+# Raise it when a change here changes which mutants are drawn or how they run: every
+# session then starts again.
+DRAW_VERSION = 3
+SESSIONS = ROOT / '.mutation_sessions'
+
+_DATA = ('tests/test_data_sources.py', 'tests/test_data_loaders.py')
+_LOSSES = ('tests/test_losses.py', 'tests/test_loss_properties.py', 'tests/test_losses_queue.py')
+# Each module of hscl_jax/ -> the test files that test it (whole files, never a -k chosen
+# for a mutant). tests/test_mutation_score.py checks that every module has an entry.
+TESTS_OF = {
+  'hscl_jax/__init__.py': ('tests/test_package.py',),
+  'hscl_jax/augment.py': ('tests/test_augment.py',),
+  'hscl_jax/checkpointing.py': ('tests/test_errors.py', 'tests/test_train.py'),
+  'hscl_jax/data/__init__.py': _DATA,
+  'hscl_jax/data/arrays.py': _DATA,
+  'hscl_jax/data/errors.py': ('tests/test_prepare.py', 'tests/test_data_sources.py'),
+  'hscl_jax/data/image_folder.py': (*_DATA, 'tests/test_tiny_imagenet.py'),
+  'hscl_jax/data/loaders.py': _DATA,
+  'hscl_jax/data/sources.py': (*_DATA, 'tests/test_data_tfds.py'),
+  'hscl_jax/data/tfds_prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py'),
+  'hscl_jax/data/tfds_sources.py': ('tests/test_data_tfds.py', 'tests/test_data_sources.py'),
+  'hscl_jax/distributed.py': ('tests/test_multiprocess.py',),
+  'hscl_jax/embed.py': ('tests/test_embed.py',),
+  'hscl_jax/embedding.py': ('tests/test_embed.py',),
+  'hscl_jax/errors.py': ('tests/test_errors.py', 'tests/test_main_errors.py'),
+  'hscl_jax/evaluation.py': ('tests/test_knn.py', 'tests/test_embed.py'),
+  'hscl_jax/experiments/__init__.py': ('tests/test_compare.py',),
+  'hscl_jax/experiments/compare.py': ('tests/test_compare.py', 'tests/test_compare_paired.py'),
+  'hscl_jax/experiments/compare_graphs.py': ('tests/test_graphs.py', 'tests/test_entry_points.py'),
+  'hscl_jax/experiments/graph_grid.py': ('tests/test_graphs.py',),
+  'hscl_jax/experiments/image_grid.py': (
+    'tests/test_compare.py',
+    'tests/test_compare_paired.py',
+    'tests/test_run_records.py',
+  ),
+  'hscl_jax/experiments/run_records.py': ('tests/test_run_records.py',),
+  'hscl_jax/export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py'),
+  'hscl_jax/figures.py': ('tests/test_inspect.py',),
+  'hscl_jax/gradcache.py': ('tests/test_gradcache.py',),
+  'hscl_jax/graphs/__init__.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/__main__.py': ('tests/test_graphs.py', 'tests/test_entry_points.py'),
+  'hscl_jax/graphs/data.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/evaluate.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/model.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/prepare.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/train.py': ('tests/test_graphs.py',),
+  'hscl_jax/hard_negatives.py': ('tests/test_inspect.py',),
+  'hscl_jax/inspect.py': ('tests/test_inspect.py',),
+  'hscl_jax/inspection.py': ('tests/test_inspect.py',),
+  'hscl_jax/knn.py': ('tests/test_knn.py',),
+  'hscl_jax/linear_eval.py': ('tests/test_linear_eval.py', 'tests/test_main_errors.py'),
+  'hscl_jax/linear_probe.py': ('tests/test_linear_eval.py',),
+  'hscl_jax/losses/__init__.py': _LOSSES,
+  'hscl_jax/losses/diagnostics.py': ('tests/test_losses.py', 'tests/test_inspect.py'),
+  'hscl_jax/losses/graph.py': ('tests/test_graph_loss.py',),
+  'hscl_jax/losses/image.py': _LOSSES,
+  'hscl_jax/losses/kernel.py': _LOSSES,
+  'hscl_jax/main.py': ('tests/test_main_errors.py', 'tests/test_configs.py'),
+  'hscl_jax/metrics.py': ('tests/test_metrics.py', 'tests/test_stored_config.py'),
+  'hscl_jax/models.py': ('tests/test_models.py',),
+  'hscl_jax/negative_queue.py': ('tests/test_queue_training.py',),
+  'hscl_jax/optim.py': ('tests/test_optim.py',),
+  'hscl_jax/parallel.py': ('tests/test_train_wiring.py', 'tests/test_knn.py'),
+  'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py'),
+  'hscl_jax/schema.py': (
+    'tests/test_configs.py',
+    'tests/test_config_properties.py',
+    'tests/test_stored_config.py',  # which fields are free on resume
+  ),
+  'hscl_jax/stored_config.py': ('tests/test_stored_config.py',),
+  'hscl_jax/torch_export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py'),
+  'hscl_jax/train.py': ('tests/test_train.py', 'tests/test_train_wiring.py'),
+  'hscl_jax/workdir_lock.py': ('tests/test_workdir_lock.py',),
+}
+
+
+def package_modules() -> list[str]:
+  """Every module of hscl_jax/, as repository-relative paths."""
+  return sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'hscl_jax').rglob('*.py'))
+
+
+def code_lines(path: pathlib.Path) -> int:
+  """Lines that are neither blank nor only a comment (what --all allocates by)."""
+  return sum(1 for line in path.read_text().splitlines() if line.strip()[:1] not in ('', '#'))
+
+
+def allocate(lines: dict[str, int], total: int) -> dict[str, int]:
+  """`total` split over the modules in proportion to their lines (largest remainders)."""
+  all_lines = sum(lines.values())
+  exact = {module: total * n / all_lines for module, n in lines.items()}
+  counts = {module: int(share) for module, share in exact.items()}
+  by_remainder = sorted(exact, key=lambda m: (counts[m] - exact[m], m))
+  for module in by_remainder[: total - sum(counts.values())]:
+    counts[module] += 1
+  return counts
+
+
+def draw(mutant_ids: list[str], size: int, seed: int, module: str) -> list[str]:
+  """A seeded sample of `size` of the ids (all of them when there are fewer), the same for
+  the same seed, module and ids whatever order they came in."""
+  ordered = sorted(mutant_ids)
+  if size >= len(ordered):
+    return ordered
+  return sorted(random.Random(f'{seed}:{module}').sample(ordered, size))
+
+
+def annotation_lines(source: str) -> set[tuple[int, int]]:
+  """(line, column) of every character inside a type annotation of `source`."""
+  spans = set()
+  for node in ast.walk(ast.parse(source)):
+    annotations = []
+    if isinstance(node, ast.arg | ast.AnnAssign):
+      annotations.append(node.annotation)
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+      annotations.append(node.returns)
+    for a in filter(None, annotations):
+      for line in range(a.lineno, a.end_lineno + 1):
+        first = a.col_offset if line == a.lineno else 0
+        last = a.end_col_offset if line == a.end_lineno else 10_000
+        spans.update((line, col) for col in range(first, last))
+  return spans
+
+
+def signature_stars(source: str) -> set[tuple[int, int]]:
+  """(line, column) of every `*` or `**` that is no operator: the bare `*` of keyword-only
+  parameters and the stars of `*args`, `**kwargs` and unpacking (cosmic-ray mutates them
+  too: into `/`, positional-only and so equivalent, or into a syntax error)."""
+  layout = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+  tokens = [
+    t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in layout
+  ]
+  stars = set()
+  for before, token, after in zip(tokens, tokens[1:], tokens[2:]):
+    if token.string not in ('*', '**'):
+      continue
+    if after.string in (',', ')') or before.string in ('(', ',', '[', '{', 'lambda'):
+      stars.add(token.start)
+  return stars
+
+
+def never_drawn(source: str) -> set[tuple[int, int]]:
+  """Positions whose mutants are never drawn: annotations and stars that are no operator."""
+  return annotation_lines(source) | signature_stars(source)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+  """The outcomes of one module's (or all modules') sample."""
+
+  sampled: int = 0
+  assertion: int = 0
+  crash: int = 0
+  timeout: int = 0
+  survived: int = 0
+  equivalent: int = 0
+
+  @property
+  def score(self) -> float | None:
+    """Assertion kills over the sampled mutants that are not equivalent."""
+    scored = self.sampled - self.equivalent
+    return self.assertion / scored if scored else None
+
+  def __add__(self, other: Tally) -> Tally:
+    return Tally(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
+
+
+def tally(outcomes: list[str]) -> Tally:
+  """Counts of 'assertion', 'crash', 'timeout', 'survived', 'equivalent' outcomes."""
+  counts = {name: outcomes.count(name) for name in ('assertion', 'crash', 'timeout', 'survived')}
+  return Tally(sampled=len(outcomes), equivalent=outcomes.count('equivalent'), **counts)
+
+
+def changed_lines(diff: str) -> tuple[str, str]:
+  """The (original, mutated) line of a one-line diff, stripped; how equivalents are named."""
+  lines = diff.splitlines()
+  removed = [line[1:].strip() for line in lines if line[:1] == '-' and line[:3] != '---']
+  added = [line[1:].strip() for line in lines if line[:1] == '+' and line[:3] != '+++']
+  return '\n'.join(removed), '\n'.join(added)
+
+
+def load_equivalents(path: pathlib.Path = EQUIVALENTS) -> dict[tuple[str, str, str], str]:
+  """{(module, original line, mutated line): why the mutant cannot change behaviour}."""
+  entries = tomllib.loads(path.read_text()).get('equivalent', [])
+  return {(e['module'], e['original'], e['mutated']): e['reason'] for e in entries}
+
+
+def outcome_of(result, equivalents: dict, module: str) -> tuple[str, str]:
+  """(outcome, detail) of one cosmic-ray WorkResult."""
+  from cosmic_ray.work_item import TestOutcome
+
+  if result.test_outcome == TestOutcome.SURVIVED:
+    reason = equivalents.get((module, *changed_lines(result.diff or '')))
+    return ('equivalent', reason) if reason else ('survived', '')
+  if result.output == 'timeout':  # cosmic-ray's marker for a test run it killed
+    return 'timeout', ''
+  if result.test_outcome == TestOutcome.INCOMPETENT:
+    return 'crash', (result.output or '').strip().splitlines()[-1:][0][:120]
+  return mutation_test.classify(1, result.output or '')
+
+
+def fingerprint(module: str) -> str:
+  """What a session's results depend on: the module, its tests, the conftest and how this
+  tool draws and runs mutants (DRAW_VERSION)."""
+  digest = hashlib.sha256(f'draw {DRAW_VERSION}'.encode())
+  for name in (module, 'tests/conftest.py', *TESTS_OF[module]):
+    path = ROOT / name
+    digest.update(name.encode() + (path.read_bytes() if path.exists() else b''))
+  return digest.hexdigest()
+
+
+def session_path(module: str, size: int, seed: int) -> pathlib.Path:
+  return SESSIONS / f'{module.replace("/", "__")}.seed{seed}.n{size}.sqlite'
+
+
+def open_session(module: str, size: int, seed: int) -> pathlib.Path:
+  """The module's session: resumed when its code and tests are unchanged, else made anew
+  (cosmic-ray's mutants of the module, those in annotations and those not drawn skipped)."""
+  from cosmic_ray.commands import init
+  from cosmic_ray.work_db import use_db
+  from cosmic_ray.work_item import WorkerOutcome
+  from cosmic_ray.work_item import WorkResult
+
+  path = session_path(module, size, seed)
+  stamp = path.with_suffix('.json')
+  if path.exists() and stamp.exists() and json.loads(stamp.read_text()) == fingerprint(module):
+    return path
+  if path.exists():
+    print(f'{module}: changed since its session; starting it again', flush=True)
+    path.unlink()
+  SESSIONS.mkdir(exist_ok=True)
+  cwd = os.getcwd()
+  os.chdir(ROOT)  # cosmic-ray records the module's path as given: relative to the tree
+  try:
+    with use_db(str(path)) as db:
+      init([pathlib.Path(module)], db, {})
+      never = never_drawn((ROOT / module).read_text())
+      items = {item.job_id: item.mutations[0] for item in db.work_items}
+      drawable = {
+        f'{m.operator_name}#{m.occurrence:05d}': job
+        for job, m in items.items()
+        if tuple(m.start_pos) not in never
+      }
+      chosen = {drawable[key] for key in draw(list(drawable), size, seed, module)}
+      skipped = [job for job in items if job not in chosen]
+      db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+  finally:
+    os.chdir(cwd)
+  stamp.write_text(json.dumps(fingerprint(module)))
+  return path
+
+
+def test_command(module: str) -> str:
+  """One pytest process, -x, the module's whole test files (-rfE: the summary classify reads)."""
+  tests = ' '.join(TESTS_OF[module])
+  return f'{sys.executable} -m pytest -n 0 -x -q -rfE -p no:cacheprovider {tests}'
+
+
+def baseline_seconds(module: str) -> float:
+  """The module's tests on the unmutated copy (cwd): they must pass; their time."""
+  import subprocess
+
+  start = time.time()
+  result = subprocess.run(test_command(module).split(), capture_output=True, text=True)
+  if result.returncode != 0:
+    tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+    sys.exit(f'{module}: its tests fail before any mutant: ' + ' | '.join(tail))
+  return time.time() - start
+
+
+def run_pending(module: str, path: pathlib.Path, equivalents: dict) -> None:
+  """Plant and test every drawn mutant of the session that has no result yet (cwd: the copy)."""
+  from cosmic_ray.mutating import mutate_and_test
+  from cosmic_ray.work_db import WorkDB
+  from cosmic_ray.work_db import use_db
+
+  with use_db(str(path), mode=WorkDB.Mode.open) as db:
+    pending = sorted(db.pending_work_items, key=lambda item: item.mutations[0].start_pos)
+    if not pending:
+      return
+    timeout = 3 * baseline_seconds(module) + 60
+    for item in pending:
+      start = time.time()
+      result = mutate_and_test(item.mutations, test_command(module), timeout)
+      db.set_result(item.job_id, result)
+      outcome, detail = outcome_of(result, equivalents, module)
+      m = item.mutations[0]
+      where = f'{module}:{m.start_pos[0]} {m.operator_name.removeprefix("core/")}'
+      print(f'{where:70s} {outcome:10s} {time.time() - start:5.0f} s  {detail}', flush=True)
+
+
+def results(module: str, path: pathlib.Path):
+  """(the module's drawable mutants, the session's (mutation, result) pairs that ran)."""
+  from cosmic_ray.work_db import WorkDB
+  from cosmic_ray.work_db import use_db
+  from cosmic_ray.work_item import WorkerOutcome
+
+  with use_db(str(path), mode=WorkDB.Mode.open) as db:
+    items = {item.job_id: item.mutations[0] for item in db.work_items}
+    done = list(db.results)
+  never = never_drawn((ROOT / module).read_text())
+  drawable = sum(tuple(m.start_pos) not in never for m in items.values())
+  ran = [(items[job], r) for job, r in done if r.worker_outcome != WorkerOutcome.SKIPPED]
+  return drawable, ran
+
+
+def report(plan: dict[str, int], seed: int, equivalents: dict) -> Tally:
+  """The per-module table, the total, and every survivor as a diff."""
+  header = ('module', 'mutants', 'sampled', 'assert', 'crash', 'timeout', 'survived', 'equiv')
+  print('\n{:42s}{:>8s}{:>8s}{:>8s}{:>7s}{:>9s}{:>10s}{:>7s}   score'.format(*header))
+  total, all_mutants, survivors = Tally(), 0, []
+  for module, size in plan.items():
+    mutants, done = results(module, session_path(module, size, seed))
+    outcomes = [outcome_of(r, equivalents, module)[0] for _, r in done]
+    survivors += [r.diff for (_, r), o in zip(done, outcomes) if o == 'survived']
+    row = tally(outcomes)
+    total, all_mutants = total + row, all_mutants + mutants
+    print(f'{module:42s}{mutants:8d}' + format_row(row))
+  print(f'{"all":42s}{all_mutants:8d}' + format_row(total))
+  for diff in survivors:
+    print('\nsurvived:\n' + diff.strip())
+  return total
+
+
+def format_row(t: Tally) -> str:
+  score = '-' if t.score is None else f'{100 * t.score:.0f} %'
+  return (
+    f'{t.sampled:8d}{t.assertion:8d}{t.crash:7d}{t.timeout:9d}{t.survived:10d}'
+    f'{t.equivalent:7d}{score:>7s}'
+  )
+
+
+def main() -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('modules', nargs='*', help='paths such as hscl_jax/knn.py')
+  parser.add_argument('--sample', type=int, default=25, help='mutants per module (--all: total)')
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument(
+    '--all', action='store_true', help='--sample mutants over all of hscl_jax/, by lines'
+  )
+  parser.add_argument('--plan', action='store_true', help='print mutants per module and exit')
+  args = parser.parse_args()
+  unknown = [m for m in args.modules if m not in TESTS_OF]
+  if unknown or not (args.modules or args.all):
+    parser.error(f'give modules of hscl_jax/ (as hscl_jax/knn.py) or --all; unknown: {unknown}')
+  if args.all:
+    lines = {m: code_lines(ROOT / m) for m in package_modules()}
+    plan = {m: n for m, n in allocate(lines, args.sample).items() if n}
+  else:
+    plan = dict.fromkeys(args.modules, args.sample)
+  if args.plan:
+    for module, size in plan.items():
+      print(f'{module:42s}{size:5d}  {" ".join(TESTS_OF[module])}')
+    return 0
+  equivalents = load_equivalents()
+  sessions = {module: open_session(module, size, args.seed) for module, size in plan.items()}
+  with tempfile.TemporaryDirectory(prefix='hscl_mutation_score_') as copy:
+    mutation_test.copy_tree(copy, None)
+    os.environ.update(PYTHONPATH=copy, COLUMNS='1000')
+    os.chdir(copy)
+    for module, path in sessions.items():
+      run_pending(module, path, equivalents)
+    os.chdir(ROOT)
+  report(plan, args.seed, equivalents)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
