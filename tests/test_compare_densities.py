@@ -25,6 +25,9 @@ from hscl_jax.experiments import density_grid  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
 
+sys.path.insert(0, str(REPO / 'tests'))
+from test_compare_paired import counted_in_loader  # noqa: E402
+
 PROTOCOL = 'features'
 
 # (linear top-1, kNN top-1) per density, method and seed. Seeds are missing where a
@@ -77,23 +80,9 @@ def write_density(records, samples_per_class, grid):
 
 
 def loader_same_class(samples_per_class, seeds):
-  """Same-class samples per anchor counted in the loader's own batches, every epoch."""
   config = base_config()
-  source = data.run_sources(config)[0]
-  counts = []
-  for seed in seeds:
-    loader = data.TrainLoader(
-      source,
-      global_batch_size=32,
-      seed=seed,
-      samples_per_class=samples_per_class,
-      shard_index=0,
-      shard_count=1,
-    )
-    for _ in range(config.num_epochs * loader.steps_per_epoch):
-      labels = next(loader)['label']
-      counts += [int((labels == label).sum()) - 1 for label in labels]
-  return np.mean(counts)
+  labels = data.run_sources(config)[0].labels()
+  return counted_in_loader(labels, 32, seeds, config.num_epochs, samples_per_class)[0]
 
 
 def cells(points):

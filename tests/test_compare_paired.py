@@ -112,6 +112,26 @@ def test_same_class_count_is_that_of_the_loaders_batches():
     assert with_one == pytest.approx(np.mean(np.array(others) > 0)) and 0 < with_one < 1
 
 
+def counted_in_loader(labels, batch_size, seeds, num_epochs, samples_per_class=0):
+  """(Same-class samples per anchor, fraction of anchors with one), counted in the training
+  loader's own batches of every seed and epoch."""
+  source = data.ArraySource(np.zeros((len(labels), 1, 1, 3), np.uint8), labels, labels.max() + 1)
+  others = []
+  for seed in seeds:
+    loader = data.TrainLoader(
+      source,
+      global_batch_size=batch_size,
+      seed=seed,
+      samples_per_class=samples_per_class,
+      shard_index=0,
+      shard_count=1,
+    )
+    for _ in range(num_epochs * loader.steps_per_epoch):
+      batch = next(loader)['label']
+      others += [int((batch == label).sum()) - 1 for label in batch]
+  return np.mean(others), np.mean(np.array(others) > 0)
+
+
 def test_labels_in_a_batch_table_has_every_setting_from_its_own_runs():
   """One row per setting over its own seeds, from the run's config (batch, sampling): a
   setting counted over another's seeds, or the uniform order for a class-aware run, shows."""
@@ -121,25 +141,7 @@ def test_labels_in_a_batch_table_has_every_setting_from_its_own_runs():
   plan = [(by_method['UCL'], 0), (by_method['UCL'], 1), (by_method['SCL'], 2)]
   labels = data.run_sources(config)[0].labels()
 
-  def counted(seeds, samples_per_class=0):
-    measured = []
-    for seed in seeds:
-      source = data.ArraySource(np.zeros((len(labels), 1, 1, 3), np.uint8), labels, 10)
-      loader = data.TrainLoader(
-        source,
-        global_batch_size=64,
-        seed=seed,
-        samples_per_class=samples_per_class,
-        shard_index=0,
-        shard_count=1,
-      )
-      others = []
-      for _ in range(2 * loader.steps_per_epoch):
-        batch = next(loader)['label']
-        others += [int((batch == label).sum()) - 1 for label in batch]
-      measured.append((np.mean(others), np.mean(np.array(others) > 0)))
-    return np.mean(measured, axis=0)
-
+  counted = lambda seeds: counted_in_loader(labels, 64, seeds, num_epochs=2)
   table = '\n'.join(image_grid.batch_composition(config, plan))
   ucl, scl = counted([0, 1]), counted([2])
   assert f'| UCL | 0, 1 | 64 | uniform | {ucl[0]:.2f} | {100 * ucl[1]:.1f} % |' in table
