@@ -98,7 +98,7 @@ run tar -czf "$archive" -C "$repo" --exclude=.git --exclude=runs --exclude=tpu_r
   --exclude='*.egg-info' --exclude=__pycache__ .
 run "${gcloud_tpu[@]}" scp "$archive" "$name:hscl_src.tar.gz" "${common[@]}" --worker=all
 install="rm -rf $remote_dir && mkdir -p $remote_dir && tar -xzf hscl_src.tar.gz -C $remote_dir"
-install+=" && $python -m pip install -q -U 'jax[tpu]==$jax_version' -e './$remote_dir[train]'"
+install+=" && $python -m pip install -q -U 'jax[tpu]==$jax_version' -e './${remote_dir}[train]'"
 run "${gcloud_tpu[@]}" ssh "$name" "${common[@]}" --worker=all --command="$install"
 
 # 3. Run the config on all workers at once.
