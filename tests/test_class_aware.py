@@ -178,6 +178,25 @@ def test_bounds_are_accepted_and_one_past_refused():
   )
 
 
+def test_a_batch_no_m_can_fill_names_the_largest_batch():
+  labels = np.repeat(np.arange(4), 2)  # 4 classes of 2: no m gives 6 classes a batch of 12
+  with pytest.raises(schema.ConfigError) as refused:
+    order_of(labels, 12, 2)
+  assert str(refused.value) == (
+    'config.samples_per_class: batch_size 12 / 2 = 6 classes per batch, but the training '
+    'subset has 4 classes. Fix: use a batch_size of at most 8.'
+  )
+
+
+def test_only_two_epochs_orders_are_kept():
+  """The loader asks for the current epoch (and, at its end, the next): memory stays two
+  epochs' orders over a run of any length, and an order asked again is the same."""
+  order = order_of(unbalanced_labels(), 8, 2)
+  first = [order(epoch).copy() for epoch in range(5)]
+  assert sorted(order._cache) == [3, 4]
+  np.testing.assert_array_equal(order(1), first[1])  # recomputed: the same
+
+
 def test_m_must_divide_a_process_slice():
   labels = np.repeat(np.arange(4), 12)
   assert order_of(labels, 12, 6, processes=2).steps_per_epoch == 4  # 6 of 6: accepted
