@@ -143,7 +143,7 @@ def test_table_one_per_density_and_the_inspect_fraction(report):
   assert '| UCL | 41.00 ± 1.00 (n=3) |  |' in text
   # kNN is the last epoch's: 0.35 and 0.37 at 4 per class.
   assert '| H-UCL | 33.33 ± 1.53 (n=3) | 33.50 ± 4.95 (n=2) |' in text
-  assert '| uniform | ' in text and '| 13.7 % (k = 8) | 8.91 % |' in text
+  assert '| uniform | ' in text and '| 13.70 % (k = 8) | 8.91 % |' in text
   assert (root / 'report' / density_grid.PLOT_FILE).stat().st_size > 10_000
   assert (root / 'report' / density_grid.REPORT_FILE).read_text() == text
 

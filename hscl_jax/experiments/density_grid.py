@@ -215,7 +215,7 @@ def false_negatives(measured: list[Measured]) -> list[str]:
       statistic = json.load(f)
     rows.append(
       f'| {m.density.label} | {m.same_class:.2f} | '
-      f'{100 * statistic["hucl_false_negative_fraction"]:.1f} % (k = {statistic["k"]}) | '
+      f'{100 * statistic["hucl_false_negative_fraction"]:.2f} % (k = {statistic["k"]}) | '
       f'{100 * statistic["hucl_same_class_fraction_of_all_negatives"]:.2f} % |'
     )
   if not rows:
