@@ -19,7 +19,6 @@ import os
 import ml_collections
 import numpy as np
 
-from hscl_jax import data
 from hscl_jax import inspection
 from hscl_jax.experiments import image_grid
 
@@ -102,13 +101,6 @@ def measure(base, density: Density, protocol: str, labels: np.ndarray) -> Measur
   summary = image_grid.summarise(runs)
   best = image_grid.best_per_method(summary)
   return Measured(density, summary, best, float(np.mean(counts)), seeds)
-
-
-def training_labels(base) -> np.ndarray:
-  """The training subset's labels, as the runs drew it (read lazily: no image decoded)."""
-  config = ml_collections.ConfigDict(base.to_dict())
-  config.decode_cache_gib = 0.0
-  return np.asarray(data.run_sources(config)[0].labels())
 
 
 def method_tables(measured: list[Measured]) -> list[str]:
@@ -260,7 +252,7 @@ def plot_pairs(measured: list[Measured], out_dir: str) -> str:
 def write_report(base, densities: list[Density], protocol: str, report_dir: str) -> str | None:
   """REPORT_DIR/report.md and its plot from the densities' records; returns the text
   (None while no density has a finished run)."""
-  labels = training_labels(base)
+  labels = image_grid.training_labels(base)
   measured = [m for d in densities if (m := measure(base, d, protocol, labels)) is not None]
   if not measured:
     return None

@@ -501,10 +501,17 @@ def same_class_per_anchor(
   return float(counts.mean()), float((counts > 0).mean())
 
 
+def training_labels(config) -> np.ndarray:
+  """The training subset's labels, as the runs drew it (read lazily: no image decoded)."""
+  lazy = ml_collections.ConfigDict(config.to_dict())
+  lazy.decode_cache_gib = 0.0
+  return np.asarray(data.run_sources(lazy)[0].labels())
+
+
 def batch_composition(config, plan) -> list[str]:
   """The report's table of how many same-class samples an anchor meets per batch, for
   every setting of `plan` over its seeds, from each run's own config."""
-  labels = data.run_sources(config)[0].labels()
+  labels = training_labels(config)
   if labels.min() < 0:
     return []  # unlabelled training data: no classes to count
   seeds_of: dict[Setting, list[int]] = {}
