@@ -8,10 +8,13 @@ derive from `UserError` or are recognised here; entry points run their work thro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+import difflib
 import errno
 import sys
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from absl import app
+from absl import flags
 from absl import logging
 
 T = TypeVar('T')
@@ -87,3 +90,80 @@ def exit_on_user_error(
       raise
     logging.error('%s', message)
     sys.exit(1)
+
+
+def flag_argument(argv: list[str], name: str) -> str | None:
+  """The value of `--name` in `argv`, in either form (`--name=V` or `--name V`)."""
+  for i, arg in enumerate(argv):
+    if arg.startswith(f'--{name}='):
+      return arg.split('=', 1)[1]
+    if arg == f'--{name}' and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def unknown_override(argv: list[str], config: Any) -> str | None:
+  """The one line for the first `--config.A.B=V` in `argv` that names no field of `config`
+  (ml_collections reports it as an AttributeError traceback), None if all name one."""
+  for arg in argv[1:]:
+    name = arg.split('=', 1)[0]
+    prefix = next((p for p in ('--config.', '--noconfig.') if name.startswith(p)), None)
+    if prefix is None:
+      continue
+    path = name[len(prefix) :].split('.')
+    node = config
+    for depth, key in enumerate(path):
+      if not hasattr(node, 'keys'):
+        value = '.'.join(['config', *path[:depth]])
+        return (
+          f'--config.{".".join(path)}: {value} is a value ({node!r}), not a section. '
+          f'Fix: --{value}=NEW_VALUE'
+        )
+      if key not in node.keys():
+        return _no_such_field(path[: depth + 1], sorted(node.keys()), _field_paths(config))
+      node = node[key]
+  return None
+
+
+def _field_paths(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+  """Every field of a config, as its path, sections included."""
+  paths = []
+  for key in node.keys():
+    paths.append((*prefix, key))
+    if hasattr(node[key], 'keys'):
+      paths.extend(_field_paths(node[key], (*prefix, key)))
+  return paths
+
+
+def _no_such_field(path: list[str], siblings: list[str], everywhere: list[tuple[str, ...]]) -> str:
+  """The closest spelling beside the unknown name, else the same name (or a close one) in
+  another section (`--config.learning_rate` for `--config.optimizer.learning_rate`)."""
+  parent = '.'.join(['config', *path[:-1]])
+  close = difflib.get_close_matches(path[-1], siblings, n=1)
+  elsewhere = [p for p in everywhere if difflib.get_close_matches(path[-1], [p[-1]], n=1)]
+  if close:
+    fix = f'did you mean --{parent}.{close[0]}?'
+  elif elsewhere:
+    ratio = lambda p: difflib.SequenceMatcher(None, path[-1], p[-1]).ratio()
+    best = max(map(ratio, elsewhere))
+    names = [f'--config.{".".join(p)}' for p in elsewhere if ratio(p) == best]
+    fix = f'did you mean {" or ".join(names)}?'
+  else:
+    fix = f'spell one of the fields of {parent}: {", ".join(siblings)}'
+  return f'--config.{".".join(path)}: {parent} has no field {path[-1]!r}. Fix: {fix}'
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing (`app.run(main, flags_parser=errors.parse_flags)`), where an
+  override naming no config field ends the program with one line instead of a traceback."""
+  try:
+    return app.parse_flags_with_usage(argv)
+  except (AttributeError, KeyError, TypeError):
+    config_flag = flags.FLAGS['config'] if 'config' in flags.FLAGS else None
+    value = flag_argument(argv, 'config')
+    if config_flag is None or value is None:
+      raise
+    message = unknown_override(argv, config_flag.parser.parse(value))
+    if message is None:
+      raise
+    sys.exit(message)

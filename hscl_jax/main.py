@@ -75,4 +75,4 @@ def main(argv):
 
 if __name__ == '__main__':
   schema.make_config_importable(sys.argv)
-  app.run(main)
+  app.run(main, flags_parser=errors.parse_flags)

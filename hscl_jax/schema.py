@@ -339,15 +339,10 @@ def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> 
 
 def config_file_argument(argv: list[str]) -> str | None:
   """The value of --config in `argv` (its path part: config_flags allows PATH:ARG)."""
-  for i, arg in enumerate(argv):
-    if arg.startswith('--config='):
-      value = arg.split('=', 1)[1]
-    elif arg == '--config' and i + 1 < len(argv):
-      value = argv[i + 1]
-    else:
-      continue
-    return value if os.path.exists(value) else value.split(':', 1)[0]
-  return None
+  value = errors.flag_argument(argv, 'config')
+  if value is None:
+    return None
+  return value if os.path.exists(value) else value.split(':', 1)[0]
 
 
 def make_config_importable(argv: list[str]) -> None:

@@ -139,3 +139,44 @@ def test_second_run_on_a_live_workdir_names_the_holder(tmp_path):
   assert_one_line(
     output, f'in use by another run (host {socket.gethostname()}, pid {holder.pid})', 'Fix:'
   )
+
+
+@pytest.mark.parametrize(
+  'program,config,override,line',
+  [
+    (
+      'hscl_jax.main',
+      DIGITS,
+      '--config.learning_rate=0.3',
+      "--config.learning_rate: config has no field 'learning_rate'. Fix: did you mean "
+      '--config.linear_eval.learning_rate or --config.optimizer.learning_rate?',
+    ),
+    (
+      'hscl_jax.graphs',
+      str(REPO / 'configs' / 'graphs.py'),
+      '--config.betta=2',
+      "--config.betta: config has no field 'betta'. Fix: did you mean --config.beta?",
+    ),
+  ],
+)
+def test_an_unknown_override_is_one_line_not_a_traceback(tmp_path, program, config, override, line):
+  workdir = tmp_path / 'w'
+  result = subprocess.run(
+    [sys.executable, '-m', program, f'--config={config}', override, f'--workdir={workdir}'],
+    cwd=REPO,
+    env=ENV,
+    capture_output=True,
+    text=True,
+    timeout=240,
+  )
+  assert (result.returncode, result.stderr.strip(), result.stdout) == (1, line, '')
+  assert not workdir.exists()
+
+
+def test_every_program_with_a_config_flag_parses_its_flags_through_errors():
+  programs = [
+    path for path in (REPO / 'hscl_jax').rglob('*.py') if 'DEFINE_config_file(' in path.read_text()
+  ]
+  assert len(programs) >= 7
+  for path in programs:
+    assert 'app.run(main, flags_parser=errors.parse_flags)' in path.read_text(), path

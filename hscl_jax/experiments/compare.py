@@ -95,4 +95,4 @@ if __name__ == '__main__':
   # configs/<name>.py imports configs.default: make it importable from any directory
   # before app.run parses --config.
   schema.make_config_importable(sys.argv)
-  app.run(main)
+  app.run(main, flags_parser=errors.parse_flags)

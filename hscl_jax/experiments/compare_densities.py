@@ -57,4 +57,4 @@ def main(argv):
 
 if __name__ == '__main__':
   schema.make_config_importable(sys.argv)  # configs/<name>.py imports configs.default
-  app.run(main)
+  app.run(main, flags_parser=errors.parse_flags)

@@ -40,4 +40,4 @@ def main(argv):
 if __name__ == '__main__':
   if any(arg.startswith('--config.samples_per_class') for arg in sys.argv):
     sys.exit(train.CLASS_AWARE_REFUSAL)  # the config has no such field: one line, not a traceback
-  app.run(main)
+  app.run(main, flags_parser=errors.parse_flags)
