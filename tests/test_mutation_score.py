@@ -62,22 +62,87 @@ def test_code_lines_skip_blank_and_comment_lines(tmp_path):
   assert mutation_score.code_lines(path) == 2
 
 
-def test_the_score_is_assertion_kills_over_the_non_equivalent_sample():
+def test_the_score_is_assertion_kills_over_the_viable_non_equivalent_sample():
   outcomes = ['assertion'] * 6 + ['crash', 'timeout', 'survived', 'equivalent', 'equivalent']
-  t = mutation_score.tally(outcomes)
+  t = mutation_score.tally([*outcomes, 'not viable'])
   assert (t.sampled, t.assertion, t.crash, t.timeout, t.survived, t.equivalent) == (
-    11,
+    12,
     6,
     1,
     1,
     1,
     2,
   )
+  assert (t.not_viable, t.scored) == (1, 9)
   assert t.score == pytest.approx(6 / 9)
-  both = t + mutation_score.tally(['assertion', 'survived'])
-  assert (both.sampled, both.assertion, both.survived, both.score) == (13, 7, 2, 7 / 11)
-  assert mutation_score.tally(['equivalent']).score is None
-  assert mutation_score.format_row(t).split()[-2:] == ['67', '%']
+  assert t.detected == pytest.approx(8 / 9)  # crashes and timeouts are kills too
+  both = t + mutation_score.tally(['assertion', 'survived', 'not viable'])
+  assert (both.sampled, both.assertion, both.survived, both.not_viable) == (15, 7, 2, 2)
+  assert both.score == 7 / 11
+  assert mutation_score.tally(['equivalent', 'not viable']).score is None
+  assert mutation_score.tally(['not viable']).detected is None
+  assert mutation_score.format_row(t).split()[-4:] == ['67', '%', '89', '%']
+
+
+_SOURCE = """def f(a, b):
+  if a < b:
+    c = (a
+         * b)
+    return c << 1
+  else:
+    return [x
+            for x in a]
+"""
+
+
+@pytest.mark.parametrize(
+  'line,lines',
+  [
+    (2, range(2, 3)),  # a compound statement: its header, not its body
+    (4, range(3, 5)),  # a statement over two lines
+    (5, range(5, 6)),
+    (8, range(7, 9)),  # in the else branch
+    (1, range(1, 2)),
+  ],
+)
+def test_the_mutated_statement_spans_its_lines(line, lines):
+  assert mutation_score.statement_lines(_SOURCE, line) == lines
+
+
+def _failure(exception, frames):
+  trace = '\n'.join(frames)
+  return f'{trace}\n=== short test summary info ===\nFAILED tests/test_x.py::test_y - {exception}\n'
+
+
+@pytest.mark.parametrize(
+  'exception,frames,viable',
+  [
+    # The mutated statement itself cannot run: not viable.
+    (
+      "TypeError: unsupported operand type(s) for <<: 'float' and 'int'",
+      ['tests/test_x.py:9: in test_y', 'hscl_jax/m.py:4: TypeError'],
+      False,
+    ),
+    # Raised inside JAX, called from the mutated statement: not viable.
+    (
+      'TypeError: xor does not accept dtype float32',
+      ['hscl_jax/m.py:3: in f', '/site-packages/jax/_src/ufuncs.py:1371: TypeError'],
+      False,
+    ),
+    # A TypeError elsewhere in the module: the mutant ran and changed what came after.
+    ('TypeError: unsupported operand', ['hscl_jax/m.py:7: TypeError'], True),
+    # In another module of the package, called from the mutated line.
+    ('TypeError: bad', ['hscl_jax/m.py:4: in f', 'hscl_jax/other.py:4: TypeError'], True),
+    # Another exception at the mutated statement is behaviour (a refusal, a shape).
+    ('ValueError: shapes differ', ['hscl_jax/m.py:4: ValueError'], True),
+    ('AssertionError: 1 != 2', ['tests/test_x.py:9: AssertionError'], True),
+  ],
+)
+def test_a_mutant_is_not_viable_only_if_its_statement_raises_a_type_error(
+  exception, frames, viable
+):
+  output = _failure(exception, frames)
+  assert mutation_score.raised_by_mutated_statement(output, 'hscl_jax/m.py', range(3, 5)) != viable
 
 
 def test_mutants_inside_annotations_are_found_by_position():
@@ -127,3 +192,21 @@ def test_the_checked_in_equivalents_name_known_modules_and_give_reasons():
     assert module in mutation_score.TESTS_OF
     assert original != mutated and reason.strip()
     assert original in (REPO / module).read_text(), (module, original)  # not stale
+
+
+def test_a_crash_of_the_mutated_statement_is_classified_not_viable():
+  work_item = pytest.importorskip('cosmic_ray.work_item')
+  output = _failure(
+    "TypeError: unsupported operand type(s) for <<: 'float'", ['hscl_jax/m.py:4: TypeError']
+  )
+  result = work_item.WorkResult(
+    worker_outcome=work_item.WorkerOutcome.NORMAL,
+    output=output,
+    test_outcome=work_item.TestOutcome.KILLED,
+  )
+  outcome = lambda lines: mutation_score.outcome_of(result, {}, 'hscl_jax/m.py', lines)[0]
+  assert (outcome(range(3, 5)), outcome(range(5, 6)), outcome(None)) == (
+    'not viable',
+    'crash',
+    'crash',
+  )

@@ -14,10 +14,12 @@ so the mutated file and not the editable install is imported, and classifies the
   * ``crash``: killed, but by another exception (a fixture, an import, a TypeError...);
   * ``timeout``: the tests ran past 3x their unmutated time plus 60 s (killed by cosmic-ray);
   * ``survived``: every test passed; ``equivalent`` if tools/mutation_equivalents.toml lists
-    it, by hand, with the reason it cannot change behaviour.
+    it, by hand, with the reason it cannot change behaviour;
+  * ``not viable``: a crash whose TypeError the mutated statement raises itself (`float <<
+    int`): it cannot run on the values it meets, so no test can see it behave differently.
 
-The score is the assertion kills over the sampled mutants less the equivalent ones; crashes
-and timeouts are not counted as kills. Mutants inside type annotations are never drawn
+The score is the assertion kills over the sampled mutants less the equivalent and not
+viable ones; crashes and timeouts are not counted as kills there (``detected`` counts them). Mutants inside type annotations are never drawn
 (every module has `from __future__ import annotations`: they are strings nobody reads),
 nor those of a `*` that is no operator (a keyword-only marker, `*args`, unpacking).
 
@@ -41,6 +43,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import sys
 import tempfile
 import time
@@ -211,21 +214,37 @@ class Tally:
   timeout: int = 0
   survived: int = 0
   equivalent: int = 0
+  not_viable: int = 0
+
+  @property
+  def scored(self) -> int:
+    """The sampled mutants that could behave differently: not equivalent, viable."""
+    return self.sampled - self.equivalent - self.not_viable
 
   @property
   def score(self) -> float | None:
-    """Assertion kills over the sampled mutants that are not equivalent."""
-    scored = self.sampled - self.equivalent
-    return self.assertion / scored if scored else None
+    """Assertion kills over the scored mutants."""
+    return self.assertion / self.scored if self.scored else None
+
+  @property
+  def detected(self) -> float | None:
+    """Kills of any kind (assertion, crash, timeout) over the scored mutants."""
+    kills = self.assertion + self.crash + self.timeout
+    return kills / self.scored if self.scored else None
 
   def __add__(self, other: Tally) -> Tally:
     return Tally(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
 
 
 def tally(outcomes: list[str]) -> Tally:
-  """Counts of 'assertion', 'crash', 'timeout', 'survived', 'equivalent' outcomes."""
+  """Counts of 'assertion', 'crash', 'timeout', 'survived', 'equivalent', 'not viable'."""
   counts = {name: outcomes.count(name) for name in ('assertion', 'crash', 'timeout', 'survived')}
-  return Tally(sampled=len(outcomes), equivalent=outcomes.count('equivalent'), **counts)
+  return Tally(
+    sampled=len(outcomes),
+    equivalent=outcomes.count('equivalent'),
+    not_viable=outcomes.count('not viable'),
+    **counts,
+  )
 
 
 def changed_lines(diff: str) -> tuple[str, str]:
@@ -242,8 +261,41 @@ def load_equivalents(path: pathlib.Path = EQUIVALENTS) -> dict[tuple[str, str, s
   return {(e['module'], e['original'], e['mutated']): e['reason'] for e in entries}
 
 
-def outcome_of(result, equivalents: dict, module: str) -> tuple[str, str]:
-  """(outcome, detail) of one cosmic-ray WorkResult."""
+_FRAME = re.compile(r'^(\S+\.py):(\d+): ', re.MULTILINE)
+
+
+def statement_lines(source: str, line: int) -> range:
+  """The lines of the innermost statement holding `line` (of a compound statement, its
+  header: `if a < b:` without its body)."""
+  best = None
+  for node in ast.walk(ast.parse(source)):
+    end = getattr(node, 'end_lineno', None)
+    if isinstance(node, ast.stmt) and node.lineno <= line <= end:
+      body = getattr(node, 'body', None)
+      if isinstance(body, list) and body and body[0].lineno <= line:
+        continue  # the line is in the body: an inner statement holds it
+      header_end = body[0].lineno - 1 if isinstance(body, list) and body else end
+      if best is None or node.lineno >= best.start:
+        best = range(node.lineno, max(header_end, node.lineno) + 1)
+  return best if best is not None else range(line, line + 1)
+
+
+def raised_by_mutated_statement(output: str, module: str, lines: range) -> bool:
+  """Whether the run failed on a TypeError whose deepest frame in the package is the
+  mutated statement: the mutant cannot run on the values it meets (`float << int`, `^` on
+  float32), so any run of it fails and none can assert on its behaviour."""
+  summary = [line for line in output.splitlines() if line.startswith(('FAILED', 'ERROR'))]
+  if not summary or ' - TypeError' not in summary[0]:
+    return False
+  package = [(path, int(n)) for path, n in _FRAME.findall(output) if 'hscl_jax/' in path]
+  if not package:
+    return False
+  path, line = package[-1]
+  return path.endswith(module) and line in lines
+
+
+def outcome_of(result, equivalents: dict, module: str, lines: range | None = None):
+  """(outcome, detail) of one cosmic-ray WorkResult; `lines`: the mutated statement's."""
   from cosmic_ray.work_item import TestOutcome
 
   if result.test_outcome == TestOutcome.SURVIVED:
@@ -253,7 +305,10 @@ def outcome_of(result, equivalents: dict, module: str) -> tuple[str, str]:
     return 'timeout', ''
   if result.test_outcome == TestOutcome.INCOMPETENT:
     return 'crash', (result.output or '').strip().splitlines()[-1:][0][:120]
-  return mutation_test.classify(1, result.output or '')
+  outcome, detail = mutation_test.classify(1, result.output or '')
+  if outcome == 'crash' and lines and raised_by_mutated_statement(result.output, module, lines):
+    return 'not viable', detail
+  return outcome, detail
 
 
 def fingerprint(module: str) -> str:
@@ -336,12 +391,14 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict) -> None:
     if not pending:
       return
     timeout = 3 * baseline_seconds(module) + 60
+    source = (ROOT / module).read_text()
     for item in pending:
       start = time.time()
       result = mutate_and_test(item.mutations, test_command(module), timeout)
       db.set_result(item.job_id, result)
-      outcome, detail = outcome_of(result, equivalents, module)
       m = item.mutations[0]
+      lines = statement_lines(source, m.start_pos[0])
+      outcome, detail = outcome_of(result, equivalents, module, lines)
       where = f'{module}:{m.start_pos[0]} {m.operator_name.removeprefix("core/")}'
       print(f'{where:70s} {outcome:10s} {time.time() - start:5.0f} s  {detail}', flush=True)
 
@@ -363,12 +420,19 @@ def results(module: str, path: pathlib.Path):
 
 def report(plan: dict[str, int], seed: int, equivalents: dict) -> Tally:
   """The per-module table, the total, and every survivor as a diff."""
-  header = ('module', 'mutants', 'sampled', 'assert', 'crash', 'timeout', 'survived', 'equiv')
-  print('\n{:42s}{:>8s}{:>8s}{:>8s}{:>7s}{:>9s}{:>10s}{:>7s}   score'.format(*header))
+  header = (
+    *('module', 'mutants', 'sampled', 'assert', 'crash', 'timeout', 'survived', 'equiv'),
+    *('unviable', 'score', 'detected'),
+  )
+  print('\n{:42s}{:>8s}{:>8s}{:>8s}{:>7s}{:>9s}{:>10s}{:>7s}{:>10s}{:>7s}{:>10s}'.format(*header))
   total, all_mutants, survivors = Tally(), 0, []
   for module, size in plan.items():
     mutants, done = results(module, session_path(module, size, seed))
-    outcomes = [outcome_of(r, equivalents, module)[0] for _, r in done]
+    source = (ROOT / module).read_text()
+    outcomes = [
+      outcome_of(r, equivalents, module, statement_lines(source, m.start_pos[0]))[0]
+      for m, r in done
+    ]
     survivors += [r.diff for (_, r), o in zip(done, outcomes) if o == 'survived']
     row = tally(outcomes)
     total, all_mutants = total + row, all_mutants + mutants
@@ -380,10 +444,10 @@ def report(plan: dict[str, int], seed: int, equivalents: dict) -> Tally:
 
 
 def format_row(t: Tally) -> str:
-  score = '-' if t.score is None else f'{100 * t.score:.0f} %'
+  score, detected = ('-' if f is None else f'{100 * f:.0f} %' for f in (t.score, t.detected))
   return (
     f'{t.sampled:8d}{t.assertion:8d}{t.crash:7d}{t.timeout:9d}{t.survived:10d}'
-    f'{t.equivalent:7d}{score:>7s}'
+    f'{t.equivalent:7d}{t.not_viable:10d}{score:>7s}{detected:>10s}'
   )
 
 
