@@ -172,11 +172,3 @@ def test_an_unknown_override_is_one_line_not_a_traceback(tmp_path, program, conf
   assert (result.returncode, result.stderr.strip(), result.stdout) == (1, line, '')
   assert not workdir.exists()
 
-
-def test_every_program_with_a_config_flag_parses_its_flags_through_errors():
-  programs = [
-    path for path in (REPO / 'hscl_jax').rglob('*.py') if 'DEFINE_config_file(' in path.read_text()
-  ]
-  assert len(programs) >= 7
-  for path in programs:
-    assert 'app.run(main, flags_parser=errors.parse_flags)' in path.read_text(), path

@@ -19,9 +19,10 @@ so the mutated file and not the editable install is imported, and classifies the
     int`): it cannot run on the values it meets, so no test can see it behave differently.
 
 The score is the assertion kills over the sampled mutants less the equivalent and not
-viable ones; crashes and timeouts are not counted as kills there (``detected`` counts them). Mutants inside type annotations are never drawn
-(every module has `from __future__ import annotations`: they are strings nobody reads),
-nor those of a `*` that is no operator (a keyword-only marker, `*args`, unpacking).
+viable ones; crashes and timeouts are not counted as kills there (``detected`` counts
+them). Mutants inside type annotations are never drawn (every module has `from __future__
+import annotations`: they are strings nobody reads), nor those of a `*` that is no
+operator (a keyword-only marker, `*args`, unpacking).
 
 Sessions are cosmic-ray's sqlite files in .mutation_sessions/ (one per module, seed and
 sample size): a run that stops continues where it stopped; a module or test file that
