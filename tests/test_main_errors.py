@@ -171,4 +171,3 @@ def test_an_unknown_override_is_one_line_not_a_traceback(tmp_path, program, conf
   )
   assert (result.returncode, result.stderr.strip(), result.stdout) == (1, line, '')
   assert not workdir.exists()
-
