@@ -124,6 +124,26 @@ def test_compare_end_to_end(tmp_path):
   report = (tmp_path / 'report.md').read_text()
   for method in image_grid.METHODS:
     assert f'| {method} |' in report
+  assert out.stdout == report + '\n'  # the program prints the report it wrote
+
+
+def test_compare_with_no_finished_run_says_so(tmp_path):
+  out = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.experiments.compare',
+      '--config=configs/digits.py',
+      '--report_only',
+      f'--workdir={tmp_path}',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert (out.returncode, out.stdout) == (0, f'No finished run in {tmp_path} yet.\n')
+  assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 def test_ranking_marks_ties():

@@ -271,6 +271,22 @@ def test_encoder_is_node_permutation_and_padding_invariant(toy_dir):
     jax.tree.map(_assert_close_at_the_leafs_scale, g, grads)
 
 
+def test_linear_layers_start_as_pytorchs_uniform_within_one_over_root_fan_in(toy_dir):
+  # InfoGraph's layers keep PyTorch's nn.Linear default: weights U(-1/sqrt(fan_in), +...).
+  ds = data.load_tu('TOY', toy_dir)
+  variables, *_ = _forward(ds, np.arange(0, 24), data.Budget(graphs=24, nodes=256, edges=512))
+  kernels = {
+    jax.tree_util.keystr(path): np.asarray(leaf)
+    for path, leaf in jax.tree_util.tree_leaves_with_path(variables['params'])
+    if 'kernel' in jax.tree_util.keystr(path)
+  }
+  assert len(kernels) == 1 + 2 * 3 - 1 + 2 * 4  # GIN (input, 5 Dense), 2 heads of 4 Dense
+  for name, kernel in kernels.items():
+    bound = 1 / np.sqrt(kernel.shape[0])
+    # Hundreds of draws or more each: their largest magnitude is within 10 % of the bound.
+    assert 0.9 * bound < np.abs(kernel).max() <= bound, name
+
+
 def _assert_close_at_the_leafs_scale(actual, desired):
   """rtol 2e-3, and an atol of 1e-5 of the leaf's largest entry: an entry that is a sum
   of terms of that size cancelling to ~0 keeps their float32 rounding (seen: -1.1e-5 vs
