@@ -206,7 +206,11 @@ def test_sigterm_resume_restores_the_queue_and_key_encoder(tmp_path, monkeypatch
     reference = train.train_and_evaluate(_run_config(), str(tmp_path / 'reference'))
   assert_first_step_pinned(_run_config(), first_step)  # the reference, pinned
   assert 'Negative queue: 128 slots x 128 features, 0.1 MiB per device.' in caplog.text
-  assert 'Momentum key encoder (m = 0.7)' in caplog.text
+  # The key encoder's memory, from its arrays (the queue's: 128 x 128 float32 = 0.0625 MiB).
+  encoder_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(reference.state.key_encoder))
+  assert encoder_bytes > 2**19  # large enough for its figure to show a wrong unit
+  expected = f'Momentum key encoder (m = 0.7): {encoder_bytes / 2**20:.1f} MiB per device.'
+  assert expected in caplog.text
   workdir = str(tmp_path / 'run')
   with monkeypatch.context() as patch:
     fired = _sigterm_at(patch, 'step', 4)

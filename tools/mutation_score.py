@@ -131,7 +131,11 @@ TESTS_OF = {
   ),
   'hscl_jax/stored_config.py': ('tests/test_stored_config.py',),
   'hscl_jax/torch_export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py'),
-  'hscl_jax/train.py': ('tests/test_train.py', 'tests/test_train_wiring.py'),
+  'hscl_jax/train.py': (
+    'tests/test_train.py',
+    'tests/test_train_wiring.py',
+    'tests/test_queue_training.py',  # the queue's and key encoder's steps and log lines
+  ),
   'hscl_jax/workdir_lock.py': ('tests/test_workdir_lock.py',),
 }
 
