@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -14,7 +15,9 @@ import pytest
 
 from hscl_jax import data
 from hscl_jax import errors
+from hscl_jax.data import arrays as data_arrays
 from hscl_jax.data import image_folder
+from hscl_jax.data import sources as data_sources
 
 
 def test_unknown_dataset_lists_valid_names():
@@ -229,6 +232,27 @@ def _pixels(source):
   return np.stack([source[i]['image'] for i in range(len(source))])
 
 
+class _BlankSource:
+  """11 blank 512x512 grayscale images: 2.75 MiB decoded."""
+
+  image_shape = (512, 512, 1)
+
+  def __len__(self):
+    return 11
+
+  def __getitem__(self, i):
+    return {'image': np.full(self.image_shape, i, np.uint8), 'label': i % 3}
+
+
+def test_decoding_into_memory_logs_its_size_in_mib(caplog):
+  with caplog.at_level(logging.INFO):
+    cached = data_arrays.load_into_memory(_BlankSource(), name='blank train', num_threads=2)
+  np.testing.assert_array_equal(cached.labels(), np.arange(11) % 3)
+  assert int(_pixels(cached)[7].max()) == 7
+  # 2.75 MiB, rounded to the nearest MiB (3, not 2).
+  assert re.search(r'Decoded blank train into memory: 11 images, 3 MiB, in [\d.]+ s\.', caplog.text)
+
+
 def test_decoded_cache_returns_the_lazy_pixels_and_reads_from_memory(folder):
   """Grayscale, palette, RGBA and odd-sized images: the same pixels and labels as the lazy
   path, and the cached source no longer touches the files."""
@@ -311,6 +335,26 @@ def test_run_sources_subset_the_training_split_only():
   np.testing.assert_array_equal(_pixels(again), _pixels(train))
   other_split_seed, _ = data.run_sources(_digits_config(train_examples=100, split_seed=1))
   assert not np.array_equal(_pixels(other_split_seed), _pixels(train))
+
+
+@pytest.mark.parametrize('gib,budget', [(0.5, 2**29), (None, 2 * 2**30)])
+def test_run_sources_cache_budget_is_the_configs_or_the_default(monkeypatch, gib, budget):
+  # None: a config.json written before decode_cache_gib existed gets the 2 GiB default.
+  budgets = []
+  subset_and_cache, get_source = data_sources._subset_and_cache, data_sources.get_source
+  monkeypatch.setattr(
+    data_sources, '_subset_and_cache', lambda *a: budgets.append(a[3]) or subset_and_cache(*a)
+  )
+  monkeypatch.setattr(
+    data_sources,
+    'get_source',
+    lambda *a, **k: budgets.append(k['cache_bytes']) or get_source(*a, **k),
+  )
+  config = _digits_config(decode_cache_gib=gib)
+  if gib is None:
+    del config['decode_cache_gib']
+  data.run_sources(config)
+  assert len(budgets) >= 2 and set(budgets) == {budget}  # the train split's and the test's
 
 
 @pytest.mark.parametrize('num_examples', [9, 1439])

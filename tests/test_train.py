@@ -320,6 +320,11 @@ def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted):
   assert (config.optimizer.schedule, config.optimizer.warmup_epochs) == ('cosine', 0.0)
   want = [config.optimizer.learning_rate * 0.5 * (1 + np.cos(np.pi * (s - 1) / 6)) for s in (3, 6)]
   np.testing.assert_allclose([r['learning_rate'] for r in records], want, rtol=1e-6)
+  # Throughput from its sources: the epoch's 3 steps of 32 samples (2 views each) over its time.
+  for record in records:
+    samples = config.batch_size * 3 / record['epoch_time']
+    np.testing.assert_allclose(record['samples_per_second'], samples, rtol=1e-12)
+    np.testing.assert_allclose(record['images_per_second'], 2 * samples, rtol=1e-12)
   assert result.last_record == records[-1]
 
   saved = json.loads((workdir / 'config.json').read_text())
