@@ -233,9 +233,10 @@ def _pixels(source):
 
 
 class _BlankSource:
-  """11 blank 512x512 grayscale images: 2.75 MiB decoded."""
+  """11 uniform 256x341 RGB images: 2.747 MiB decoded (256 * 341 * 3 * 11 = 2,880,768 B)."""
 
-  image_shape = (512, 512, 1)
+  image_shape = (256, 341, 3)
+  num_classes = 3
 
   def __len__(self):
     return 11
@@ -249,7 +250,7 @@ def test_decoding_into_memory_logs_its_size_in_mib(caplog):
     cached = data_arrays.load_into_memory(_BlankSource(), name='blank train', num_threads=2)
   np.testing.assert_array_equal(cached.labels(), np.arange(11) % 3)
   assert int(_pixels(cached)[7].max()) == 7
-  # 2.75 MiB, rounded to the nearest MiB (3, not 2).
+  # 2.747 MiB, rounded to the nearest MiB (3, not 2).
   assert re.search(r'Decoded blank train into memory: 11 images, 3 MiB, in [\d.]+ s\.', caplog.text)
 
 
