@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import sys
+import time
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache
@@ -281,16 +282,18 @@ def compilations():
 
 @pytest.fixture(scope='module')
 def uninterrupted_run(tmp_path_factory):
-  """(workdir, result, compilations) of the tiny run, under the transfer guard."""
+  """(workdir, result, compilations, wall seconds) of the tiny run, under the transfer guard."""
   workdir = tmp_path_factory.mktemp('uninterrupted')
   jax.clear_caches()  # programs other tests compiled would otherwise not compile here
   with pytest.MonkeyPatch.context() as patch:
     first_step = record_first_step(patch)
     with no_implicit_transfers(), compilations() as compiled:
+      start = time.perf_counter()
       result = train.train_and_evaluate(tiny_config(), str(workdir))
+      seconds = time.perf_counter() - start
   # The resume tests compare other runs with this one: pinned by its first step.
   assert_first_step_pinned(tiny_config(), first_step)
-  return workdir, result, compiled
+  return workdir, result, compiled, seconds
 
 
 @pytest.fixture(scope='module')
@@ -298,8 +301,8 @@ def uninterrupted(uninterrupted_run):
   return uninterrupted_run[:2]
 
 
-def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted):
-  workdir, result = uninterrupted
+def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted_run):
+  workdir, result, _, seconds = uninterrupted_run
   assert not result.preempted
   assert int(result.state.step) == 6
   assert _checkpoint_steps(workdir) == [3, 6]
@@ -325,6 +328,9 @@ def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted):
     samples = config.batch_size * 3 / record['epoch_time']
     np.testing.assert_allclose(record['samples_per_second'], samples, rtol=1e-12)
     np.testing.assert_allclose(record['images_per_second'], 2 * samples, rtol=1e-12)
+  # Times are durations within the run's: the two epochs, and the kNN of the last.
+  assert 0 < records[-1]['knn_time']
+  assert records[-1]['knn_time'] + sum(r['epoch_time'] for r in records) < seconds
   assert result.last_record == records[-1]
 
   saved = json.loads((workdir / 'config.json').read_text())
@@ -339,7 +345,7 @@ def test_run_compiles_each_program_once_in_its_first_epoch(uninterrupted_run):
   no one-op program ever (eager jnp arithmetic on the host would compile `add`, `cos`...),
   except Orbax's: on several devices each replica writes a slice of every replicated
   array (replica-parallel saving), one `slice` program per array shape."""
-  _, _, compiled = uninterrupted_run
+  _, _, compiled, _ = uninterrupted_run
   order = data.EpochOrder(1438, global_batch_size=tiny_config().batch_size, seed=0)
   schedule = train.make_plan(tiny_config(), order).learning_rate.__name__
   ours = ['init', 'per_device_step', schedule, 'per_device', '_predict']
