@@ -64,6 +64,19 @@ def test_output_shapes(name, stem, image_shape):
   assert set(updates) == {'batch_stats'}
 
 
+def test_the_models_own_defaults_are_the_default_configs():
+  """ContrastiveModel() built directly (library use) is the model configs/default.py builds:
+  the paper's ResNet-50, CIFAR stem, 512 -> 128 head, BatchNorm at 0.9, ReLU."""
+  from configs import default
+
+  built = models.create_model(default.get_config().model)
+  bare = models.ContrastiveModel()
+  fields = ('backbone', 'stem', 'head_hidden', 'head_out', 'dtype', 'norm', 'activation')
+  for field in (*fields, 'strided_padding', 'bn_axis_name', 'bn_momentum'):
+    assert getattr(bare, field) == getattr(built, field), field
+  assert (bare.backbone, bare.head_hidden, bare.head_out) == ('resnet50', 512, 128)
+
+
 def test_feature_dims():
   assert models.feature_dim('resnet18') == 512
   assert models.feature_dim('resnet34') == 512

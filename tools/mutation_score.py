@@ -119,7 +119,7 @@ TESTS_OF = {
   'hscl_jax/losses/kernel.py': _LOSSES,
   'hscl_jax/main.py': ('tests/test_main_errors.py', 'tests/test_configs.py'),
   'hscl_jax/metrics.py': ('tests/test_metrics.py', 'tests/test_stored_config.py'),
-  'hscl_jax/models.py': ('tests/test_models.py',),
+  'hscl_jax/models.py': ('tests/test_models.py', 'tests/test_configs.py'),  # its checks' bounds
   'hscl_jax/negative_queue.py': ('tests/test_queue_training.py',),
   'hscl_jax/optim.py': ('tests/test_optim.py',),
   'hscl_jax/parallel.py': ('tests/test_train_wiring.py', 'tests/test_knn.py'),
