@@ -7,6 +7,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import types
 
 import jax
 import numpy as np
@@ -18,6 +19,7 @@ from hscl_jax import checkpointing
 from hscl_jax import data
 from hscl_jax import embedding
 from hscl_jax import evaluation
+from hscl_jax import metrics
 from hscl_jax import models
 from hscl_jax import parallel
 from hscl_jax.data import image_folder
@@ -89,6 +91,17 @@ def test_projections_are_the_heads_outputs_with_a_progress_line(
   )
   np.testing.assert_allclose(saved['features'][picks], direct, atol=1e-5)
   np.testing.assert_array_equal(saved['labels'], train.labels())
+
+
+def test_the_progress_line_gives_rate_and_eta_from_the_clock(monkeypatch, caplog):
+  clock = iter(range(0, 1000, 10))  # 10 s between two batches
+  monkeypatch.setattr(embedding, 'time', types.SimpleNamespace(perf_counter=lambda: next(clock)))
+  line = embedding._ProgressLine(1438, 512)  # started at 0 s
+  with caplog.at_level('INFO'):
+    line()  # 10 s, nothing embedded yet: no line
+    line()  # 20 s, 512 embedded: 25.6 img/s, 926 left
+  eta = metrics.format_duration(926 / 25.6)
+  assert caplog.messages == [f'embedded 512/1438 images (36%)  26 img/s  ETA {eta}']
 
 
 def _write_images(root: pathlib.Path, size: int) -> list[pathlib.Path]:

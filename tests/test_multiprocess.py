@@ -192,6 +192,10 @@ def test_decide_modes():
   per_gpu = d.decide(env={**slurm, 'SLURM_STEP_NUM_NODES': '1'})  # 2 tasks on one node
   assert per_gpu.mode == d.SLURM and per_gpu.local_device_ids is None  # JAX: GPU LOCALID
   assert d.decide(env={**slurm, 'JAX_LOCAL_DEVICE_IDS': '0,1'}).local_device_ids is None
+  # One node, no task count (a single task): every visible GPU; two tasks on it: JAX's.
+  one_node = {'SLURM_NNODES': '1', 'CUDA_VISIBLE_DEVICES': '0,1'}
+  assert d._slurm_local_device_ids(one_node) == (0, 1)
+  assert d._slurm_local_device_ids({**one_node, 'SLURM_NTASKS': '2'}) is None
   assert d.decide(env={**slurm, 'SLURM_NTASKS': '1'}).mode == d.SINGLE  # sbatch, no srun -n
   batch_shell = {k: v for k, v in slurm.items() if not k.startswith('SLURM_STEP_')}
   assert d.decide(env=batch_shell).mode == d.SINGLE  # sbatch --ntasks=2, python without srun
