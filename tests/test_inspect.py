@@ -123,12 +123,31 @@ def test_negative_sets_are_the_definitions_and_an_unknown_one_is_refused():
       hard_negatives.false_negative_fraction([_batch()], losses.exponential(1.0), 0.5, 3, name)
 
 
-def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path):
+def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path, monkeypatch):
   workdir, config, _ = digits_run
   out = tmp_path / 'inspect'
+  drawn = {}
+
+  def spy_on(name):
+    draw = getattr(figures, name)
+
+    def spy(*args):
+      drawn[name] = args
+      draw(*args)
+
+    monkeypatch.setattr(figures, name, spy)
+
+  spy_on('nearest_neighbours')
+  spy_on('hardest_negatives')
   # One OpenMP thread for t-SNE: on a shared 2-core machine more threads take 10x longer.
   with threadpoolctl.threadpool_limits(limits=1, user_api='openmp'):
     result = inspection.inspect_run(str(workdir), str(out))
+  # What docs/inspect.md says the figures show: 8 seeded test queries with 8 neighbours
+  # each; 6 anchors of one test batch of the run's batch size, with 8 negatives each.
+  _, queries, k, _ = drawn['nearest_neighbours']
+  assert k == 8 and len(set(queries)) == 8 and list(queries) == sorted(queries)
+  _, batch, num_anchors, _, temperature, _, shown = drawn['hardest_negatives']
+  assert (len(batch), num_anchors, shown, temperature) == (256, 6, 8, config.temperature)
   assert sorted(p.name for p in out.iterdir()) == sorted(inspection.FILES)
   for name in inspection.FILES:
     if name.endswith('.png'):

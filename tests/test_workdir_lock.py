@@ -190,3 +190,19 @@ def test_other_hosts_lock_is_stale_after_stale_seconds_without_a_heartbeat(tmp_p
     busy = r'pid 1; alive [01] s ago, taken over once 1 s pass without'
     with pytest.raises(workdir_lock.WorkdirBusyError, match=busy):
       lock.acquire()
+
+
+def test_a_run_on_one_process_takes_the_lock_and_a_live_holder_refuses_it(tmp_path):
+  lock = workdir_lock.acquire_for_run(str(tmp_path))  # process 0 of 1
+  try:
+    assert isinstance(lock, workdir_lock.WorkdirLock)
+    assert _lock_record(tmp_path)['pid'] == os.getpid()
+  finally:
+    lock.release()
+  assert not (tmp_path / workdir_lock.LOCK_FILE).exists()
+  holder = _holder(tmp_path)
+  try:
+    with pytest.raises(workdir_lock.WorkdirBusyError, match=f'pid {holder.pid}\\)'):
+      workdir_lock.acquire_for_run(str(tmp_path))
+  finally:
+    holder.communicate('\n', timeout=30)
