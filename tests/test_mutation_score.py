@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
 import sys
 
 import pytest
@@ -210,3 +211,19 @@ def test_a_crash_of_the_mutated_statement_is_classified_not_viable():
     'crash',
     'crash',
   )
+
+
+def test_every_command_the_docs_show_parses():
+  """Commands in code blocks (a line of their own) and in code spans (over line breaks)."""
+  tool = 'python tools/mutation_score.py'
+  commands = []
+  for path in (REPO / 'docs/testing.md', REPO / 'tools/mutation_score.py'):
+    text = path.read_text()
+    commands += [line.strip() for line in text.splitlines() if line.strip().startswith(tool)]
+    commands += [' '.join(span.split()) for span in re.findall(f'`({tool}[^`]*)`', text)]
+  assert len(commands) >= 9
+  for command in commands:
+    argv = command.removeprefix(tool).split('#')[0].split()
+    args = mutation_score.make_parser().parse_args(argv)
+    assert args.all or args.modules, command
+    assert all(module in mutation_score.TESTS_OF for module in args.modules), command

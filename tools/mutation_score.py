@@ -31,6 +31,7 @@ changed since (or DRAW_VERSION) starts its session again.
     python tools/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
     python tools/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
     python tools/mutation_score.py --all --sample 200 --plan     # its mutants per module
+    python tools/mutation_score.py --all --sample 200 --recheck  # survivors, after new tests
 """
 
 from __future__ import annotations
@@ -385,14 +386,22 @@ def baseline_seconds(module: str) -> float:
   return time.time() - start
 
 
-def run_pending(module: str, path: pathlib.Path, equivalents: dict) -> None:
-  """Plant and test every drawn mutant of the session that has no result yet (cwd: the copy)."""
+def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: bool = False):
+  """Plant and test every drawn mutant of the session that has no result yet, or with
+  `recheck` every one that survived (cwd: the copy)."""
   from cosmic_ray.mutating import mutate_and_test
   from cosmic_ray.work_db import WorkDB
   from cosmic_ray.work_db import use_db
 
   with use_db(str(path), mode=WorkDB.Mode.open) as db:
-    pending = sorted(db.pending_work_items, key=lambda item: item.mutations[0].start_pos)
+    if recheck:
+      survived = {
+        job for job, r in db.results if outcome_of(r, equivalents, module)[0] == 'survived'
+      }
+      items = [item for item in db.work_items if item.job_id in survived]
+    else:
+      items = db.pending_work_items
+    pending = sorted(items, key=lambda item: item.mutations[0].start_pos)
     if not pending:
       return
     timeout = 3 * baseline_seconds(module) + 60
@@ -456,7 +465,7 @@ def format_row(t: Tally) -> str:
   )
 
 
-def main() -> int:
+def make_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('modules', nargs='*', help='paths such as hscl_jax/knn.py')
   parser.add_argument('--sample', type=int, default=25, help='mutants per module (--all: total)')
@@ -465,6 +474,17 @@ def main() -> int:
     '--all', action='store_true', help='--sample mutants over all of hscl_jax/, by lines'
   )
   parser.add_argument('--plan', action='store_true', help='print mutants per module and exit')
+  parser.add_argument(
+    '--recheck',
+    action='store_true',
+    help="after tests were added: run the stored samples' survivors again with the current "
+    'tests, keep the other outcomes',
+  )
+  return parser
+
+
+def main() -> int:
+  parser = make_parser()
   args = parser.parse_args()
   unknown = [m for m in args.modules if m not in TESTS_OF]
   if unknown or not (args.modules or args.all):
@@ -479,13 +499,19 @@ def main() -> int:
       print(f'{module:42s}{size:5d}  {" ".join(TESTS_OF[module])}')
     return 0
   equivalents = load_equivalents()
-  sessions = {module: open_session(module, size, args.seed) for module, size in plan.items()}
+  if args.recheck:
+    sessions = {m: session_path(m, size, args.seed) for m, size in plan.items()}
+    missing = [m for m, path in sessions.items() if not path.exists()]
+    if missing:
+      parser.error(f'--recheck: no stored sample of {", ".join(missing)}: run it first')
+  else:
+    sessions = {module: open_session(module, size, args.seed) for module, size in plan.items()}
   with tempfile.TemporaryDirectory(prefix='hscl_mutation_score_') as copy:
     mutation_test.copy_tree(copy, None)
     os.environ.update(PYTHONPATH=copy, COLUMNS='1000')
     os.chdir(copy)
     for module, path in sessions.items():
-      run_pending(module, path, equivalents)
+      run_pending(module, path, equivalents, args.recheck)
     os.chdir(ROOT)
   report(plan, args.seed, equivalents)
   return 0
