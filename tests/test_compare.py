@@ -35,6 +35,25 @@ def test_settings_cover_the_paper_grids():
     )
 
 
+def test_a_runs_config_is_the_base_with_its_settings_overrides_seed_and_protocol():
+  config = digits.get_config()
+  base = config.to_dict()
+  grid = image_grid.settings(config, {'beta', 'tau', 'queue'})
+  assert all(s.overrides for s in grid)
+  for setting in grid:
+    run = image_grid.run_config(config, setting, 3, protocol='augmented')
+    for key, value in setting.overrides:
+      assert run[key] == value, (setting.label, key)
+    assert (run.seed, run.linear_eval.protocol) == (3, 'augmented')
+    untouched = {k for k, _ in setting.overrides} | {'seed', 'linear_eval'}
+    assert {k: v for k, v in run.to_dict().items() if k not in untouched} == {
+      k: v for k, v in base.items() if k not in untouched
+    }
+  assert config.to_dict() == base  # the base is not modified
+  kept = image_grid.run_config(config, grid[0], 0)
+  assert kept.linear_eval.protocol == config.linear_eval.protocol
+
+
 def test_queue_grid_adds_scl_and_hscl_with_a_queue():
   """--grid=queue: SCL and H-SCL(β) again with a queue (a multiple of a step's rows), in
   their own workdirs, valid configs, and never Table I's best setting."""

@@ -4,10 +4,14 @@ another config or another linear evaluation is never taken for the run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import pathlib
+import re
 import shutil
 import sys
+import time
 
 import pytest
 
@@ -37,13 +41,46 @@ def recorded_grid(tmp_path_factory):
   config = _tiny_config()
   plan = [(s, 0) for s in image_grid.settings(config, set()) if s.method == 'SCL']
   root, report_dir = tmp / 'root', tmp / 'report'
-  image_grid.run_grid(config, str(root), plan, 'features', records=str(report_dir))
+  with _absl_messages() as messages:
+    start = time.time()
+    image_grid.run_grid(config, str(root), plan, 'features', records=str(report_dir))
+    seconds = time.time() - start
   report = image_grid.write_report(config, str(root), plan, set(), 'features', str(report_dir))
-  return config, plan, root, report_dir, report
+  return config, plan, root, report_dir, report, messages, seconds
+
+
+@contextlib.contextmanager
+def _absl_messages():
+  """The INFO messages absl logs meanwhile (a module-scoped fixture cannot use caplog)."""
+  messages = []
+  handler = logging.Handler(logging.INFO)
+  handler.emit = lambda record: messages.append(record.getMessage())
+  logger = logging.getLogger('absl')
+  level = logger.level
+  logger.addHandler(handler)
+  logger.setLevel(logging.INFO)
+  try:
+    yield messages
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def test_a_trained_run_logs_its_linear_top1_and_its_time(recorded_grid):
+  _, plan, root, _, _, messages, seconds = recorded_grid
+  setting, seed = plan[0]
+  top1 = json.loads(
+    (pathlib.Path(image_grid.run_dir(str(root), setting, seed)) / 'linear_eval.json').read_text()
+  )['top1']
+  (line,) = [m for m in messages if m.startswith('SCL seed 0: linear top-1')]
+  logged = re.fullmatch(rf'SCL seed 0: linear top-1 {top1:.4f} \((\d+) s\)', line)
+  # Its time is the run's: run_grid's (timed around it, > 5 s here) less the little
+  # bookkeeping around the run, so a wrong unit or operation shows.
+  assert seconds > 5 and logged and seconds - 3 <= int(logged[1]) <= seconds + 1, (line, seconds)
 
 
 def test_a_finished_run_is_recorded_as_its_three_files(recorded_grid):
-  _, plan, root, report_dir, _ = recorded_grid
+  _, plan, root, report_dir, _ = recorded_grid[:5]
   setting, seed = plan[0]
   workdir = pathlib.Path(image_grid.run_dir(str(root), setting, seed))
   record = report_dir / 'runs' / setting.slug / 'seed0'
@@ -55,7 +92,7 @@ def test_a_finished_run_is_recorded_as_its_three_files(recorded_grid):
 def test_report_and_grid_go_on_from_the_records_alone(recorded_grid, tmp_path):
   """The runs' workdirs gone: the report is rewritten with the same numbers and the grid
   trains nothing (no workdir is made again)."""
-  config, plan, root, report_dir, report = recorded_grid
+  config, plan, root, report_dir, report = recorded_grid[:5]
   copy = tmp_path / 'report'
   shutil.copytree(report_dir, copy)
   gone = tmp_path / 'gone'
@@ -74,7 +111,7 @@ def _read(record, config, **linear_changes):
 
 
 def test_a_record_of_another_run_is_not_taken_for_this_one(recorded_grid):
-  config, plan, _, report_dir, _ = recorded_grid
+  config, plan, _, report_dir, _ = recorded_grid[:5]
   setting, seed = plan[0]
   record = report_dir / 'runs' / setting.slug / 'seed0'
   same = image_grid.run_config(config, setting, seed)
