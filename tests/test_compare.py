@@ -116,6 +116,23 @@ def test_report_table_and_plots(tmp_path):
   values = 100 * np.array([0.5, 0.501])
   assert f'{values.mean():.2f} ± {values.std(ddof=1):.2f}' in row
   assert 'Ranking by mean linear top-1: H-SCL(τ) > H-SCL(β) > SCL > H-UCL > UCL.' in report
+  raw = {'top1': 0.4321, 'bank': 1438, 'queries': 359}
+  with_raw = image_grid.markdown_report(
+    summary, best, config, [0, 1], 'features', {'beta'}, plots, raw
+  )
+  row = f'| raw pixels | weighted kNN, k={config.knn.k} | — | — | 43.21 |'
+  assert row in with_raw.splitlines() and row not in report
+
+
+def test_the_grids_are_the_papers():
+  """β ∈ {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); τ schedules from start ∈ {−0.5, −0.3,
+  −0.1} to end ∈ {−0.1, 0, 0.1} for H-SCL(τ) (written out, not read from the module)."""
+  grid = image_grid.settings(digits.get_config(), {'beta', 'tau'})
+  overrides = {m: [dict(s.overrides) for s in grid if s.method == m] for m in image_grid.METHODS}
+  for method in ('H-UCL', 'H-SCL(β)'):
+    assert sorted(o['beta'] for o in overrides[method]) == [0.1, 0.5, 1.0, 2.0, 5.0]
+  taus = sorted((o['tau_start'], o['tau_end']) for o in overrides['H-SCL(τ)'])
+  assert taus == [(s, e) for s in (-0.5, -0.3, -0.1) for e in (-0.1, 0.0, 0.1)]
 
 
 @pytest.mark.slow  # the fast tests above cover each piece; this runs them end to end

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 
 import jax
@@ -360,15 +361,25 @@ def test_unknown_estimator_is_one_line_naming_the_valid_values(toy_dir):
     ('hscl', 'transductive', 1, 'infonce'),
   ],
 )
-def test_end_to_end_tiny_run(toy_dir, tmp_path, method, protocol, encoders, estimator):
+def test_end_to_end_tiny_run(toy_dir, tmp_path, monkeypatch, method, protocol, encoders, estimator):
   """Under the transfer guard: every transfer of the graph program explicit."""
   workdir = str(tmp_path / 'run')
   config = _config(toy_dir, method=method, protocol=protocol, estimator=estimator)
+  train_encoders = train.train_encoders
+
+  def slower_training(*args, **kwargs):  # at least 1.5 s: its reported time must show it
+    time.sleep(1.5)
+    return train_encoders(*args, **kwargs)
+
+  monkeypatch.setattr(train, 'train_encoders', slower_training)
   with no_implicit_transfers():
+    start = time.perf_counter()
     result = train.run(config, workdir)
+    seconds = time.perf_counter() - start
   with open(os.path.join(workdir, 'graph_eval.json')) as f:
     written = json.load(f)
   assert written == result
+  assert 1.5 <= result['train_seconds'] < seconds  # the training's, within the run's
   assert result['protocol'] == ('unsupervised' if method == 'hucl' else protocol)
   assert (result['method'], result['dataset'], result['num_encoders']) == (method, 'TOY', encoders)
   assert result['estimator'] == estimator
@@ -380,6 +391,20 @@ def test_end_to_end_tiny_run(toy_dir, tmp_path, method, protocol, encoders, esti
   assert len(records[0]['loss_per_encoder']) == encoders
   if estimator == 'infonce':  # a mean of softplus terms, unlike the JSD estimator
     assert all(r['loss'] > 0 for r in records)
+
+
+def test_embedding_in_several_eval_batches_equals_one_batch(toy_dir):
+  """40 graphs in eval batches of 16 (16, 16, 8: padded rows dropped, the rest in order)
+  embed as in one batch of 64, where every row is real and in place."""
+  config = _config(toy_dir, num_epochs=1)
+  dataset = data.load_tu('TOY', toy_dir)
+  state = train.train_encoders(config, dataset, [np.arange(dataset.num_graphs)], log=False)
+  config.eval.batch_size = 64
+  whole = train.embed_all(config, dataset, state)
+  config.eval.batch_size = 16
+  split = train.embed_all(config, dataset, state)
+  assert whole.shape == split.shape == (1, 40, 96)
+  np.testing.assert_allclose(split, whole, rtol=1e-5, atol=1e-6)
 
 
 def test_leak_free_encoders_never_see_their_test_graphs(toy_dir, monkeypatch):

@@ -771,3 +771,13 @@ def test_docstring_examples_run():
   for loss in (losses.ucl, losses.hucl, losses.scl, losses.hscl):
     for section in ('Args:', 'Returns:', 'Example:'):
       assert section in loss.__doc__, (loss.__name__, section)
+
+
+def test_l2_normalize_gives_unit_rows_in_float32_and_keeps_zero_rows():
+  x = np.array([[3.0, 4.0], [0.0, 0.0], [1e-3, 0.0], [-2.0, 2.0]], np.float16)
+  out = losses.l2_normalize(x)
+  assert out.dtype == jnp.float32
+  expected = np.array([[0.6, 0.8], [0.0, 0.0], [1.0, 0.0], [-(0.5**0.5), 0.5**0.5]])
+  np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-7)
+  # Below eps a row is divided by eps, not by its norm (no division by zero).
+  np.testing.assert_allclose(losses.l2_normalize(np.array([[1e-13, 0.0]]), eps=1e-12), [[0.1, 0.0]])
