@@ -149,3 +149,44 @@ def test_every_entry_point_help_lists_its_flags():
     tree = ast.parse((REPO / (module.replace('.', '/') + '.py')).read_text())
     for name, _ in _flag_definitions(tree):
       assert re.search(rf'^  --(\[no\])?{name}:', out, re.M), f'{module}: --{name} not in --help'
+
+
+_STRAY_ARGUMENTS = """
+import sys
+from absl import app
+import importlib
+program = importlib.import_module(sys.argv[1])
+for argv in (['p', 'stray'], ['p', 'a', 'b'], ['p']):
+  try:
+    program.main(argv)
+    print('ran')
+  except app.UsageError as error:
+    print(f'usage: {error}')
+  except BaseException as error:  # flags left unparsed here: main went past its check
+    print(f'past: {type(error).__name__}')
+"""
+
+
+def test_every_entry_point_refuses_stray_arguments_and_only_them():
+  """main(argv) with positional arguments left over by absl is a usage error naming them;
+  with none it goes on (each program in its own process, all started at once)."""
+  env = {**os.environ, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'}
+  procs = {
+    module: subprocess.Popen(
+      [sys.executable, '-c', _STRAY_ARGUMENTS, module],
+      cwd=REPO,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for module in ENTRY_POINTS
+  }
+  for module, proc in procs.items():
+    out, err = proc.communicate(timeout=300)
+    lines = out.splitlines()
+    assert lines[:2] == [
+      'usage: Unexpected arguments: stray',
+      'usage: Unexpected arguments: a b',
+    ], (module, out, err[-2000:])
+    assert len(lines) == 3 and not lines[2].startswith('usage:'), (module, out)

@@ -176,7 +176,9 @@ def test_reader_uses_node_labels_when_present(tmp_path):
       'TOY_graph_labels.txt: file not found. Fix: download it with  python -m '
       'hscl_jax.prepare --dataset=TOY',
     ),
-    ('malformed', 'TOY_A.txt:3: expected 2 integer(s) per line'),
+    ('malformed', "TOY_A.txt:3: expected 2 integer(s) per line, got '5; x'"),
+    ('short', "TOY_A.txt:3: expected 2 integer(s) per line, got '5'"),
+    ('long', "TOY_A.txt:3: expected 2 integer(s) per line, got '5, 6, 7'"),
     ('count', 'TOY_graph_labels.txt: 39 labels for 40 graphs'),
   ],
 )
@@ -184,10 +186,10 @@ def test_reader_errors_name_the_file_and_the_fix(toy_dir, broken, expected):
   folder = os.path.join(toy_dir, 'TOY')
   if broken == 'missing':
     os.remove(os.path.join(folder, 'TOY_graph_labels.txt'))
-  elif broken == 'malformed':
+  elif broken in ('malformed', 'short', 'long'):
     with open(os.path.join(folder, 'TOY_A.txt')) as f:
       lines = f.readlines()
-    lines[2] = '5; x\n'
+    lines[2] = {'malformed': '5; x\n', 'short': '5\n', 'long': '5, 6, 7\n'}[broken]
     with open(os.path.join(folder, 'TOY_A.txt'), 'w') as f:
       f.writelines(lines)
   else:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
+import types
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
@@ -176,3 +179,25 @@ def test_unknown_protocol(trained):
   config.linear_eval.protocol = 'knn'
   with pytest.raises(ValueError, match='linear_eval.protocol'):
     linear_probe.linear_evaluate(config, str(workdir))
+
+
+def test_the_training_loop_logs_every_tenth_of_its_epochs_with_elapsed_and_eta(monkeypatch, caplog):
+  clock = iter(range(0, 1000, 2))  # 2 s between two readings of the clock
+  monkeypatch.setattr(linear_probe, 'time', types.SimpleNamespace(time=lambda: next(clock)))
+  cfg = ml_collections.ConfigDict(
+    dict(num_epochs=20, batch_size=8, learning_rate=0.1, weight_decay=0.0)
+  )
+  setup = linear_probe.LinearSetup(num_classes=3, feature_dim=4, cfg=cfg)
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=(16, 4)).astype(np.float32), np.arange(16, dtype=np.int32) % 3
+  with caplog.at_level('INFO'):
+    linear_probe._train_loop(setup, 16, lambda indices, epoch, i: (x[indices], y[indices]), 0)
+  logged = [
+    re.fullmatch(r'linear eval epoch (\d+)/20  loss [\d.]+  (\d+)s elapsed, ETA (\d+)s', m)
+    for m in caplog.messages
+  ]
+  assert all(logged), caplog.messages
+  # Epoch 1, then every 20 // 10 = 2 epochs; the k-th line reads the clock at 2k s.
+  epochs = [1, *range(2, 21, 2)]
+  expected = [(e, 2 * k, round(2 * k / e * (20 - e))) for k, e in enumerate(epochs, 1)]
+  assert [tuple(int(g) for g in m.groups()) for m in logged] == expected

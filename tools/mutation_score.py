@@ -63,6 +63,7 @@ DRAW_VERSION = 3
 SESSIONS = ROOT / '.mutation_sessions'
 
 _DATA = ('tests/test_data_sources.py', 'tests/test_data_loaders.py')
+_ENTRY = 'tests/test_entry_points.py'  # a program's argv check and its thinness
 _LOSSES = ('tests/test_losses.py', 'tests/test_loss_properties.py', 'tests/test_losses_queue.py')
 # Each module of hscl_jax/ -> the test files that test it (whole files, never a -k chosen
 # for a mutant). tests/test_mutation_score.py checks that every module has an entry.
@@ -80,14 +81,18 @@ TESTS_OF = {
   'hscl_jax/data/tfds_prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py'),
   'hscl_jax/data/tfds_sources.py': ('tests/test_data_tfds.py', 'tests/test_data_sources.py'),
   'hscl_jax/distributed.py': ('tests/test_multiprocess.py',),
-  'hscl_jax/embed.py': ('tests/test_embed.py',),
+  'hscl_jax/embed.py': ('tests/test_embed.py', _ENTRY),
   'hscl_jax/embedding.py': ('tests/test_embed.py',),
   'hscl_jax/errors.py': ('tests/test_errors.py', 'tests/test_main_errors.py'),
   'hscl_jax/evaluation.py': ('tests/test_knn.py', 'tests/test_embed.py'),
   'hscl_jax/experiments/__init__.py': ('tests/test_compare.py',),
-  'hscl_jax/experiments/compare.py': ('tests/test_compare.py', 'tests/test_compare_paired.py'),
-  'hscl_jax/experiments/compare_densities.py': ('tests/test_compare_densities.py',),
-  'hscl_jax/experiments/compare_graphs.py': ('tests/test_graphs.py', 'tests/test_entry_points.py'),
+  'hscl_jax/experiments/compare.py': (
+    'tests/test_compare.py',
+    'tests/test_compare_paired.py',
+    _ENTRY,
+  ),
+  'hscl_jax/experiments/compare_densities.py': ('tests/test_compare_densities.py', _ENTRY),
+  'hscl_jax/experiments/compare_graphs.py': ('tests/test_graphs.py', _ENTRY),
   'hscl_jax/experiments/density_grid.py': ('tests/test_compare_densities.py',),
   'hscl_jax/experiments/graph_grid.py': ('tests/test_graphs.py',),
   'hscl_jax/experiments/image_grid.py': (
@@ -97,34 +102,34 @@ TESTS_OF = {
     'tests/test_run_records.py',
   ),
   'hscl_jax/experiments/run_records.py': ('tests/test_run_records.py',),
-  'hscl_jax/export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py'),
+  'hscl_jax/export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py', _ENTRY),
   'hscl_jax/figures.py': ('tests/test_inspect.py',),
   'hscl_jax/gradcache.py': ('tests/test_gradcache.py',),
   'hscl_jax/graphs/__init__.py': ('tests/test_graphs.py',),
-  'hscl_jax/graphs/__main__.py': ('tests/test_graphs.py', 'tests/test_entry_points.py'),
+  'hscl_jax/graphs/__main__.py': ('tests/test_graphs.py', _ENTRY),
   'hscl_jax/graphs/data.py': ('tests/test_graphs.py',),
   'hscl_jax/graphs/evaluate.py': ('tests/test_graphs.py',),
   'hscl_jax/graphs/model.py': ('tests/test_graphs.py',),
   'hscl_jax/graphs/prepare.py': ('tests/test_graphs.py',),
   'hscl_jax/graphs/train.py': ('tests/test_graphs.py',),
   'hscl_jax/hard_negatives.py': ('tests/test_inspect.py',),
-  'hscl_jax/inspect.py': ('tests/test_inspect.py',),
+  'hscl_jax/inspect.py': ('tests/test_inspect.py', _ENTRY),
   'hscl_jax/inspection.py': ('tests/test_inspect.py',),
   'hscl_jax/knn.py': ('tests/test_knn.py',),
-  'hscl_jax/linear_eval.py': ('tests/test_linear_eval.py', 'tests/test_main_errors.py'),
+  'hscl_jax/linear_eval.py': ('tests/test_linear_eval.py', 'tests/test_main_errors.py', _ENTRY),
   'hscl_jax/linear_probe.py': ('tests/test_linear_eval.py',),
   'hscl_jax/losses/__init__.py': _LOSSES,
   'hscl_jax/losses/diagnostics.py': ('tests/test_losses.py', 'tests/test_inspect.py'),
   'hscl_jax/losses/graph.py': ('tests/test_graph_loss.py',),
   'hscl_jax/losses/image.py': _LOSSES,
   'hscl_jax/losses/kernel.py': _LOSSES,
-  'hscl_jax/main.py': ('tests/test_main_errors.py', 'tests/test_configs.py'),
+  'hscl_jax/main.py': ('tests/test_main_errors.py', 'tests/test_configs.py', _ENTRY),
   'hscl_jax/metrics.py': ('tests/test_metrics.py', 'tests/test_stored_config.py'),
   'hscl_jax/models.py': ('tests/test_models.py', 'tests/test_configs.py'),  # its checks' bounds
   'hscl_jax/negative_queue.py': ('tests/test_queue_training.py',),
   'hscl_jax/optim.py': ('tests/test_optim.py',),
   'hscl_jax/parallel.py': ('tests/test_train_wiring.py', 'tests/test_knn.py'),
-  'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py'),
+  'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py', _ENTRY),
   'hscl_jax/schema.py': (
     'tests/test_configs.py',
     'tests/test_config_properties.py',
