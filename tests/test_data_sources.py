@@ -129,12 +129,13 @@ def test_wide_and_tall_images_keep_their_centre_square(tmp_path):
   a 9 x 4 image keeps columns 2-5 ((9 - 4) // 2 = 2), a 4 x 7 one rows 1-4."""
   wide = np.zeros((4, 9, 3), np.uint8)
   wide[..., 0] = np.arange(9) * 20  # each column its own red
-  tall = np.zeros((7, 4, 3), np.uint8)
-  tall[..., 1] = np.arange(7)[:, None] * 20  # each row its own green
+  # 10 rows: (10 - 4) // 2 = 3 differs from what other operators give (10 ^ 4 = 14, ...).
+  tall = np.zeros((10, 4, 3), np.uint8)
+  tall[..., 1] = np.arange(10)[:, None] * 20  # each row its own green
   for name, pixels in (('wide', wide), ('tall', tall)):
     Image.fromarray(pixels).save(tmp_path / f'{name}.png')
   np.testing.assert_array_equal(image_folder.load_rgb(str(tmp_path / 'wide.png'), 4), wide[:, 2:6])
-  np.testing.assert_array_equal(image_folder.load_rgb(str(tmp_path / 'tall.png'), 4), tall[1:5])
+  np.testing.assert_array_equal(image_folder.load_rgb(str(tmp_path / 'tall.png'), 4), tall[3:7])
 
 
 def test_long_lists_in_errors_say_how_many_more(tmp_path):
@@ -151,6 +152,12 @@ def test_long_lists_in_errors_say_how_many_more(tmp_path):
   for stem, suffix, total in (('sub', '', 7), ('note', '.txt', 6)):
     listed = re.search(rf'((?:{stem}\d{suffix}, ){{4}}{stem}\d{suffix}) and (\d) more', message)
     assert listed and int(listed[2]) == total - 5, message  # five named, the rest counted
+  short = tmp_path / 'short' / 'a'  # five or fewer: all named, no 'more'
+  for i in range(3):
+    (short / f'sub{i}').mkdir(parents=True)
+  with pytest.raises(data.ImageFolderError) as error:
+    data.get_source('image_folder', 'train', folder=str(tmp_path / 'short'))
+  assert 'sub-folders sub0, sub1, sub2' in str(error.value) and 'more' not in str(error.value)
   for i in range(4):
     broken = tmp_path / 'broken' / 'train' / 'only' / f'{i}.png'
     broken.parent.mkdir(parents=True, exist_ok=True)
@@ -366,3 +373,26 @@ def test_run_sources_refuse_impossible_train_examples(num_examples):
     r'1438 examples of the digits train split\. Fix: use a value in \[10, 1438\]',
   ):
     data.run_sources(_digits_config(train_examples=num_examples))
+
+
+def test_listed_image_files_are_labelled_by_class_folder_only_in_that_layout(tmp_path):
+  """root/<class>/ images: labels are the sorted class folders' indices; images at the root
+  or deeper than one folder: every label -1, no class names; no image: refused."""
+  for name in ('b/1.png', 'a/2.png', 'a/0.jpg'):
+    save_image(str(tmp_path / 'classes' / name), 'RGB', (4, 4), (1, 2, 3))
+  paths, labels, names = data.list_image_files(str(tmp_path / 'classes'))
+  assert [os.path.relpath(p, tmp_path / 'classes') for p in paths] == [
+    'a/0.jpg',
+    'a/2.png',
+    'b/1.png',
+  ]
+  assert (labels.tolist(), names) == ([0, 0, 1], ['a', 'b'])
+  for layout in ('flat/0.png', 'deep/x/y/0.png'):
+    save_image(str(tmp_path / layout), 'RGB', (4, 4), (1, 2, 3))
+    save_image(str(tmp_path / layout.replace('0.png', '1.png')), 'RGB', (4, 4), (1, 2, 3))
+    paths, labels, names = data.list_image_files(str(tmp_path / layout.split('/')[0]))
+    assert (len(paths), labels.tolist(), names) == (2, [-1, -1], []), layout
+  (tmp_path / 'empty' / 'a').mkdir(parents=True)
+  (tmp_path / 'empty' / 'a' / 'notes.txt').write_text('')
+  with pytest.raises(data.ImageFolderError, match='no image files under'):
+    data.list_image_files(str(tmp_path / 'empty'))

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging as std_logging
+import os
 import types
 
+from absl import logging as absl_logging
 from etils import epath
 import pytest
 import tensorboard_events  # tests/ is on sys.path (pytest)
@@ -101,3 +104,47 @@ def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path, 
   writer.close()
   assert metrics.read_metrics(str(tmp_path)) == model
   assert _scalars(tmp_path) == pytest.approx({r['step']: r['train_loss'] for r in model})
+
+
+@pytest.mark.parametrize(
+  'seconds, text',
+  [
+    (0, '0s'),
+    (59.4, '59s'),
+    (59.6, '1m00s'),
+    (125, '2m05s'),
+    (3599, '59m59s'),
+    (3600, '1h00m'),
+    (7385, '2h03m'),
+    (float('inf'), '?'),
+    (float('nan'), '?'),
+  ],
+)
+def test_durations_read_in_seconds_minutes_or_hours(seconds, text):
+  assert metrics.format_duration(seconds) == text
+
+
+def test_a_periodic_job_is_due_every_nth_time_and_at_the_last():
+  due = lambda every: [c for c in range(1, 11) if metrics.is_due(c, every, 10)]  # noqa: E731
+  assert (due(3), due(4), due(1), due(0)) == ([3, 6, 9, 10], [4, 8, 10], list(range(1, 11)), [])
+
+
+def test_info_lines_pass_only_from_hscl_jax_and_warnings_but_full_disk_reports_from_all():
+  def passes(directory, level, message='m'):
+    path = os.path.join(os.sep, 'site', directory, 'module.py')
+    return metrics._own_info_or_warning(
+      std_logging.LogRecord('x', level, path, 1, message, None, None)
+    )
+
+  assert passes('hscl_jax', std_logging.INFO) and not passes('orbax', std_logging.INFO)
+  assert passes('orbax', std_logging.WARNING) and passes('orbax', std_logging.ERROR)
+  full = 'write failed: [Errno 28] No space left on device'
+  assert passes('hscl_jax', std_logging.ERROR, full) and not passes(
+    'orbax', std_logging.ERROR, full
+  )
+  handler = absl_logging.get_absl_handler()
+  try:
+    metrics.show_only_own_info_logs()
+    assert metrics._own_info_or_warning in handler.filters
+  finally:
+    handler.removeFilter(metrics._own_info_or_warning)
