@@ -397,11 +397,15 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
   from cosmic_ray.mutating import mutate_and_test
   from cosmic_ray.work_db import WorkDB
   from cosmic_ray.work_db import use_db
+  from cosmic_ray.work_item import TestOutcome
 
   with use_db(str(path), mode=WorkDB.Mode.open) as db:
     if recheck:
       survived = {
-        job for job, r in db.results if outcome_of(r, equivalents, module)[0] == 'survived'
+        job
+        for job, r in db.results
+        if r.test_outcome == TestOutcome.SURVIVED  # not the skipped (undrawn) mutants
+        and outcome_of(r, equivalents, module)[0] == 'survived'  # nor the equivalents
       }
       items = [item for item in db.work_items if item.job_id in survived]
     else:
