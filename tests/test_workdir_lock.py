@@ -194,8 +194,8 @@ def test_other_hosts_lock_is_stale_after_stale_seconds_without_a_heartbeat(tmp_p
 
 def test_a_run_on_one_process_takes_the_lock_and_a_live_holder_refuses_it(tmp_path):
   lock = workdir_lock.acquire_for_run(str(tmp_path))  # process 0 of 1
+  assert isinstance(lock, workdir_lock.WorkdirLock)
   try:
-    assert isinstance(lock, workdir_lock.WorkdirLock)
     assert _lock_record(tmp_path)['pid'] == os.getpid()
   finally:
     lock.release()
