@@ -8,7 +8,10 @@ from __future__ import annotations
 import importlib.util
 import pathlib
 import re
+import signal
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -227,3 +230,29 @@ def test_every_command_the_docs_show_parses():
     args = mutation_score.make_parser().parse_args(argv)
     assert args.all or args.modules, command
     assert all(module in mutation_score.TESTS_OF for module in args.modules), command
+
+
+def test_a_signal_kills_the_running_test_command_and_removes_the_copy(tmp_path):
+  """What `kill` of the tool left behind before: the test command, in a session of its own,
+  and the tree's copy. Here a child in its own session stands for the test command."""
+  script = f"""
+import os, signal, subprocess, sys, tempfile, time
+sys.path.insert(0, {str(REPO / 'tools')!r})
+import mutation_score
+signal.signal(signal.SIGTERM, mutation_score.stop_on_signal)
+with tempfile.TemporaryDirectory(dir={str(tmp_path)!r}) as copy:
+  child = subprocess.Popen(['sleep', '60'], start_new_session=True)
+  print(child.pid, copy, flush=True)
+  time.sleep(60)
+"""
+  proc = subprocess.Popen([sys.executable, '-c', script], stdout=subprocess.PIPE, text=True)
+  child, copy = proc.stdout.readline().split()
+  assert pathlib.Path(copy).is_dir() and int(child) in mutation_score.child_pids(proc.pid)
+  proc.send_signal(signal.SIGTERM)
+  assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+  assert not pathlib.Path(copy).exists()
+  deadline = time.monotonic() + 10
+  while pathlib.Path(f'/proc/{child}').exists() and time.monotonic() < deadline:
+    time.sleep(0.1)  # a killed child is a zombie until init reaps it
+  status = pathlib.Path(f'/proc/{child}/stat')
+  assert not status.exists() or status.read_text().rsplit(')', 1)[1].split()[0] == 'Z'

@@ -46,6 +46,7 @@ import os
 import pathlib
 import random
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -492,6 +493,31 @@ def make_parser() -> argparse.ArgumentParser:
   return parser
 
 
+def child_pids(parent: int) -> list[int]:
+  """The processes whose parent is `parent` (Linux /proc; none found elsewhere)."""
+  children = []
+  for stat in pathlib.Path('/proc').glob('[0-9]*/stat'):
+    try:
+      ppid = int(stat.read_text().rsplit(')', 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+      continue  # gone meanwhile, or not Linux's format
+    if ppid == parent:
+      children.append(int(stat.parent.name))
+  return children
+
+
+def stop_on_signal(signum: int, frame) -> None:
+  """SIGTERM or SIGINT: the running test command (cosmic-ray starts it in a session of its
+  own, which a kill of this process's group misses) is killed with its group, then the
+  exit unwinds, removing the tree's copy. The session keeps every finished mutant."""
+  for pid in child_pids(os.getpid()):
+    try:
+      os.killpg(pid, signal.SIGKILL)
+    except OSError:
+      pass  # not a group leader, or already gone
+  raise SystemExit(128 + signum)
+
+
 def main() -> int:
   parser = make_parser()
   args = parser.parse_args()
@@ -515,6 +541,8 @@ def main() -> int:
       parser.error(f'--recheck: no stored sample of {", ".join(missing)}: run it first')
   else:
     sessions = {module: open_session(module, size, args.seed) for module, size in plan.items()}
+  signal.signal(signal.SIGTERM, stop_on_signal)
+  signal.signal(signal.SIGINT, stop_on_signal)
   with tempfile.TemporaryDirectory(prefix='hscl_mutation_score_') as copy:
     mutation_test.copy_tree(copy, None)
     os.environ.update(PYTHONPATH=copy, COLUMNS='1000')
