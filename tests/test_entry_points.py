@@ -127,23 +127,29 @@ def test_entry_point_is_thin(module):
   assert ast.unparse(guard.body[-1]) == f'app.run(main{parser})'
 
 
-def test_every_entry_point_help_lists_its_flags():
-  """Each program's --help in its own fresh process (all started at once): the imports work
-  (no flag defined twice) and the help shows the usage line and every flag."""
+def _run_each_program(arguments) -> dict[str, tuple[str, str]]:
+  """{module: (stdout, stderr)} of `python *arguments(module)` for every entry point, each
+  in its own fresh process, all started at once."""
   env = {**os.environ, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'}
   procs = {
     module: subprocess.Popen(
-      [sys.executable, '-m', command, '--help'],
+      [sys.executable, *arguments(module)],
       cwd=REPO,
       env=env,
       stdout=subprocess.PIPE,
       stderr=subprocess.PIPE,
       text=True,
     )
-    for module, command in ENTRY_POINTS.items()
+    for module in ENTRY_POINTS
   }
-  for module, proc in procs.items():
-    out, err = proc.communicate(timeout=300)
+  return {module: proc.communicate(timeout=300) for module, proc in procs.items()}
+
+
+def test_every_entry_point_help_lists_its_flags():
+  """Each program's --help in its own fresh process (all started at once): the imports work
+  (no flag defined twice) and the help shows the usage line and every flag."""
+  outputs = _run_each_program(lambda module: ['-m', ENTRY_POINTS[module], '--help'])
+  for module, (out, err) in outputs.items():
     assert 'Traceback' not in err, f'{module}:\n{err[-3000:]}'
     assert f'python -m {ENTRY_POINTS[module]}' in out, module
     tree = ast.parse((REPO / (module.replace('.', '/') + '.py')).read_text())
@@ -170,20 +176,8 @@ for argv in (['p', 'stray'], ['p', 'a', 'b'], ['p']):
 def test_every_entry_point_refuses_stray_arguments_and_only_them():
   """main(argv) with positional arguments left over by absl is a usage error naming them;
   with none it goes on (each program in its own process, all started at once)."""
-  env = {**os.environ, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'}
-  procs = {
-    module: subprocess.Popen(
-      [sys.executable, '-c', _STRAY_ARGUMENTS, module],
-      cwd=REPO,
-      env=env,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-    )
-    for module in ENTRY_POINTS
-  }
-  for module, proc in procs.items():
-    out, err = proc.communicate(timeout=300)
+  outputs = _run_each_program(lambda module: ['-c', _STRAY_ARGUMENTS, module])
+  for module, (out, err) in outputs.items():
     lines = out.splitlines()
     assert lines[:2] == [
       'usage: Unexpected arguments: stray',
