@@ -216,6 +216,50 @@ def test_a_crash_of_the_mutated_statement_is_classified_not_viable():
   )
 
 
+def _summary(*lines):
+  return 'tracebacks\n=== short test summary info ===\n' + '\n'.join(lines) + '\n'
+
+
+def test_a_crash_is_an_assertion_kill_if_any_test_fails_on_an_assertion():
+  """The second run of a crash (every test, no -x): the first failure is a refusal of a
+  valid input elsewhere, a later test asserts on the changed behaviour."""
+  crash = 'FAILED tests/test_a.py::test_trains - hscl_jax.errors.ConfigError: batch_size'
+  asserted = 'FAILED tests/test_b.py::test_bound - Failed: DID NOT RAISE <class ValueError>'
+  every = mutation_score.classify_every_failure
+  assert every(_summary(crash, asserted)) == (
+    'assertion',
+    'Failed: DID NOT RAISE <class ValueError>',
+  )
+  assert every(_summary(crash, 'ERROR tests/test_b.py::test_c - OSError: disk'))[0] == 'crash'
+  assert every(_summary(crash))[1] == 'hscl_jax.errors.ConfigError: batch_size'
+  assert every(_summary(asserted, crash))[0] == 'assertion'
+
+
+def test_the_second_run_of_a_crash_decides_and_is_never_judged_not_viable():
+  work_item = pytest.importorskip('cosmic_ray.work_item')
+  type_error = _failure(
+    'TypeError: unsupported operand type(s) for <<', ['hscl_jax/m.py:4: TypeError']
+  )
+  result = lambda output: work_item.WorkResult(
+    worker_outcome=work_item.WorkerOutcome.NORMAL,
+    output=output,
+    test_outcome=work_item.TestOutcome.KILLED,
+  )
+  outcome = lambda r: mutation_score.outcome_of(r, {}, 'hscl_jax/m.py', range(3, 5))[0]
+  assert outcome(result(type_error)) == 'not viable'
+  assert outcome(result(mutation_score.EVERY_TEST + type_error)) == 'crash'
+  asserted = _summary('FAILED tests/test_x.py::test_z - AssertionError: 3 != 4')
+  assert outcome(result(mutation_score.EVERY_TEST + type_error + asserted)) == 'assertion'
+
+
+def test_the_second_run_has_every_test_and_the_first_stops_at_one():
+  first = mutation_score.test_command('hscl_jax/knn.py').split()
+  every = mutation_score.test_command('hscl_jax/knn.py', first_failure=False).split()
+  assert '-x' in first and '-x' not in every
+  assert [a for a in first if a != '-x'] == every
+  assert every[-1] == 'tests/test_knn.py' and '-rfE' in every
+
+
 def test_every_command_the_docs_show_parses():
   """Commands in code blocks (a line of their own) and in code spans (over line breaks)."""
   tool = 'python tools/mutation_score.py'

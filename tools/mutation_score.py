@@ -11,7 +11,10 @@ so the mutated file and not the editable install is imported, and classifies the
 
   * ``assertion``: a test failed on an assertion about the behaviour (AssertionError,
     `Failed: DID NOT RAISE`, a regex mismatch), read from pytest's short summary;
-  * ``crash``: killed, but by another exception (a fixture, an import, a TypeError...);
+  * ``crash``: killed, but by another exception (a fixture, an import, a TypeError...).
+    With -x the first failing test decides, and which test fails first is an accident of
+    the files' order: so a crash is run again with every test (no -x), and is an
+    ``assertion`` kill if any test fails on an assertion, a crash only if none does;
   * ``timeout``: the tests ran past 3x their unmutated time plus 60 s (killed by cosmic-ray);
   * ``survived``: every test passed; ``equivalent`` if tools/mutation_equivalents.toml lists
     it, by hand, with the reason it cannot change behaviour;
@@ -31,7 +34,7 @@ changed since (or DRAW_VERSION) starts its session again.
     python tools/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
     python tools/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
     python tools/mutation_score.py --all --sample 200 --plan     # its mutants per module
-    python tools/mutation_score.py --all --sample 200 --recheck  # survivors, after new tests
+    python tools/mutation_score.py --all --sample 200 --recheck  # after new tests
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ import mutation_test  # noqa: E402  (its tree copy and its assertion/crash class
 EQUIVALENTS = ROOT / 'tools' / 'mutation_equivalents.toml'
 # Raise it when a change here changes which mutants are drawn or how they run: every
 # session then starts again.
-DRAW_VERSION = 3
+DRAW_VERSION = 4
 SESSIONS = ROOT / '.mutation_sessions'
 
 _DATA = ('tests/test_data_sources.py', 'tests/test_data_loaders.py')
@@ -317,10 +320,26 @@ def outcome_of(result, equivalents: dict, module: str, lines: range | None = Non
     return 'timeout', ''
   if result.test_outcome == TestOutcome.INCOMPETENT:
     return 'crash', (result.output or '').strip().splitlines()[-1:][0][:120]
-  outcome, detail = mutation_test.classify(1, result.output or '')
-  if outcome == 'crash' and lines and raised_by_mutated_statement(result.output, module, lines):
+  output = result.output or ''
+  if output.startswith(EVERY_TEST):
+    return classify_every_failure(output)  # the -x run found it viable already
+  outcome, detail = classify_every_failure(output)
+  if outcome == 'crash' and lines and raised_by_mutated_statement(output, module, lines):
     return 'not viable', detail
   return outcome, detail
+
+
+# The first line of a stored output from the run with every test (a crash's second run).
+EVERY_TEST = '[every test]\n'
+
+
+def classify_every_failure(output: str) -> tuple[str, str]:
+  """'assertion' if any failed test of the short summary failed on an assertion (with -x
+  there is one), else mutation_test's outcome of the first."""
+  for line in output.splitlines():
+    if line.startswith(('FAILED', 'ERROR')) and mutation_test.classify(1, line)[0] == 'assertion':
+      return mutation_test.classify(1, line)
+  return mutation_test.classify(1, output)
 
 
 def fingerprint(module: str) -> str:
@@ -374,10 +393,12 @@ def open_session(module: str, size: int, seed: int) -> pathlib.Path:
   return path
 
 
-def test_command(module: str) -> str:
-  """One pytest process, -x, the module's whole test files (-rfE: the summary classify reads)."""
+def test_command(module: str, first_failure: bool = True) -> str:
+  """One pytest process over the module's whole test files, stopping at the first failure
+  (-x) or not (-rfE: the summary classify reads)."""
   tests = ' '.join(TESTS_OF[module])
-  return f'{sys.executable} -m pytest -n 0 -x -q -rfE -p no:cacheprovider {tests}'
+  stop = ' -x' if first_failure else ''
+  return f'{sys.executable} -m pytest -n 0{stop} -q -rfE -p no:cacheprovider {tests}'
 
 
 def baseline_seconds(module: str) -> float:
@@ -394,37 +415,58 @@ def baseline_seconds(module: str) -> float:
 
 def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: bool = False):
   """Plant and test every drawn mutant of the session that has no result yet, or with
-  `recheck` every one that survived (cwd: the copy)."""
+  `recheck` every one that survived or crashed (cwd: the copy); a crash runs again with
+  every test (`run_every_test`) and that run is stored."""
   from cosmic_ray.mutating import mutate_and_test
   from cosmic_ray.work_db import WorkDB
   from cosmic_ray.work_db import use_db
-  from cosmic_ray.work_item import TestOutcome
 
   with use_db(str(path), mode=WorkDB.Mode.open) as db:
+    source = (ROOT / module).read_text()
     if recheck:
-      survived = {
-        job
-        for job, r in db.results
-        if r.test_outcome == TestOutcome.SURVIVED  # not the skipped (undrawn) mutants
-        and outcome_of(r, equivalents, module)[0] == 'survived'  # nor the equivalents
-      }
-      items = [item for item in db.work_items if item.job_id in survived]
+      items = [item for item in db.work_items if item.job_id in rechecked(db, module, source)]
     else:
       items = db.pending_work_items
     pending = sorted(items, key=lambda item: item.mutations[0].start_pos)
     if not pending:
       return
     timeout = 3 * baseline_seconds(module) + 60
-    source = (ROOT / module).read_text()
     for item in pending:
       start = time.time()
-      result = mutate_and_test(item.mutations, test_command(module), timeout)
-      db.set_result(item.job_id, result)
       m = item.mutations[0]
       lines = statement_lines(source, m.start_pos[0])
+      result = mutate_and_test(item.mutations, test_command(module), timeout)
+      if outcome_of(result, equivalents, module, lines)[0] == 'crash':
+        result = run_every_test(item, module, timeout)
+      db.set_result(item.job_id, result)
       outcome, detail = outcome_of(result, equivalents, module, lines)
       where = f'{module}:{m.start_pos[0]} {m.operator_name.removeprefix("core/")}'
       print(f'{where:70s} {outcome:10s} {time.time() - start:5.0f} s  {detail}', flush=True)
+
+
+def rechecked(db, module: str, source: str) -> set[str]:
+  """The session's mutants a recheck runs again: the survivors (not the equivalents) and
+  the crashes, which new tests may turn into assertion kills."""
+  from cosmic_ray.work_item import WorkerOutcome
+
+  equivalents = load_equivalents()
+  where = {item.job_id: item.mutations[0].start_pos[0] for item in db.work_items}
+  return {
+    job
+    for job, r in db.results
+    if r.worker_outcome != WorkerOutcome.SKIPPED  # the undrawn mutants
+    and outcome_of(r, equivalents, module, statement_lines(source, where[job]))[0]
+    in ('survived', 'crash')
+  }
+
+
+def run_every_test(item, module: str, timeout: float):
+  """A crash's second run, without -x; its output marked as such (EVERY_TEST)."""
+  import attrs  # cosmic-ray's WorkResult is an attrs class
+  from cosmic_ray.mutating import mutate_and_test
+
+  result = mutate_and_test(item.mutations, test_command(module, first_failure=False), timeout)
+  return attrs.evolve(result, output=EVERY_TEST + (result.output or ''))
 
 
 def results(module: str, path: pathlib.Path):
@@ -487,8 +529,8 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument(
     '--recheck',
     action='store_true',
-    help="after tests were added: run the stored samples' survivors again with the current "
-    'tests, keep the other outcomes',
+    help="after tests were added: run the stored samples' survivors and crashes again with "
+    'the current tests, keep the other outcomes',
   )
   return parser
 
