@@ -112,9 +112,8 @@ def test_report_table_and_plots(tmp_path):
   plots = image_grid.plot_report(summary, best, str(tmp_path))
   assert all((tmp_path / p).stat().st_size > 1000 for p in plots)
   report = image_grid.markdown_report(summary, best, config, [0, 1], 'features', {'beta'}, plots)
-  row = next(line for line in report.splitlines() if line.startswith('| UCL |'))
   values = 100 * np.array([0.5, 0.501])
-  assert f'{values.mean():.2f} ± {values.std(ddof=1):.2f}' in row
+  assert f'{values.mean():.2f} ± {values.std(ddof=1):.2f}' in _cells(report, 'UCL')
   assert 'Ranking by mean linear top-1: H-SCL(τ) > H-SCL(β) > SCL > H-UCL > UCL.' in report
   raw = {'top1': 0.4321, 'bank': 1438, 'queries': 359}
   with_raw = image_grid.markdown_report(
@@ -246,9 +245,11 @@ def _run(setting, seed, top1, top5, knn_curve, seconds=7.0):
 def _cells(text, first_cell, after=''):
   """The cells of the first table row starting with `first_cell` (after line `after`)."""
   lines = text.splitlines()
+  assert not after or after in lines, f'no line {after!r} in:\n{text}'
   start = lines.index(after) if after else 0
-  row = next(line for line in lines[start:] if line.startswith(f'| {first_cell} |'))
-  return [cell.strip() for cell in row.strip('|').split('|')]
+  rows = [line for line in lines[start:] if line.startswith(f'| {first_cell} |')]
+  assert rows, f'no row {first_cell!r} in:\n{text}'
+  return [cell.strip() for cell in rows[0].strip('|').split('|')]
 
 
 def _mean_std_cell(values):

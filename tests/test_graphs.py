@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
 import zipfile
 
+from acceptance import accepted
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -346,6 +348,35 @@ def test_config_errors_are_one_line_naming_the_field(toy_dir):
       train.validate_config(config)
 
 
+@pytest.mark.parametrize(
+  'field, bound, past',
+  [
+    ('beta', 0.0, -1e-6),
+    ('learning_rate', 1e-6, 0.0),
+    ('learning_rate', 1e-6, -0.01),
+    ('batch_size', 1, 0),
+    ('num_epochs', 1, 0),
+    ('model.hidden', 1, 0),
+    ('model.num_layers', 1, 0),
+    ('eval.batch_size', 1, 0),
+    ('log_every_epochs', 1, 0),
+    ('eval.num_folds', 2, 1),
+    ('eval.inner_folds', 2, 1),
+  ],
+)
+def test_each_config_bound_is_accepted_and_one_past_it_refused(toy_dir, field, bound, past):
+  config = _config(toy_dir, method='hscl')
+  section, _, name = field.rpartition('.')
+  node = config[section] if section else config
+  node[name] = bound
+  with accepted(f'config.{field} = {bound}'):
+    train.validate_config(config)
+  node[name] = past
+  reported = 'eval.num_folds' if section == 'eval' and 'folds' in name else field
+  with pytest.raises(train.GraphConfigError, match=f'^config.{re.escape(reported)}: .*Fix: '):
+    train.validate_config(config)
+
+
 def test_unknown_estimator_is_one_line_naming_the_valid_values(toy_dir):
   config = _config(toy_dir, estimator='nce')
   with pytest.raises(train.GraphConfigError) as error:
@@ -396,15 +427,22 @@ def test_end_to_end_tiny_run(toy_dir, tmp_path, monkeypatch, method, protocol, e
     assert all(r['loss'] > 0 for r in records)
 
 
-def test_embedding_in_several_eval_batches_equals_one_batch(toy_dir):
+@pytest.mark.parametrize('eval_batch', [16, 39])
+def test_embedding_in_several_eval_batches_equals_one_batch(toy_dir, tmp_path, eval_batch):
   """40 graphs in eval batches of 16 (16, 16, 8: padded rows dropped, the rest in order)
-  embed as in one batch of 64, where every row is real and in place."""
+  or of 39 (39, 1: a wrong row index for the last graph stays in range and shows as a wrong
+  embedding) embed as in one batch of 64; and that batch's rows are each its own graph's:
+  the same graphs stored in reverse order embed to the same rows reversed."""
   config = _config(toy_dir, num_epochs=1)
   dataset = data.load_tu('TOY', toy_dir)
   state = train.train_encoders(config, dataset, [np.arange(dataset.num_graphs)], log=False)
   config.eval.batch_size = 64
   whole = train.embed_all(config, dataset, state)
-  config.eval.batch_size = 16
+  write_tu(str(tmp_path / 'reversed'), 'TOY', toy_graphs()[::-1])
+  backwards = train.embed_all(config, data.load_tu('TOY', str(tmp_path / 'reversed')), state)
+  np.testing.assert_allclose(backwards[:, ::-1], whole, rtol=1e-5, atol=1e-6)
+  assert np.abs(whole[:, 0] - whole[:, 1]).max() > 0.1  # a star and a cycle: rows differ
+  config.eval.batch_size = eval_batch
   split = train.embed_all(config, dataset, state)
   assert whole.shape == split.shape == (1, 40, 96)
   np.testing.assert_allclose(split, whole, rtol=1e-5, atol=1e-6)

@@ -46,6 +46,19 @@ def _numpy_fractions(z, labels, weight_of, k):
   return np.asarray(fractions)
 
 
+@pytest.mark.parametrize('num_examples,batch_size,sizes', [(10, 4, [4, 4, 2]), (9, 4, [4, 4])])
+def test_seeded_batches_cut_one_seeded_permutation_and_drop_a_last_single(
+  num_examples, batch_size, sizes
+):
+  """Consecutive slices of the seed's permutation; a last batch of one (no negative) is
+  dropped, a last batch of two kept."""
+  batches = inspection.seeded_batches(num_examples, batch_size, seed=3)
+  assert [len(b) for b in batches] == sizes
+  order = np.random.default_rng(3).permutation(num_examples)
+  np.testing.assert_array_equal(np.concatenate(batches), order[: sum(sizes)])
+  assert not np.array_equal(np.concatenate(inspection.seeded_batches(10, 4, seed=4)), order)
+
+
 def test_exponential_hardening_fraction_equals_numpy():
   z, labels = _batch()
   beta = 2.0

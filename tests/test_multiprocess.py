@@ -174,6 +174,7 @@ def test_decide_modes():
   from hscl_jax import distributed as d
 
   assert d.decide(env={}).mode == d.SINGLE
+  assert d.decide(env={}).initialized is False  # a property: a method would be truthy
   assert d.decide(env={}, multihost=True).mode == d.FORCED
   explicit = d.decide(
     '10.0.0.1:1234', 2, 1, env={'SLURM_JOB_ID': '7', 'SLURM_NTASKS': '4', 'SLURM_PROCID': '0'}
@@ -218,6 +219,39 @@ def test_decide_rejects_incomplete_or_bad_flags(kwargs, message):
 
   with pytest.raises(ValueError, match=re.escape(message)):
     d.decide(env={}, **kwargs)
+
+
+@pytest.mark.parametrize('num_processes,process_id', [(1, 0), (2, 0), (2, 1), (3, 2)])
+def test_decide_accepts_the_bounds_of_process_id_and_num_processes(num_processes, process_id):
+  from acceptance import accepted  # here, not at the top: this file is also the workers' script
+
+  from hscl_jax import distributed as d
+
+  with accepted(f'process {process_id} of {num_processes}'):
+    setup = d.decide('h:1', num_processes, process_id, env={})
+  assert (setup.mode, setup.num_processes, setup.process_id) == (
+    d.EXPLICIT,
+    num_processes,
+    process_id,
+  )
+  assert setup.initialized is True
+
+
+@pytest.mark.parametrize(
+  'num_processes,process_id,message',
+  [
+    (2, -1, 'process_id must be an integer in [0, 2), got -1'),
+    (2, 2, 'process_id must be an integer in [0, 2), got 2'),
+    (2, 1.0, 'process_id must be an integer in [0, 2), got 1.0'),
+    (0, 0, 'num_processes must be a positive integer, got 0'),
+    ('2', 0, "num_processes must be a positive integer, got '2'"),
+  ],
+)
+def test_decide_refuses_one_past_each_bound(num_processes, process_id, message):
+  from hscl_jax import distributed as d
+
+  with pytest.raises(ValueError, match=re.escape(message)):
+    d.decide('h:1', num_processes, process_id, env={})
 
 
 def test_importing_main_leaves_jax_uninitialised():

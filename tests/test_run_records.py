@@ -150,3 +150,27 @@ def _image_folder(folder):
   config.dataset = 'image_folder'
   config.folder = folder
   return config
+
+
+@pytest.mark.parametrize(
+  'epochs_trained,evaluated_at,evaluation_epochs,finished',
+  [
+    (2, 10, 3, True),
+    (2, 9, 3, False),  # evaluated at an earlier checkpoint
+    (2, 11, 3, False),  # at one this history does not reach
+    (1, 10, 3, False),  # stopped after epoch 1 of 2
+    (3, 10, 3, False),  # trained past the config's epochs
+    (2, 10, 4, False),  # another linear evaluation
+  ],
+)
+def test_a_run_is_finished_only_when_all_its_epochs_and_its_evaluation_match(
+  epochs_trained, evaluated_at, evaluation_epochs, finished
+):
+  history = [{'epoch': e, 'step': 5 * e} for e in range(1, epochs_trained + 1)]
+  history[-1]['step'] = 10  # the last checkpoint
+  linear = {'checkpoint_step': evaluated_at, 'epochs': evaluation_epochs, 'top1': 0.5}
+  assert (
+    run_records.is_finished(history, linear, 2, 10, {'epochs': 3, 'top1': 0.1}, ('epochs',))
+    == finished
+  )
+  assert not run_records.is_finished([], linear, 2, None, {'epochs': 3}, ('epochs',))

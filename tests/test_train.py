@@ -520,6 +520,29 @@ def test_changed_config_is_refused_unless_allowed(uninterrupted, tmp_path):
   assert json.loads((workdir / 'config.json').read_text())['knn']['k'] == 50
 
 
+@pytest.mark.parametrize('index,processes', [(0, 1), (0, 2), (1, 2)])
+def test_a_checkpoint_moved_aside_is_waited_for_by_every_process(
+  tmp_path, monkeypatch, index, processes
+):
+  """Process 0 alone moves the damaged checkpoint; with several processes each waits for
+  that move (a barrier after it) before reloading the listing; with one there is none."""
+  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  damaged = checkpointing.directory(str(tmp_path)) / '6'
+  damaged.mkdir(parents=True)
+  barriers = []  # (name, whether the damaged directory was still in place)
+  monkeypatch.setattr(checkpointing.jax, 'process_index', lambda: index)
+  monkeypatch.setattr(checkpointing.jax, 'process_count', lambda: processes)
+  monkeypatch.setattr(
+    checkpointing.multihost_utils,
+    'sync_global_devices',
+    lambda name: barriers.append((name, damaged.exists())),
+  )
+  checkpointer._move_aside(6, ValueError('truncated'), fallback=3)
+  moved = tmp_path / checkpointing.UNUSABLE_DIR / '6'
+  assert (moved.is_dir(), damaged.exists()) == ((True, False) if index == 0 else (False, True))
+  assert barriers == ([] if processes == 1 else [('moved aside checkpoint 6', index != 0)])
+
+
 # Orbax leaves the coroutines of the failed read unawaited; that noise is not ours.
 @pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
 def test_corrupt_latest_checkpoint_falls_back_to_the_newest_good_one(

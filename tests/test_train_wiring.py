@@ -21,8 +21,11 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
+from acceptance import accepted  # noqa: E402
+
 from configs import digits  # noqa: E402
 from hscl_jax import checkpointing  # noqa: E402
+from hscl_jax import errors  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import optim  # noqa: E402
@@ -169,3 +172,15 @@ def test_the_epoch_log_line_shows_the_records_values():
   )
   del record['knn_top1'], record['assumption1_fraction']
   assert train.epoch_summary(record) == 'epoch 3: loss 4.5679, lr 0.00123, 1234 img/s, 12.3 s'
+
+
+def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():
+  config = digits.get_config()
+  config.batch_size = 64
+  with accepted('a batch of all 64 training examples'):
+    train.check_batch_fits(config, 64)
+  with pytest.raises(
+    errors.ConfigError,
+    match=r'^config\.batch_size: 64 exceeds the 63 training examples\. Fix: use at most 63\.$',
+  ):
+    train.check_batch_fits(config, 63)
