@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+from acceptance import accepted
 import ml_collections
 import numpy as np
 from PIL import Image
@@ -54,6 +55,15 @@ def test_digits_source():
   info = data.dataset_info('digits')
   assert info.num_classes == 10 and info.image_shape == (8, 8, 3)
   assert info.split_sizes == {'train': 1438, 'test': 359}
+
+
+def test_the_default_seed_is_0_and_the_seed_picks_the_split():
+  """get_source's documented default seed (0) is accepted and gives seed 0's split."""
+  with accepted('get_source without a seed'):
+    default = data.get_source('digits', 'train')
+  seeded = lambda seed: data.get_source('digits', 'train', seed=seed)
+  np.testing.assert_array_equal(default.labels(), seeded(0).labels())
+  assert not np.array_equal(default.labels(), seeded(1).labels())
 
 
 def save_image(path, mode, size, color):

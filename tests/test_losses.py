@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import re
 
 from absl.testing import parameterized
+from acceptance import accepted
 import chex
 import jax
 import jax.extend
@@ -303,9 +305,11 @@ class IdentityTest(parameterized.TestCase):
       self.assertGreaterEqual(e_hucl, e_hscl * (1 - 1e-9))
 
   def test_diagnostics_match_public_losses(self):
+    """With their defaults (the temperature's is the paper's 0.5 in both)."""
     features, labels = random_batch(10)
     hardening = losses.exponential(1.0)
-    diag = losses.batch_diagnostics(features, labels, hardening=hardening)
+    with accepted('batch_diagnostics with its default temperature'):
+      diag = losses.batch_diagnostics(features, labels, hardening=hardening)
     np.testing.assert_allclose(diag['loss_ucl'], losses.ucl(features), rtol=1e-6)
     np.testing.assert_allclose(diag['loss_hucl'], losses.hucl(features, beta=1.0), rtol=1e-6)
     by_label = losses.batch_diagnostics(features, labels, hardening=hardening, positives='label')
@@ -557,6 +561,20 @@ class InputValidationTest(parameterized.TestCase):
       with self.assertRaisesRegex(error, message):
         fn()
 
+  def test_the_default_m_is_n_minus_2_from_three_rows_and_refused_below(self):
+    """A batch of two rows (one sample, two views) has no negative: refused, naming the
+    fix; three rows (M = 1) are the smallest accepted, and UCL then is eq. (3) at M = 1."""
+    three = random_batch(23)[0][:1].repeat(2, axis=1)[:, :3]  # one sample, three views
+    with accepted('three rows, M = n - 2 = 1'):
+      default = losses.ucl(three)
+    np.testing.assert_allclose(default, losses.ucl(three, M=1), rtol=1e-6)
+    two = three[:, :2]
+    with self.assertRaisesRegex(
+      ValueError, re.escape('M = n - 2 = 0 is not positive: the batch has too few rows; pass M.')
+    ):
+      losses.ucl(two)
+    assert np.isfinite(losses.ucl(two, M=1))  # the fix the message names
+
   def test_concrete_values_of_any_type_are_checked(self):
     """Zero/NaN/inf as Python, NumPy or (non-traced) JAX scalars are refused alike."""
     features, labels = random_batch(26)
@@ -781,3 +799,28 @@ def test_l2_normalize_gives_unit_rows_in_float32_and_keeps_zero_rows():
   np.testing.assert_allclose(out, expected, rtol=1e-6, atol=1e-7)
   # Below eps a row is divided by eps, not by its norm (no division by zero).
   np.testing.assert_allclose(losses.l2_normalize(np.array([[1e-13, 0.0]]), eps=1e-12), [[0.1, 0.0]])
+
+
+_DENSE_KEYS = loss_kernel.DENSE_MAX_ENTRIES // 4096  # with 4096 queries: the bound exactly
+
+
+@pytest.mark.parametrize(
+  'block_size, num_queries, num_keys, resolved',
+  [
+    (None, 4096, _DENSE_KEYS, None),  # DENSE_MAX_ENTRIES similarities: dense
+    (None, 4096, _DENSE_KEYS + 1, loss_kernel.DEFAULT_BLOCK_SIZE),  # more: blockwise
+    (0, 10**5, 10**5, None),  # 0 asks for dense at any size
+    (5, 8, 8, 5),  # a size given is kept, however small the batch
+    (1, 10**5, 10**5, 1),
+  ],
+)
+def test_block_size_none_is_dense_up_to_its_bound_and_a_given_size_is_kept(
+  block_size, num_queries, num_keys, resolved
+):
+  assert 4096 * _DENSE_KEYS == loss_kernel.DENSE_MAX_ENTRIES
+  assert loss_kernel.resolve_block_size(block_size, num_queries, num_keys) == resolved
+
+
+def test_a_negative_block_size_is_refused():
+  with pytest.raises(ValueError, match=re.escape('got -1.')):
+    loss_kernel.resolve_block_size(-1, 8, 8)

@@ -235,6 +235,23 @@ def test_a_crash_is_an_assertion_kill_if_any_test_fails_on_an_assertion():
   assert every(_summary(asserted, crash))[0] == 'assertion'
 
 
+def test_captured_log_lines_are_not_taken_for_the_summary():
+  """A logger's ERROR line in the captured log (its level padded with spaces) precedes the
+  summary; the failure is the TypeError the mutated statement raised."""
+  log = (
+    'ERROR    absl:future.py:387 [process=0][thread=Thread-3] _SignalingThread.run() raised '
+    "an exception: unsupported operand type(s) for ** or pow(): 'PosixGPath' and 'str'"
+  )
+  type_error = "TypeError: unsupported operand type(s) for ** or pow(): 'PosixGPath' and 'str'"
+  output = log + '\n' + _failure(type_error, ['hscl_jax/m.py:4: TypeError'])
+  assert mutation_score.mutation_test.summary_lines(output) == [
+    f'FAILED tests/test_x.py::test_y - {type_error}'
+  ]
+  assert mutation_score.raised_by_mutated_statement(output, 'hscl_jax/m.py', range(4, 5))
+  collection = 'ERROR tests/test_x.py - ModuleNotFoundError: No module named jax'
+  assert mutation_score.mutation_test.summary_lines(log + '\n' + collection) == [collection]
+
+
 def test_the_second_run_of_a_crash_decides_and_is_never_judged_not_viable():
   work_item = pytest.importorskip('cosmic_ray.work_item')
   type_error = _failure(

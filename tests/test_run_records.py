@@ -174,3 +174,35 @@ def test_a_run_is_finished_only_when_all_its_epochs_and_its_evaluation_match(
     == finished
   )
   assert not run_records.is_finished([], linear, 2, None, {'epochs': 3}, ('epochs',))
+
+
+def _finished_workdir(workdir, config, *, last_step, top1):
+  """A run's workdir as a finished run leaves it, checkpoints reduced to their step names."""
+  metrics.write_config(str(workdir), config)
+  history = [{'epoch': e, 'step': last_step * e // config.num_epochs} for e in range(1, 3)]
+  (workdir / metrics.METRICS_FILE).write_text(''.join(json.dumps(r) + '\n' for r in history))
+  linear = {**config.linear_eval.to_dict(), 'checkpoint_step': last_step, 'top1': top1}
+  (workdir / linear_probe.RESULT_FILE).write_text(json.dumps(linear))
+  (workdir / 'checkpoints' / str(last_step)).mkdir(parents=True)
+
+
+def test_a_finished_workdir_is_recorded_and_its_record_then_stands_in_for_it(tmp_path):
+  """No training: a finished workdir is taken and copied to the records; once the workdir
+  is gone, the record gives the same run; with neither, there is no run."""
+  base = digits.get_config()
+  base.num_epochs = 2
+  setting = image_grid.settings(base, set())[0]
+  root, records = tmp_path / 'runs', tmp_path / 'report'
+  workdir = pathlib.Path(image_grid.run_dir(str(root), setting, 3))
+  config = image_grid.run_config(base, setting, 3, 'features')
+  _finished_workdir(workdir, config, last_step=30, top1=0.25)
+  done = image_grid.completed_run(base, setting, 3, str(root), 'features', str(records))
+  assert done is not None and (done['seed'], done['linear']['top1']) == (3, 0.25)
+  record = pathlib.Path(run_records.record_dir(str(records), setting.slug, 3))
+  for name in run_records.FILES:
+    assert (record / name).read_bytes() == (workdir / name).read_bytes(), name
+  shutil.rmtree(workdir)
+  again = image_grid.completed_run(base, setting, 3, str(root), 'features', str(records))
+  assert again is not None
+  assert (again['linear'], again['history']) == (done['linear'], done['history'])
+  assert image_grid.completed_run(base, setting, 4, str(root), 'features', str(records)) is None

@@ -299,7 +299,7 @@ def raised_by_mutated_statement(output: str, module: str, lines: range) -> bool:
   """Whether the run failed on a TypeError whose deepest frame in the package is the
   mutated statement: the mutant cannot run on the values it meets (`float << int`, `^` on
   float32), so any run of it fails and none can assert on its behaviour."""
-  summary = [line for line in output.splitlines() if line.startswith(('FAILED', 'ERROR'))]
+  summary = mutation_test.summary_lines(output)
   if not summary or ' - TypeError' not in summary[0]:
     return False
   package = [(path, int(n)) for path, n in _FRAME.findall(output) if 'hscl_jax/' in path]
@@ -336,8 +336,8 @@ EVERY_TEST = '[every test]\n'
 def classify_every_failure(output: str) -> tuple[str, str]:
   """'assertion' if any failed test of the short summary failed on an assertion (with -x
   there is one), else mutation_test's outcome of the first."""
-  for line in output.splitlines():
-    if line.startswith(('FAILED', 'ERROR')) and mutation_test.classify(1, line)[0] == 'assertion':
+  for line in mutation_test.summary_lines(output):
+    if mutation_test.classify(1, line)[0] == 'assertion':
       return mutation_test.classify(1, line)
   return mutation_test.classify(1, output)
 

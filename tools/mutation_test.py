@@ -722,7 +722,16 @@ LANDED26_28_MUTANTS = (
 SETS = {'core': MUTANTS, 'issue27': ISSUE27_MUTANTS, 'landed26_28': LANDED26_28_MUTANTS}
 ALL_MUTANTS = MUTANTS + ISSUE27_MUTANTS + LANDED26_28_MUTANTS
 
-_SUMMARY = re.compile(r'^(?:FAILED|ERROR) .*$', re.M)
+# A line of pytest's short summary: FAILED or ERROR, then a test file (not a captured log
+# line such as "ERROR    absl:future.py:387 ...", whose level is padded with spaces).
+_SUMMARY = re.compile(r'^(?:FAILED|ERROR) [^\s:]+\.py\b.*$', re.M)
+
+
+def summary_lines(output: str) -> list[str]:
+  """The FAILED / ERROR lines of pytest's short test summary in `output`, in order."""
+  return _SUMMARY.findall(output)
+
+
 # What a failed assertion about the behaviour looks like in pytest's short summary.
 _ASSERTION = ('AssertionError', 'assert ', 'Failed: DID NOT RAISE', 'Failed: Regex pattern')
 
@@ -733,7 +742,7 @@ def classify(returncode: int, output: str) -> tuple[str, str]:
     return 'survived', ''
   if returncode == 5:
     return 'no tests', 'no test collected: fix the selection'
-  summary = _SUMMARY.findall(output)
+  summary = summary_lines(output)
   if not summary:
     return 'crash', output.strip().splitlines()[-1][:120]
   first = summary[0]
