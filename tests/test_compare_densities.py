@@ -165,3 +165,40 @@ def test_densities_are_parsed_or_refused_naming_the_item():
     timeout=300,
   )
   assert out.returncode != 0 and "--densities: '4' is not M=REPORT_DIR" in out.stderr
+
+
+def test_the_plot_draws_each_pairs_mean_and_spread_at_the_measured_densities(tmp_path, monkeypatch):
+  """The plotted points recomputed from the grids above: x the density's measured
+  same-class count, y the mean per-seed difference (points), the bar its std (ddof 1)."""
+  from matplotlib import axes
+
+  drawn = []
+  original = axes.Axes.errorbar
+
+  def record(ax, x, y, *args, yerr=None, label=None, **kwargs):
+    drawn.append((ax, label, list(x), list(y), list(yerr)))  # ax: titled after drawing
+    return original(ax, range(len(y)), y, *args, yerr=yerr, label=label, **kwargs)
+
+  monkeypatch.setattr(axes.Axes, 'errorbar', record)
+  write_density(str(tmp_path / 'uniform'), 0, UNIFORM)  # not the fixture's: its report
+  write_density(str(tmp_path / 'm4'), 4, FOUR)  # plots before this test could record
+  densities = density_grid.parse_densities([f'4={tmp_path / "m4"}', f'0={tmp_path / "uniform"}'])
+  density_grid.write_report(base_config(), densities, PROTOCOL, str(tmp_path / 'report'))
+  uniform_x = loader_same_class(0, [0, 1, 2])
+  expected = []
+  for column, name in ((0, 'linear top-1'), (1, 'kNN top-1')):
+    for first, second in image_grid.PAIRS:
+      points = []
+      for x, grid in ((uniform_x, UNIFORM), (3.0, FOUR)):
+        if first in grid and second in grid:
+          seeds = sorted(set(grid[first]) & set(grid[second]))
+          d = [100 * (grid[first][s][column] - grid[second][s][column]) for s in seeds]
+          points.append((x, np.mean(d), np.std(d, ddof=1) if len(d) > 1 else 0.0))
+      if points:
+        x, y, spread = zip(*points)
+        expected.append((f'Paired differences, {name}', f'{first} − {second}', x, y, spread))
+  assert len(drawn) == len(expected) >= 5
+  for got, want in zip(drawn, expected):
+    assert (got[0].get_title(), got[1]) == want[:2]
+    assert all(np.ndim(v) == 0 for values in got[2:] for v in values), got  # one number each
+    np.testing.assert_allclose(got[2:], want[2:], rtol=1e-9, atol=1e-9, err_msg=str(want[:2]))
