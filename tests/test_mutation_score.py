@@ -317,3 +317,30 @@ with tempfile.TemporaryDirectory(dir={str(tmp_path)!r}) as copy:
     time.sleep(0.1)  # a killed child is a zombie until init reaps it
   status = pathlib.Path(f'/proc/{child}/stat')
   assert not status.exists() or status.read_text().rsplit(')', 1)[1].split()[0] == 'Z'
+
+
+def test_a_recheck_runs_the_survivors_crashes_and_timeouts_again():
+  """Not the assertion kills, the not viable, the equivalents or the undrawn mutants."""
+  work_item = pytest.importorskip('cosmic_ray.work_item')
+  killed, survived = work_item.TestOutcome.KILLED, work_item.TestOutcome.SURVIVED
+  normal = work_item.WorkerOutcome.NORMAL
+  outputs = {
+    'asserted': (killed, _summary('FAILED tests/t.py::a - AssertionError: 1 != 2')),
+    'crashed': (killed, _summary('FAILED tests/t.py::b - ValueError: refused')),
+    'timed out': (killed, 'timeout'),
+    'survived': (survived, ''),
+    'not viable': (killed, _failure('TypeError: bad operand', ['hscl_jax/m.py:1: TypeError'])),
+  }
+  results = [
+    (job, work_item.WorkResult(worker_outcome=normal, output=o, test_outcome=t))
+    for job, (t, o) in outputs.items()
+  ]
+  results.append(('undrawn', work_item.WorkResult(worker_outcome=work_item.WorkerOutcome.SKIPPED)))
+  position = type('Mutation', (), {'start_pos': (1, 0)})
+  items = [type('Item', (), {'job_id': job, 'mutations': [position]}) for job, _ in results]
+  db = type('Db', (), {'work_items': items, 'results': results})
+  assert mutation_score.rechecked(db, 'hscl_jax/m.py', 'x = a << 1\n') == {
+    'crashed',
+    'timed out',
+    'survived',
+  }

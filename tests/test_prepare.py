@@ -9,9 +9,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
+from acceptance import accepted
 import pytest
 
 from hscl_jax.data import tfds_prepare
@@ -46,6 +48,18 @@ def test_program_errors_are_one_line_before_any_work(tmp_path):
 def test_prepare_checks_the_manual_archive(tmp_path):
   with pytest.raises(PreparationError, match='has no cifar-10-binary.tar.gz'):
     tfds_prepare.prepare('cifar10', manual_dir=str(tmp_path))
+
+
+def test_tensorflow_is_required_only_where_it_is_missing(monkeypatch):
+  """Checked by its import spec, TensorFlow itself never imported for the check."""
+  monkeypatch.setattr(importlib.util, 'find_spec', lambda name: object())
+  with accepted('an installed TensorFlow'):
+    tfds_prepare.require_tensorflow()
+  looked_up = []
+  monkeypatch.setattr(importlib.util, 'find_spec', lambda name: looked_up.append(name))
+  with pytest.raises(PreparationError, match=re.escape(tfds_prepare.NEEDS_TENSORFLOW)):
+    tfds_prepare.require_tensorflow()
+  assert looked_up == ['tensorflow']
 
 
 def test_prepare_without_tensorflow_says_how_to_install(monkeypatch):

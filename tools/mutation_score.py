@@ -415,7 +415,7 @@ def baseline_seconds(module: str) -> float:
 
 def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: bool = False):
   """Plant and test every drawn mutant of the session that has no result yet, or with
-  `recheck` every one that survived or crashed (cwd: the copy); a crash runs again with
+  `recheck` every one that survived, crashed or timed out (cwd: the copy); a crash runs again with
   every test (`run_every_test`) and that run is stored."""
   from cosmic_ray.mutating import mutate_and_test
   from cosmic_ray.work_db import WorkDB
@@ -445,8 +445,8 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
 
 
 def rechecked(db, module: str, source: str) -> set[str]:
-  """The session's mutants a recheck runs again: the survivors (not the equivalents) and
-  the crashes, which new tests may turn into assertion kills."""
+  """The session's mutants a recheck runs again: the survivors (not the equivalents), the
+  crashes and the timeouts, which new tests may turn into assertion kills."""
   from cosmic_ray.work_item import WorkerOutcome
 
   equivalents = load_equivalents()
@@ -456,7 +456,7 @@ def rechecked(db, module: str, source: str) -> set[str]:
     for job, r in db.results
     if r.worker_outcome != WorkerOutcome.SKIPPED  # the undrawn mutants
     and outcome_of(r, equivalents, module, statement_lines(source, where[job]))[0]
-    in ('survived', 'crash')
+    in ('survived', 'crash', 'timeout')
   }
 
 
@@ -529,8 +529,8 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument(
     '--recheck',
     action='store_true',
-    help="after tests were added: run the stored samples' survivors and crashes again with "
-    'the current tests, keep the other outcomes',
+    help="after tests were added: run the stored samples' survivors, crashes and timeouts "
+    'again with the current tests, keep the other outcomes',
   )
   return parser
 
