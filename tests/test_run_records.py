@@ -115,9 +115,10 @@ def test_a_record_of_another_run_is_not_taken_for_this_one(recorded_grid):
   setting, seed = plan[0]
   record = report_dir / 'runs' / setting.slug / 'seed0'
   same = image_grid.run_config(config, setting, seed)
+  read = _read(record, same)
+  assert read is not None, 'the record of this very run was not taken'
   assert (
-    _read(record, same)['linear']['top1']
-    == json.loads((record / linear_probe.RESULT_FILE).read_text())['top1']
+    read['linear']['top1'] == json.loads((record / linear_probe.RESULT_FILE).read_text())['top1']
   )
   moved = image_grid.run_config(config, setting, seed)
   moved.data_dir = '/elsewhere/tfds'  # where the data lies does not shape the run
@@ -206,3 +207,20 @@ def test_a_finished_workdir_is_recorded_and_its_record_then_stands_in_for_it(tmp
   assert again is not None
   assert (again['linear'], again['history']) == (done['linear'], done['history'])
   assert image_grid.completed_run(base, setting, 4, str(root), 'features', str(records)) is None
+
+
+def test_a_finished_run_is_returned_without_training_it_again(tmp_path, monkeypatch):
+  base = digits.get_config()
+  base.num_epochs = 2
+  setting = image_grid.settings(base, set())[0]
+  workdir = pathlib.Path(image_grid.run_dir(str(tmp_path), setting, 0))
+  _finished_workdir(
+    workdir, image_grid.run_config(base, setting, 0, 'features'), last_step=8, top1=0.5
+  )
+
+  def train_again(config, workdir):
+    raise AssertionError(f'the finished run in {workdir} was trained again')
+
+  monkeypatch.setattr(image_grid.train, 'train_and_evaluate', train_again)
+  result = image_grid.run_one(base, setting, 0, str(tmp_path), 'features')
+  assert (result['setting'], result['seed'], result['linear']['top1']) == (setting, 0, 0.5)
