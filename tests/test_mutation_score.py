@@ -339,8 +339,10 @@ def test_a_recheck_runs_the_survivors_crashes_and_timeouts_again():
   position = type('Mutation', (), {'start_pos': (1, 0)})
   items = [type('Item', (), {'job_id': job, 'mutations': [position]}) for job, _ in results]
   db = type('Db', (), {'work_items': items, 'results': results})
-  assert mutation_score.rechecked(db, 'hscl_jax/m.py', 'x = a << 1\n') == {
+  assert mutation_score.rechecked(db, 'hscl_jax/m.py', 'x = a << 1\n', {}) == {
     'crashed',
     'timed out',
     'survived',
   }
+  listed = {('hscl_jax/m.py', '', ''): 'its one-line diff is listed as equivalent'}
+  assert 'survived' not in mutation_score.rechecked(db, 'hscl_jax/m.py', 'x = a << 1\n', listed)

@@ -424,7 +424,8 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
   with use_db(str(path), mode=WorkDB.Mode.open) as db:
     source = (ROOT / module).read_text()
     if recheck:
-      items = [item for item in db.work_items if item.job_id in rechecked(db, module, source)]
+      again = rechecked(db, module, source, equivalents)
+      items = [item for item in db.work_items if item.job_id in again]
     else:
       items = db.pending_work_items
     pending = sorted(items, key=lambda item: item.mutations[0].start_pos)
@@ -444,12 +445,11 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
       print(f'{where:70s} {outcome:10s} {time.time() - start:5.0f} s  {detail}', flush=True)
 
 
-def rechecked(db, module: str, source: str) -> set[str]:
+def rechecked(db, module: str, source: str, equivalents: dict) -> set[str]:
   """The session's mutants a recheck runs again: the survivors (not the equivalents), the
   crashes and the timeouts, which new tests may turn into assertion kills."""
   from cosmic_ray.work_item import WorkerOutcome
 
-  equivalents = load_equivalents()
   where = {item.job_id: item.mutations[0].start_pos[0] for item in db.work_items}
   return {
     job
