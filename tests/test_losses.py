@@ -564,7 +564,7 @@ class InputValidationTest(parameterized.TestCase):
   def test_the_default_m_is_n_minus_2_from_three_rows_and_refused_below(self):
     """A batch of two rows (one sample, two views) has no negative: refused, naming the
     fix; three rows (M = 1) are the smallest accepted, and UCL then is eq. (3) at M = 1."""
-    three = random_batch(23)[0][:1].repeat(2, axis=1)[:, :3]  # one sample, three views
+    three = random_batch(23, batch=1, views=3)[0]  # one sample, three views
     with accepted('three rows, M = n - 2 = 1'):
       default = losses.ucl(three)
     np.testing.assert_allclose(default, losses.ucl(three, M=1), rtol=1e-6)

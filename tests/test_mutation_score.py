@@ -225,7 +225,7 @@ def test_a_crash_is_an_assertion_kill_if_any_test_fails_on_an_assertion():
   valid input elsewhere, a later test asserts on the changed behaviour."""
   crash = 'FAILED tests/test_a.py::test_trains - hscl_jax.errors.ConfigError: batch_size'
   asserted = 'FAILED tests/test_b.py::test_bound - Failed: DID NOT RAISE <class ValueError>'
-  every = mutation_score.classify_every_failure
+  every = lambda output: mutation_score.mutation_test.classify(1, output)
   assert every(_summary(crash, asserted)) == (
     'assertion',
     'Failed: DID NOT RAISE <class ValueError>',

@@ -321,9 +321,9 @@ def outcome_of(result, equivalents: dict, module: str, lines: range | None = Non
   if result.test_outcome == TestOutcome.INCOMPETENT:
     return 'crash', (result.output or '').strip().splitlines()[-1:][0][:120]
   output = result.output or ''
+  outcome, detail = mutation_test.classify(1, output)  # an assertion among any failures
   if output.startswith(EVERY_TEST):
-    return classify_every_failure(output)  # the -x run found it viable already
-  outcome, detail = classify_every_failure(output)
+    return outcome, detail  # the -x run found it viable already
   if outcome == 'crash' and lines and raised_by_mutated_statement(output, module, lines):
     return 'not viable', detail
   return outcome, detail
@@ -331,15 +331,6 @@ def outcome_of(result, equivalents: dict, module: str, lines: range | None = Non
 
 # The first line of a stored output from the run with every test (a crash's second run).
 EVERY_TEST = '[every test]\n'
-
-
-def classify_every_failure(output: str) -> tuple[str, str]:
-  """'assertion' if any failed test of the short summary failed on an assertion (with -x
-  there is one), else mutation_test's outcome of the first."""
-  for line in mutation_test.summary_lines(output):
-    if mutation_test.classify(1, line)[0] == 'assertion':
-      return mutation_test.classify(1, line)
-  return mutation_test.classify(1, output)
 
 
 def fingerprint(module: str) -> str:

@@ -736,8 +736,19 @@ def summary_lines(output: str) -> list[str]:
 _ASSERTION = ('AssertionError', 'assert ', 'Failed: DID NOT RAISE', 'Failed: Regex pattern')
 
 
+def _failure_reason(line: str) -> str:
+  return line.split(' - ', 1)[1] if ' - ' in line else ''
+
+
+def _is_assertion(line: str) -> bool:
+  return line.startswith('FAILED') and _failure_reason(line).startswith(_ASSERTION)
+
+
 def classify(returncode: int, output: str) -> tuple[str, str]:
-  """(outcome, detail) of one pytest run (its output made with -rfE and wide COLUMNS)."""
+  """(outcome, detail) of one pytest run (its output made with -rfE and wide COLUMNS):
+  'assertion' if any failed test failed on an assertion (with -x there is one failure;
+  without, the others do not hide it), else 'crash' (a fixture, an import, another
+  exception), detailed by that failure or the first."""
   if returncode == 0:
     return 'survived', ''
   if returncode == 5:
@@ -745,12 +756,10 @@ def classify(returncode: int, output: str) -> tuple[str, str]:
   summary = summary_lines(output)
   if not summary:
     return 'crash', output.strip().splitlines()[-1][:120]
-  first = summary[0]
-  reason = first.split(' - ', 1)[1] if ' - ' in first else ''
-  detail = reason[:120]
-  if first.startswith('ERROR') or not reason.startswith(_ASSERTION):
-    return 'crash', detail or first[:120]  # a fixture, an import, another exception
-  return 'assertion', detail
+  asserted = [line for line in summary if _is_assertion(line)]
+  if asserted:
+    return 'assertion', _failure_reason(asserted[0])[:120]
+  return 'crash', _failure_reason(summary[0])[:120] or summary[0][:120]
 
 
 def copy_tree(destination: str, ref: str | None) -> None:
