@@ -1,4 +1,5 @@
-"""`accepted()`: the block asserts that a valid input is accepted.
+"""`accepted()` and `refused()`: the block asserts that a valid input is accepted, or an
+invalid one refused.
 
 A range check's bound must be accepted and one past it refused. Refused wrongly, the check
 raises its own error (a ValueError, a ConfigError); inside `accepted()` that refusal fails
@@ -8,6 +9,7 @@ rather than as an unexpected exception."""
 from __future__ import annotations
 
 import contextlib
+import re
 
 from hscl_jax import errors
 
@@ -18,3 +20,20 @@ def accepted(what: str = 'a valid input'):
     yield
   except (errors.UserError, ValueError) as refusal:
     raise AssertionError(f'{what} was refused: {refusal}') from refusal
+
+
+@contextlib.contextmanager
+def refused(pattern: str, error: type[Exception] = ValueError):
+  """The block asserts that an invalid input is refused with `error` matching `pattern`.
+
+  Unlike `pytest.raises`, another exception (a ZeroDivisionError from the input reaching
+  the computation, the wrong check's message) fails the test as a failed assertion: the
+  test's subject is the refusal and its wording, which the user reads."""
+  try:
+    yield
+  except error as refusal:
+    assert re.search(pattern, str(refusal)), f'refused with {refusal!r}, not {pattern!r}'
+  except Exception as other:
+    raise AssertionError(f'not refused by a {error.__name__}: {other!r}') from other
+  else:
+    raise AssertionError(f'accepted; expected a {error.__name__} matching {pattern!r}')

@@ -26,6 +26,8 @@ from hscl_jax.experiments import image_grid  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
 
 sys.path.insert(0, str(REPO / 'tests'))
+from acceptance import accepted  # noqa: E402
+from acceptance import refused  # noqa: E402
 from test_compare_paired import counted_in_loader  # noqa: E402
 
 PROTOCOL = 'features'
@@ -101,7 +103,8 @@ def report(tmp_path_factory):
     'hucl_false_negative_fraction': 0.137,
     'hucl_same_class_fraction_of_all_negatives': 0.0891,
   }
-  folder = root / 'uniform' / image_grid.INSPECT_DIR / 'hucl_beta1.0_seed0'
+  # On the second density only: a density without it is skipped, not the end of the table.
+  folder = root / 'm4' / image_grid.INSPECT_DIR / 'hucl_beta1.0_seed0'
   os.makedirs(folder)
   (folder / inspection.STATISTIC_FILE).write_text(json.dumps(statistic))
   densities = density_grid.parse_densities([f'4={root / "m4"}', f'0={root / "uniform"}'])
@@ -143,19 +146,23 @@ def test_table_one_per_density_and_the_inspect_fraction(report):
   assert '| UCL | 41.00 ± 1.00 (n=3) |  |' in text
   # kNN is the last epoch's: 0.35 and 0.37 at 4 per class.
   assert '| H-UCL | 33.33 ± 1.53 (n=3) | 33.50 ± 4.95 (n=2) |' in text
-  assert '| uniform | ' in text and '| 13.70 % (k = 8) | 8.91 % |' in text
+  assert '| 4 per class | 3.00 | 13.70 % (k = 8) | 8.91 % |' in text
+  uniform = loader_same_class(0, [0, 1, 2])
+  no_row = f'| uniform | {uniform:.2f} | '  # no statistic recorded there
+  assert not any(line.startswith(no_row) for line in text.splitlines())
   assert (root / 'report' / density_grid.PLOT_FILE).stat().st_size > 10_000
   assert (root / 'report' / density_grid.REPORT_FILE).read_text() == text
 
 
 def test_densities_are_parsed_or_refused_naming_the_item():
-  parsed = density_grid.parse_densities(['16=b', '0=a'])
+  with accepted('two densities'):
+    parsed = density_grid.parse_densities(['16=b', '0=a'])
   assert [(d.samples_per_class, d.records) for d in parsed] == [(0, 'a'), (16, 'b')]
-  for bad in (['4'], ['x=a'], ['4=']):
-    with pytest.raises(ValueError, match=f"'{bad[0]}' is not M=REPORT_DIR"):
+  for bad in (['4'], ['x=a'], ['4='], ['=a']):
+    with refused(f"'{bad[0]}' is not M=REPORT_DIR"):
       density_grid.parse_densities(bad)
-  with pytest.raises(ValueError, match='once'):
-    density_grid.parse_densities(['4=a', '4=b'])
+  with refused('each samples_per_class may be given once'):
+    density_grid.parse_densities(['4=a', '8=c', '4=b'])
   out = subprocess.run(
     [sys.executable, '-m', 'hscl_jax.experiments.compare_densities']
     + ['--config=configs/digits.py', '--densities=4', '--report_dir=/tmp/unused'],
@@ -202,3 +209,34 @@ def test_the_plot_draws_each_pairs_mean_and_spread_at_the_measured_densities(tmp
     assert (got[0].get_title(), got[1]) == want[:2]
     assert all(np.ndim(v) == 0 for values in got[2:] for v in values), got  # one number each
     np.testing.assert_allclose(got[2:], want[2:], rtol=1e-9, atol=1e-9, err_msg=str(want[:2]))
+
+
+def test_the_plot_is_1210_by_440_px_with_capped_bars_and_a_thin_grey_zero_line(
+  tmp_path, monkeypatch
+):
+  """The figure as the reports show it: two 5.5 x 4 inch panels at 110 dpi, each with a
+  thin (0.8 pt) grey line at zero difference and error bars capped 3 pt wide each side."""
+  from matplotlib import figure
+  from PIL import Image
+
+  saved = []
+  original = figure.Figure.savefig
+  monkeypatch.setattr(
+    figure.Figure, 'savefig', lambda fig, *a, **kw: (saved.append(fig), original(fig, *a, **kw))[1]
+  )
+  write_density(str(tmp_path / 'uniform'), 0, UNIFORM)
+  write_density(str(tmp_path / 'm4'), 4, FOUR)
+  densities = density_grid.parse_densities([f'4={tmp_path / "m4"}', f'0={tmp_path / "uniform"}'])
+  density_grid.write_report(base_config(), densities, PROTOCOL, str(tmp_path / 'report'))
+  with Image.open(tmp_path / 'report' / density_grid.PLOT_FILE) as png:
+    assert png.size == (1210, 440)
+  (fig,) = saved
+  assert len(fig.axes) == 2
+  for ax in fig.axes:
+    zero_lines = [line for line in ax.get_lines() if list(line.get_ydata()) == [0, 0]]
+    assert len(zero_lines) == 1, ax.get_title()
+    assert zero_lines[0].get_color() == 'grey' and zero_lines[0].get_linewidth() == 0.8
+    assert ax.containers, ax.get_title()
+    for bars in ax.containers:
+      (caps,) = {cap.get_markersize() for cap in bars.lines[1]}
+      assert caps == 2 * 3  # matplotlib draws a cap of capsize points each side

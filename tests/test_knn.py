@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from acceptance import accepted
+from acceptance import refused
 import jax
 from jax.sharding import PartitionSpec as P
 import ml_collections
@@ -124,15 +126,24 @@ def test_features_are_normalised_inside():
 
 def test_bad_arguments():
   bank, bank_labels, queries, query_labels = make_data(8)
-  with pytest.raises(ValueError, match='widths differ'):
+  with refused('widths differ'):
     knn.weighted_knn_predict(bank, bank_labels, queries[:, :3], num_classes=5)
-  with pytest.raises(ValueError, match='empty'):
+  with refused('empty'):
     knn.weighted_knn_predict(bank[:0], bank_labels[:0], queries, num_classes=5)
-  # Each bound accepted and one past it refused, one argument at a time.
+  with accepted('a bank of one row'):  # the bound: every query's neighbour is that row
+    one = knn.weighted_knn_predict(bank[:1], bank_labels[:1], queries, num_classes=5)
+  np.testing.assert_array_equal(np.asarray(one), np.full(len(queries), bank_labels[0]))
+  # Each bound accepted (and predicting as the reference does) and one past it refused,
+  # one argument at a time.
   tiny = float(np.nextafter(np.float32(0), np.float32(1)))
   for name, bound, past in (('k', 1, 0), ('chunk_size', 1, 0), ('temperature', tiny, 0.0)):
-    knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, **{name: bound})
-    with pytest.raises(ValueError, match=r'Need k >= 1, chunk_size >= 1, temperature > 0'):
+    with accepted(f'{name}={bound}'):
+      got = knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, **{name: bound})
+    if name != 'temperature':  # exp(sim / tiny) overflows the float64 reference
+      args = dict(k=200, temperature=0.5) | {name: bound}
+      want = reference_predict(bank, bank_labels, queries, 5, args['k'], args['temperature'])
+      np.testing.assert_array_equal(np.asarray(got), want)
+    with refused(rf'Need k >= 1, chunk_size >= 1, temperature > 0; got .*\b{past}\b'):
       knn.weighted_knn_predict(bank, bank_labels, queries, num_classes=5, **{name: past})
 
 

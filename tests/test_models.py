@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from flax import linen as nn
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -99,16 +100,43 @@ def test_initialize():
 
 
 def test_parameter_counts():
-  """Standard sizes: ResNet-18 11.17M and ResNet-50 23.51M backbone parameters."""
+  """Standard sizes: ResNet-18 11.17M, ResNet-34 21.28M and ResNet-50 23.51M backbone
+  parameters with the CIFAR stem; with the ImageNet stem, torchvision's less its classifier."""
   counts = {}
-  for name in ('resnet18', 'resnet50'):
-    model = models.make_backbone(name)
+  for name, stem in (
+    ('resnet18', 'cifar'),
+    ('resnet34', 'cifar'),
+    ('resnet50', 'cifar'),
+    ('resnet18', 'imagenet'),
+  ):
+    model = models.make_backbone(name, stem=stem)
     x = jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32)
     params = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False), x)['params']
-    counts[name] = sum(p.size for p in jax.tree.leaves(params))
-  # ImageNet counts minus the 1000-way classifier, CIFAR stem (3x3 instead of 7x7).
-  assert counts['resnet18'] == 11_689_512 - 513_000 - 64 * 3 * (49 - 9)
-  assert counts['resnet50'] == 25_557_032 - 2_049_000 - 64 * 3 * (49 - 9)
+    counts[name, stem] = sum(p.size for p in jax.tree.leaves(params))
+  # torchvision's ImageNet counts minus the 1000-way classifier; the CIFAR stem's 3x3
+  # convolution has 64 * 3 * (49 - 9) weights fewer than the 7x7 one.
+  cifar_stem = 64 * 3 * (49 - 9)
+  assert counts['resnet18', 'imagenet'] == 11_689_512 - 513_000
+  assert counts['resnet18', 'cifar'] == 11_689_512 - 513_000 - cifar_stem
+  assert counts['resnet34', 'cifar'] == 21_797_672 - 513_000 - cifar_stem
+  assert counts['resnet50', 'cifar'] == 25_557_032 - 2_049_000 - cifar_stem
+
+
+@pytest.mark.parametrize('side, sides', [(8, [8, 4, 4, 2]), (32, [32, 16, 16, 8])])
+def test_small_cnn_halves_the_side_at_its_strided_layers(side, sides):
+  """Strides (1, 2, 1, 2): an 8x8 digit is 8, 4, 4 and 2 pixels wide after the four
+  convolutions (the class docstring's 2x2 before pooling), a 32x32 image 32, 16, 16, 8."""
+  model = models.make_backbone('small_cnn')
+  x = jax.ShapeDtypeStruct((1, side, side, 3), jnp.float32)
+
+  def convolved(x):
+    variables = model.init(jax.random.key(0), x, train=False)
+    is_conv = lambda module, _: isinstance(module, nn.Conv)
+    return model.apply(variables, x, train=False, capture_intermediates=is_conv)[1]
+
+  outputs = jax.eval_shape(convolved, x)['intermediates']
+  got = [outputs[f'Conv_{i}']['__call__'][0].shape[1:3] for i in range(4)]
+  assert got == [(s, s) for s in sides]
 
 
 def host_variables(model, image_shape, seed=0, *, random_norms=False):
