@@ -151,3 +151,47 @@ def test_recomputation_sees_each_chunks_own_state():
   np.testing.assert_allclose(state['count'], expected_state['count'])
   for name in params:
     np.testing.assert_allclose(grads[name], expected_grads[name], rtol=1e-4, atol=1e-6)
+
+
+def _scan_unrolls(jaxpr) -> list:
+  """The `unroll` of every scan in a jaxpr, nested ones (a jit's, a scan body's) included."""
+  found = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'scan':
+      found.append(eqn.params['unroll'])
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else [value]:
+        inner = getattr(sub, 'jaxpr', sub)  # a ClosedJaxpr's jaxpr, or a Jaxpr
+        if hasattr(inner, 'eqns'):
+          found += _scan_unrolls(inner)
+  return found
+
+
+def test_the_default_is_a_scan_whose_memory_is_flat_in_the_chunks():
+  """Unrolling is opt-in (for XLA:CPU): by default both passes are scans over the chunks
+  one at a time (unroll 1), as the docstring promises for GPUs and TPUs."""
+  params, x, labels = make_inputs(4)
+  forward = lambda p, state, chunk: (encode(p, chunk), state)
+  loss_fn = lambda z: (scl(z, labels), None)
+  chunks = gradcache.split(x, 4)
+  default = jax.make_jaxpr(lambda p: gradcache.value_and_grad(forward, loss_fn, p, {}, chunks))
+  unrolled = jax.make_jaxpr(
+    lambda p: gradcache.value_and_grad(forward, loss_fn, p, {}, chunks, unroll=True)
+  )
+  assert _scan_unrolls(default(params).jaxpr) == [1, 1]
+  assert _scan_unrolls(unrolled(params).jaxpr) == [4, 4]
+
+
+@pytest.mark.parametrize('num_chunks', [1, 4])
+def test_forward_only_equals_the_unchunked_forward(num_chunks):
+  """Pass (1) alone: the whole batch's outputs in order, and the state after every chunk."""
+  params, x, _ = make_inputs(5)
+
+  def forward(p, state, chunk):
+    return encode(p, chunk), {'count': state['count'] + 1}
+
+  outputs, state = gradcache.forward_only(
+    forward, params, {'count': 0}, gradcache.split(x, num_chunks)
+  )
+  np.testing.assert_allclose(outputs, encode(params, x), rtol=1e-6, atol=1e-7)
+  assert int(state['count']) == num_chunks
