@@ -9,16 +9,32 @@ rather than as an unexpected exception."""
 from __future__ import annotations
 
 import contextlib
+import pathlib
 import re
+import traceback
 
 from hscl_jax import errors
+
+PACKAGE = pathlib.Path(errors.__file__).resolve().parent
+
+
+def raised_by_the_package(error: BaseException) -> bool:
+  """Whether the innermost frame of `error`'s traceback is in hscl_jax: a check of ours
+  refusing, not a library failing on what a bug handed it."""
+  frames = traceback.extract_tb(error.__traceback__)
+  return bool(frames) and pathlib.Path(frames[-1].filename).resolve().is_relative_to(PACKAGE)
 
 
 @contextlib.contextmanager
 def accepted(what: str = 'a valid input'):
+  """The block asserts that `what` is accepted: a refusal (a UserError or ValueError
+  raised by hscl_jax's own code) fails the test as an assertion. Any other exception (a
+  ValueError from NumPy or JAX included) is no refusal and propagates as it is."""
   try:
     yield
   except (errors.UserError, ValueError) as refusal:
+    if not raised_by_the_package(refusal):
+      raise
     raise AssertionError(f'{what} was refused: {refusal}') from refusal
 
 

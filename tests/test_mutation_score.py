@@ -320,7 +320,8 @@ with tempfile.TemporaryDirectory(dir={str(tmp_path)!r}) as copy:
 
 
 def test_a_recheck_runs_the_survivors_crashes_and_timeouts_again():
-  """Not the assertion kills, the not viable, the equivalents or the undrawn mutants."""
+  """And a drawn mutant without a result; not the assertion kills, the not viable, the
+  equivalents or the undrawn mutants."""
   work_item = pytest.importorskip('cosmic_ray.work_item')
   killed, survived = work_item.TestOutcome.KILLED, work_item.TestOutcome.SURVIVED
   normal = work_item.WorkerOutcome.NORMAL
@@ -337,12 +338,14 @@ def test_a_recheck_runs_the_survivors_crashes_and_timeouts_again():
   ]
   results.append(('undrawn', work_item.WorkResult(worker_outcome=work_item.WorkerOutcome.SKIPPED)))
   position = type('Mutation', (), {'start_pos': (1, 0)})
-  items = [type('Item', (), {'job_id': job, 'mutations': [position]}) for job, _ in results]
+  jobs = [job for job, _ in results] + ['never run']
+  items = [type('Item', (), {'job_id': job, 'mutations': [position]}) for job in jobs]
   db = type('Db', (), {'work_items': items, 'results': results})
   assert mutation_score.rechecked(db, 'hscl_jax/m.py', 'x = a << 1\n', {}) == {
     'crashed',
     'timed out',
     'survived',
+    'never run',
   }
   listed = {('hscl_jax/m.py', '', ''): 'its one-line diff is listed as equivalent'}
   assert 'survived' not in mutation_score.rechecked(db, 'hscl_jax/m.py', 'x = a << 1\n', listed)

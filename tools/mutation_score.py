@@ -107,7 +107,7 @@ TESTS_OF = {
   ),
   'hscl_jax/experiments/run_records.py': ('tests/test_run_records.py',),
   'hscl_jax/export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py', _ENTRY),
-  'hscl_jax/figures.py': ('tests/test_inspect.py',),
+  'hscl_jax/figures.py': ('tests/test_inspect.py', 'tests/test_figures.py'),
   'hscl_jax/gradcache.py': ('tests/test_gradcache.py',),
   'hscl_jax/graphs/__init__.py': ('tests/test_graphs.py',),
   'hscl_jax/graphs/__main__.py': ('tests/test_graphs.py', _ENTRY),
@@ -438,13 +438,15 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
 
 def rechecked(db, module: str, source: str, equivalents: dict) -> set[str]:
   """The session's mutants a recheck runs again: the survivors (not the equivalents), the
-  crashes and the timeouts, which new tests may turn into assertion kills."""
+  crashes and the timeouts, which new tests may turn into assertion kills, and any drawn
+  mutant without a result (a stopped run's)."""
   from cosmic_ray.work_item import WorkerOutcome
 
   where = {item.job_id: item.mutations[0].start_pos[0] for item in db.work_items}
-  return {
+  results = dict(db.results)
+  return {job for job in where if job not in results} | {
     job
-    for job, r in db.results
+    for job, r in results.items()
     if r.worker_outcome != WorkerOutcome.SKIPPED  # the undrawn mutants
     and outcome_of(r, equivalents, module, statement_lines(source, where[job]))[0]
     in ('survived', 'crash', 'timeout')
