@@ -111,6 +111,7 @@ def test_tsne_map_shows_every_point_up_to_the_cap_and_a_seeded_subset_beyond(
     np.testing.assert_array_equal(rows, embedded.test_features[shown])
     subset = f' (a seeded 50 of {count})'
   (fig,) = saved
+  _assert_inside(fig)
   title = fig.axes[0].get_title()
   assert title == f't-SNE of the test split{subset}, backbone features\nmy run'
 
@@ -177,23 +178,45 @@ def test_nearest_neighbours_rows_are_the_most_similar_training_images(saved, tmp
   panels = fig.axes
   assert len(panels) == len(queries) * (k + 1)
   _assert_same_width(panels)
+  _assert_inside(fig, top=0.97)  # the top 3 %: the title's
   similarity = embedded.test_features.astype(np.float64) @ embedded.train_features.T
   for row, query in enumerate(queries):
     query_ax, *neighbour_axes = panels[row * (k + 1) : (row + 1) * (k + 1)]
+    assert [_cell(ax) for ax in neighbour_axes] == [(row, col) for col in range(2, k + 2)]
+    assert _cell(query_ax) == (row, 0)
     label = embedded.test_labels[query]
-    assert int(query_ax.images[0].get_array()[0, 0, 0]) == 100 + query
+    assert _shown(query_ax) == 100 + query
     assert query_ax.get_title() == f'query: class{label}'
     nearest = np.argsort(-similarity[query])[:k]
     same = int(np.sum(embedded.train_labels[nearest] == label))
     assert query_ax.get_ylabel() == f'test #{query}\n{same}/{k} same class'
     for ax, j in zip(neighbour_axes, nearest):
-      assert int(ax.images[0].get_array()[0, 0, 0]) == j
+      assert _shown(ax) == j
       wrong = embedded.train_labels[j] != label
       name = f'class{embedded.train_labels[j]}' if wrong else ''
       assert ax.get_title() == f'{similarity[query, j]:.3f}\n{name}'
       _assert_outlined(ax, wrong)
   with Image.open(path) as png:  # 1.25 (k + 1.3) x 1.45 rows inches at 110 dpi, truncated
     assert png.size == (int(110 * 1.25 * (k + 1.3)), int(110 * 1.45 * len(queries)))
+
+
+def _shown(ax) -> int:
+  """The value of the uniform image a panel shows."""
+  assert len(ax.images) == 1, ax.get_title()
+  return int(ax.images[0].get_array()[0, 0, 0])
+
+
+def _cell(ax) -> tuple[int, int]:
+  """(row, column) of a panel's grid cell."""
+  spec = ax.get_subplotspec()
+  return spec.rowspan.start, spec.colspan.start
+
+
+def _assert_inside(fig, top=1.0):
+  """Every panel inside the figure, below `top` (figure fraction)."""
+  for ax in fig.axes:
+    box = ax.get_position()
+    assert 0 <= box.x0 < box.x1 <= 1 and 0 <= box.y0 < box.y1 <= top, (ax.get_title(), box)
 
 
 def _assert_same_width(panels):
@@ -233,21 +256,31 @@ def test_hardest_negatives_shows_each_sets_top_k_as_hard_negatives_computes_them
   (fig,) = saved
   z, labels = embedded.test_projections[batch], embedded.test_labels[batch]
   panels = iter(fig.axes)
-  for negatives in hard_negatives.NEGATIVE_SETS:
+  for half, negatives in enumerate(hard_negatives.NEGATIVE_SETS):
     top, weights = hard_negatives.top_negatives(
       z, labels, choice.function(), temperature, negatives, k
     )
     for row in range(num_anchors):
       anchor_ax = next(panels)
-      assert int(anchor_ax.images[0].get_array()[0, 0, 0]) == 100 + batch[row]
+      assert _shown(anchor_ax) == 100 + batch[row]
+      assert _cell(anchor_ax) == (row, half * (k + 2))
       assert anchor_ax.get_title() == f'anchor: class{labels[row]}'
-      for j, weight in zip(top[row], weights[row]):
+      for col, (j, weight) in enumerate(zip(top[row], weights[row]), start=1):
         ax = next(panels)
-        assert int(ax.images[0].get_array()[0, 0, 0]) == 100 + batch[j]
+        assert _cell(ax) == (row, half * (k + 2) + col)
+        assert _shown(ax) == 100 + batch[j]
         assert ax.get_title() == f'q={weight:.3f}\nclass{labels[j]}'
         _assert_outlined(ax, labels[j] == labels[row])
   assert next(panels, None) is None
   _assert_same_width(fig.axes)
+  _assert_inside(fig, top=0.95)
+  # Each half's heading centred over its panels, above them.
+  for half, text in enumerate(('H-UCL: every other sample', 'H-SCL: only samples of other')):
+    (heading,) = [t for t in fig.texts if t.get_text().startswith(text)]
+    x, y = heading.get_position()
+    boxes = [ax.get_position() for ax in fig.axes if _cell(ax)[1] // (k + 2) == half]
+    assert min(b.x0 for b in boxes) < x < max(b.x1 for b in boxes), text
+    assert max(b.y1 for b in boxes) < y < 1, text
   assert 'in one test batch of 6; η(g) = exp(βg), β = 1, g = z·z′/0.5' in fig._suptitle.get_text()
   with Image.open(path) as png:
     assert png.size == (int(110 * 1.1 * (2 * k + 3)), int(110 * (1.35 * num_anchors + 0.9)))
