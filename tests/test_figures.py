@@ -6,7 +6,9 @@ it, and with which perplexity, is ours)."""
 
 from __future__ import annotations
 
+import contextlib
 import types
+import warnings
 
 import matplotlib
 import numpy as np
@@ -40,6 +42,16 @@ def _embedded(num_train=12, num_test=9, num_classes=3, dim=5, seed=0):
     test_labels=(np.arange(num_test) * 2) % num_classes,
     test_projections=unit(rng.normal(size=(num_test, dim))),
   )
+
+
+@contextlib.contextmanager
+def drawn_without_warnings():
+  """A warning while drawing is a layout matplotlib could not apply (tight_layout in a
+  degenerate rect) or a drawing it changed: the figure would not be the one described."""
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    yield
+  assert not caught, [str(w.message) for w in caught]
 
 
 @pytest.fixture
@@ -88,7 +100,8 @@ def _tsne_embedded(labels, dim=3, seed=0):
 
 @pytest.mark.parametrize('count, perplexity', [(40, 13.0), (91, 30.0), (100, 30.0)])
 def test_tsne_perplexity_is_a_third_of_the_points_at_most_30(tsne, tmp_path, count, perplexity):
-  figures.tsne_map(_tsne_embedded(np.arange(count) % 4), str(tmp_path / 't.png'), 'run', seed=3)
+  with drawn_without_warnings():
+    figures.tsne_map(_tsne_embedded(np.arange(count) % 4), str(tmp_path / 't.png'), 'run', seed=3)
   ((kwargs, _),) = tsne
   assert kwargs == dict(n_components=2, perplexity=perplexity, init='pca', random_state=3)
 
@@ -99,7 +112,8 @@ def test_tsne_map_shows_every_point_up_to_the_cap_and_a_seeded_subset_beyond(
 ):
   monkeypatch.setattr(figures, 'TSNE_MAX_POINTS', 50)
   embedded = _tsne_embedded(np.arange(count) % 4)
-  figures.tsne_map(embedded, str(tmp_path / 't.png'), 'my run', seed=7)
+  with drawn_without_warnings():
+    figures.tsne_map(embedded, str(tmp_path / 't.png'), 'my run', seed=7)
   with Image.open(tmp_path / 't.png') as png:  # 8 x 7 inches at 110 dpi
     assert png.size == (880, 770)
   ((_, rows),) = tsne
@@ -118,7 +132,8 @@ def test_tsne_map_shows_every_point_up_to_the_cap_and_a_seeded_subset_beyond(
 
 @pytest.mark.parametrize('count, size', [(2000, 12), (2001, 4)])
 def test_tsne_points_are_smaller_beyond_2000(tsne, saved, tmp_path, count, size):
-  figures.tsne_map(_tsne_embedded(np.arange(count) % 4), str(tmp_path / 't.png'), 'r', seed=0)
+  with drawn_without_warnings():
+    figures.tsne_map(_tsne_embedded(np.arange(count) % 4), str(tmp_path / 't.png'), 'r', seed=0)
   points = saved[0].axes[0].collections[0]
   assert len(points.get_offsets()) == count
   np.testing.assert_array_equal(points.get_sizes(), [size])
@@ -126,7 +141,8 @@ def test_tsne_points_are_smaller_beyond_2000(tsne, saved, tmp_path, count, size)
 
 def test_tsne_points_are_coloured_by_class(tsne, saved, tmp_path):
   labels = np.array([2, 0, 1, 1, 2, 0, 2])
-  figures.tsne_map(_tsne_embedded(labels), str(tmp_path / 't.png'), 'r', seed=0)
+  with drawn_without_warnings():
+    figures.tsne_map(_tsne_embedded(labels), str(tmp_path / 't.png'), 'r', seed=0)
   points = saved[0].axes[0].collections[0]
   want = matplotlib.colormaps['tab10'](np.arange(3))[labels]
   np.testing.assert_allclose(points.get_facecolors()[:, :3], want[:, :3])
@@ -134,7 +150,8 @@ def test_tsne_points_are_coloured_by_class(tsne, saved, tmp_path):
 
 def test_a_legend_of_every_class_up_to_20(tsne, saved, tmp_path):
   labels = np.arange(60) % 20
-  figures.tsne_map(_tsne_embedded(labels), str(tmp_path / 't.png'), 'r', seed=0)
+  with drawn_without_warnings():
+    figures.tsne_map(_tsne_embedded(labels), str(tmp_path / 't.png'), 'r', seed=0)
   ax = saved[0].axes[0]
   assert [t.get_text() for t in ax.get_legend().get_texts()] == [f'c{c}' for c in range(20)]
   assert 'legend' not in ax.get_title()
@@ -145,7 +162,8 @@ def test_beyond_20_classes_the_legend_names_the_most_frequent_in_class_order(tsn
   five whose (c * 7) % 25 is smallest (classes 0, 18, 11, 4 and 22)."""
   counts = 1 + (np.arange(25) * 7) % 25
   labels = np.repeat(np.arange(25), counts)
-  figures.tsne_map(_tsne_embedded(labels), str(tmp_path / 't.png'), 'r', seed=0)
+  with drawn_without_warnings():
+    figures.tsne_map(_tsne_embedded(labels), str(tmp_path / 't.png'), 'r', seed=0)
   ax = saved[0].axes[0]
   largest = sorted(np.argsort(-counts, kind='stable')[:20])
   assert set(range(25)) - set(largest) == {0, 4, 11, 18, 22}
@@ -173,7 +191,8 @@ def test_nearest_neighbours_rows_are_the_most_similar_training_images(saved, tmp
   the same-class ones."""
   embedded, queries, k = _embedded(), np.array([1, 4, 6]), 4
   path = tmp_path / 'nn.png'
-  figures.nearest_neighbours(embedded, queries, k, str(path))
+  with drawn_without_warnings():
+    figures.nearest_neighbours(embedded, queries, k, str(path))
   (fig,) = saved
   panels = fig.axes
   assert len(panels) == len(queries) * (k + 1)
@@ -252,7 +271,8 @@ def test_hardest_negatives_shows_each_sets_top_k_as_hard_negatives_computes_them
   batch = np.array([8, 2, 5, 0, 7, 3])
   choice = inspection.HardeningChoice('exp', 1.0)
   path = tmp_path / 'hard.png'
-  figures.hardest_negatives(embedded, batch, num_anchors, choice, temperature, str(path), k)
+  with drawn_without_warnings():
+    figures.hardest_negatives(embedded, batch, num_anchors, choice, temperature, str(path), k)
   (fig,) = saved
   z, labels = embedded.test_projections[batch], embedded.test_labels[batch]
   panels = iter(fig.axes)
@@ -290,7 +310,8 @@ def test_an_anchor_without_weighted_negatives_gets_a_note_in_place_of_its_images
   """A threshold no pair reaches: every negative panel is off, the first holds the note."""
   embedded, k = _embedded(num_test=6), 2
   choice = inspection.HardeningChoice('threshold', 1e6)
-  figures.hardest_negatives(embedded, np.arange(6), 1, choice, 0.5, str(tmp_path / 'h.png'), k)
+  with drawn_without_warnings():
+    figures.hardest_negatives(embedded, np.arange(6), 1, choice, 0.5, str(tmp_path / 'h.png'), k)
   (fig,) = saved
   for half in range(2):
     anchor_ax, *negative_axes = fig.axes[half * (k + 1) : (half + 1) * (k + 1)]
