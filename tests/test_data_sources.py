@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import re
@@ -61,6 +62,7 @@ def test_digits_source():
 
 def test_the_default_seed_is_0_and_the_seed_picks_the_split():
   """get_source's documented default seed (0) is accepted and gives seed 0's split."""
+  assert inspect.signature(data.get_source).parameters['seed'].default == 0
   with accepted('get_source without a seed'):
     default = data.get_source('digits', 'train')
   seeded = lambda seed: data.get_source('digits', 'train', seed=seed)
