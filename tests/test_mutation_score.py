@@ -60,6 +60,32 @@ def test_all_allocates_the_total_in_proportion_to_lines_by_largest_remainder():
   assert abs(plan[biggest] - 200 * lines[biggest] / sum(lines.values())) < 1
 
 
+def test_a_recheck_of_all_reruns_the_sample_as_drawn_though_lines_moved(tmp_path, monkeypatch):
+  """The allocation is stored when the sample is drawn; a recheck reads it back, where
+  today's lines would allocate otherwise. --plan neither reads nor writes it."""
+  monkeypatch.setattr(mutation_score, 'SESSIONS', tmp_path)
+  monkeypatch.setattr(mutation_score, 'package_modules', lambda: ['hscl_jax/a.py', 'hscl_jax/b.py'])
+  lines = {'hscl_jax/a.py': 30, 'hscl_jax/b.py': 70}
+  monkeypatch.setattr(mutation_score, 'code_lines', lambda path: lines[f'hscl_jax/{path.name}'])
+  assert mutation_score.all_plan(10, 0, stored=True, store=True) == {
+    'hscl_jax/a.py': 3,
+    'hscl_jax/b.py': 7,
+  }  # nothing stored yet: today's allocation, and a recheck stores nothing
+  assert not list(tmp_path.iterdir())
+  drawn = mutation_score.all_plan(10, 0, stored=False, store=True)
+  lines.update({'hscl_jax/a.py': 70, 'hscl_jax/b.py': 30})  # code moved from b to a
+  assert mutation_score.all_plan(10, 0, stored=False, store=False) == {
+    'hscl_jax/a.py': 7,
+    'hscl_jax/b.py': 3,
+  }
+  assert (
+    mutation_score.all_plan(10, 0, stored=True, store=True)
+    == drawn
+    == {'hscl_jax/a.py': 3, 'hscl_jax/b.py': 7}
+  )
+  assert mutation_score.all_plan(10, 1, stored=True, store=True)['hscl_jax/a.py'] == 7
+
+
 def test_code_lines_skip_blank_and_comment_lines(tmp_path):
   path = tmp_path / 'm.py'
   path.write_text('# a comment\n\nx = 1  # counted\n    # indented comment\ny = 2\n')

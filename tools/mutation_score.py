@@ -171,6 +171,21 @@ def allocate(lines: dict[str, int], total: int) -> dict[str, int]:
   return counts
 
 
+def all_plan(total: int, seed: int, *, stored: bool, store: bool) -> dict[str, int]:
+  """`--all`'s modules and sample sizes: allocated by today's lines when the sample is
+  drawn and kept beside its sessions (`store`), so that a recheck (`stored`) reruns the
+  sample as drawn even after code moved between modules."""
+  path = SESSIONS / f'all.seed{seed}.n{total}.plan.json'
+  if stored and path.exists():
+    return json.loads(path.read_text())
+  lines = {m: code_lines(ROOT / m) for m in package_modules()}
+  plan = {m: n for m, n in allocate(lines, total).items() if n}
+  if store and not stored:
+    SESSIONS.mkdir(exist_ok=True)
+    path.write_text(json.dumps(plan, indent=1))
+  return plan
+
+
 def draw(mutant_ids: list[str], size: int, seed: int, module: str) -> list[str]:
   """A seeded sample of `size` of the ids (all of them when there are fewer), the same for
   the same seed, module and ids whatever order they came in."""
@@ -560,8 +575,7 @@ def main() -> int:
   if unknown or not (args.modules or args.all):
     parser.error(f'give modules of hscl_jax/ (as hscl_jax/knn.py) or --all; unknown: {unknown}')
   if args.all:
-    lines = {m: code_lines(ROOT / m) for m in package_modules()}
-    plan = {m: n for m, n in allocate(lines, args.sample).items() if n}
+    plan = all_plan(args.sample, args.seed, stored=args.recheck, store=not args.plan)
   else:
     plan = dict.fromkeys(args.modules, args.sample)
   if args.plan:
