@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
+from jaxprs import equations
 import numpy as np
 import pytest
 
@@ -155,16 +156,7 @@ def test_recomputation_sees_each_chunks_own_state():
 
 def _scan_unrolls(jaxpr) -> list:
   """The `unroll` of every scan in a jaxpr, nested ones (a jit's, a scan body's) included."""
-  found = []
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name == 'scan':
-      found.append(eqn.params['unroll'])
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (list, tuple)) else [value]:
-        inner = getattr(sub, 'jaxpr', sub)  # a ClosedJaxpr's jaxpr, or a Jaxpr
-        if hasattr(inner, 'eqns'):
-          found += _scan_unrolls(inner)
-  return found
+  return [eqn.params['unroll'] for eqn in equations(jaxpr) if eqn.primitive.name == 'scan']
 
 
 def test_the_default_is_a_scan_whose_memory_is_flat_in_the_chunks():

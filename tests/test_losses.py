@@ -9,10 +9,10 @@ from absl.testing import parameterized
 from acceptance import accepted
 import chex
 import jax
-import jax.extend
 import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
+from jaxprs import equations
 import numpy as np
 import optax
 import pytest
@@ -408,17 +408,11 @@ def test_kernels_export_for_gpu_and_tpu(block_size):
 class PrecisionTest(parameterized.TestCase):
   def dot_precisions(self, fn, *args):
     """The precision of every dot_general in fn's jaxpr (including scan/remat bodies)."""
-    found = []
-
-    def visit(jaxpr):
-      for eqn in jaxpr.eqns:
-        if eqn.primitive.name == 'dot_general':
-          found.append(eqn.params['precision'])
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-          visit(sub)
-
-    visit(jax.make_jaxpr(fn)(*args).jaxpr)
-    return found
+    return [
+      eqn.params['precision']
+      for eqn in equations(jax.make_jaxpr(fn)(*args).jaxpr)
+      if eqn.primitive.name == 'dot_general'
+    ]
 
   @parameterized.product(block_size=[0, 8], precision=['highest', 'default'])
   def test_precision_reaches_every_similarity_matmul(self, block_size, precision):

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
+from jaxprs import equations
 import ml_collections
 import numpy as np
 import pytest
@@ -358,15 +359,10 @@ def _primitive_counts(model, primitives):
   x = jax.ShapeDtypeStruct((2, 8, 8, 3), jnp.float32)
   variables = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False), x)
   found = dict.fromkeys(primitives, 0)
-
-  def visit(jaxpr):
-    for eqn in jaxpr.eqns:
-      if eqn.primitive.name in found:
-        found[eqn.primitive.name] += 1
-      for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-        visit(sub)
-
-  visit(jax.make_jaxpr(lambda v, x: model.apply(v, x, train=False))(variables, x).jaxpr)
+  jaxpr = jax.make_jaxpr(lambda v, x: model.apply(v, x, train=False))(variables, x).jaxpr
+  for eqn in equations(jaxpr):
+    if eqn.primitive.name in found:
+      found[eqn.primitive.name] += 1
   return found
 
 
