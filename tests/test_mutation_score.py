@@ -363,7 +363,7 @@ def test_a_recheck_runs_the_survivors_crashes_and_timeouts_again():
     for job, (t, o) in outputs.items()
   ]
   results.append(('undrawn', work_item.WorkResult(worker_outcome=work_item.WorkerOutcome.SKIPPED)))
-  position = type('Mutation', (), {'start_pos': (1, 0)})
+  position = type('Mutation', (), {'start_pos': (1, 0), 'operator_name': 'core/NumberReplacer'})
   jobs = [job for job, _ in results] + ['never run']
   items = [type('Item', (), {'job_id': job, 'mutations': [position]}) for job in jobs]
   db = type('Db', (), {'work_items': items, 'results': results})
@@ -375,3 +375,136 @@ def test_a_recheck_runs_the_survivors_crashes_and_timeouts_again():
   }
   listed = {('hscl_jax/m.py', '', ''): 'its one-line diff is listed as equivalent'}
   assert 'survived' not in mutation_score.rechecked(db, 'hscl_jax/m.py', 'x = a << 1\n', listed)
+
+
+_DECORATED = """class M:
+  size: int
+
+  @nn.compact
+  def __call__(self, x):
+    \"\"\"Docstring.\"\"\"
+    y = f(x,
+          1)
+    return y
+"""
+
+
+@pytest.mark.parametrize(
+  'line,operator,lines',
+  [
+    (4, 'core/RemoveDecorator', range(7, 9)),  # the body's first statement, not the docstring
+    (7, 'core/NumberReplacer', range(7, 9)),
+    (4, 'core/NumberReplacer', range(4, 5)),
+  ],
+)
+def test_a_removed_decorator_is_run_by_the_calls_of_its_function(line, operator, lines):
+  assert mutation_score.reach_lines(_DECORATED, line, operator) == lines
+
+
+def _sections(*failures):
+  """pytest's long report of (test, frames, exception) failures, then its short summary."""
+  report = ['=== FAILURES ===']
+  for test, frames, exception in failures:
+    report += [f'_____ {test} _____', *frames, f'E   {exception}']
+  summary = [f'FAILED tests/t.py::{test} - {exception}' for test, _, exception in failures]
+  return '\n'.join(report) + '\n' + _summary(*summary)
+
+
+def _raise_line(module):
+  lines = (REPO / module).read_text().splitlines()
+  return next(n for n, line in enumerate(lines, 1) if line.strip().startswith('raise '))
+
+
+@pytest.mark.parametrize(
+  'failed,reach,everywhere',
+  [
+    (('a', 'b'), {'tests/t.py::a', 'tests/t.py::b'}, True),
+    (('a', 'b', 'c'), {'tests/t.py::a'}, True),  # others fail too: they do not count
+    (('a',), {'tests/t.py::a', 'tests/t.py::b'}, False),  # b runs it and passes
+    (('a',), {'tests/t.py::a', mutation_score.OUTSIDE}, False),  # run outside a test too
+    (('a',), set(), False),  # no test runs it: nothing shows it cannot run
+    (('a',), None, False),  # not measured
+  ],
+)
+def test_a_crash_is_not_viable_when_every_test_that_runs_it_fails(failed, reach, everywhere):
+  frames = ['hscl_jax/knn.py:2: in f', '/site-packages/jax/_src/x.py:9: TypeError']
+  output = _sections(*((test, frames, 'TypeError: bad shape') for test in failed))
+  reach = None if reach is None else frozenset(reach)
+  assert mutation_score.fails_every_test_that_runs_it(output, reach) == everywhere
+
+
+def test_a_refusal_of_the_package_is_behaviour_even_if_every_test_meets_it():
+  """A mutant that refuses valid input fails every test; a test of the bound would see it
+  accept the invalid one. So a failure ending on a `raise` of hscl_jax/ keeps it a crash."""
+  reach = frozenset({'tests/t.py::a', 'tests/t.py::b'})
+  elsewhere = ['hscl_jax/knn.py:2: in f', '/site-packages/numpy/x.py:9: ValueError']
+  refusal = [
+    'hscl_jax/errors.py:20: in g',
+    f'hscl_jax/errors.py:{_raise_line("hscl_jax/errors.py")}: ConfigError',
+  ]
+  both = _sections(('a', elsewhere, 'ValueError: no'), ('b', refusal, 'ConfigError: no'))
+  assert not mutation_score.fails_every_test_that_runs_it(both, reach)
+  deep = ['hscl_jax/knn.py:2: in f', *refusal[1:], '/site-packages/numpy/x.py:9: ValueError']
+  outer = _sections(('a', elsewhere, 'ValueError: no'), ('b', deep[:2], 'ConfigError: no'))
+  assert not mutation_score.fails_every_test_that_runs_it(outer, reach)
+  neither = _sections(('a', elsewhere, 'ValueError: no'), ('b', elsewhere, 'ValueError: no'))
+  assert mutation_score.fails_every_test_that_runs_it(neither, reach)
+  assert mutation_score.failed_tests(both) == set(reach)
+
+
+def test_only_a_crash_of_the_run_with_every_test_is_judged_by_its_reach():
+  work_item = pytest.importorskip('cosmic_ray.work_item')
+  frames = ['hscl_jax/knn.py:2: in f', '/site-packages/jax/x.py:9: ValueError']
+  crash = _sections(('a', frames, 'ValueError: bad shape'))
+  result = lambda output: work_item.WorkResult(
+    worker_outcome=work_item.WorkerOutcome.NORMAL,
+    output=output,
+    test_outcome=work_item.TestOutcome.KILLED,
+  )
+  reach = frozenset({'tests/t.py::a'})
+  outcome = lambda output, r: mutation_score.outcome_of(
+    result(output), {}, 'hscl_jax/knn.py', range(2, 3), r
+  )
+  every = mutation_score.EVERY_TEST
+  assert outcome(every + crash, reach) == (
+    'not viable',
+    'fails all 1 tests that run it: ValueError: bad shape',
+  )
+  assert outcome(every + crash, None)[0] == 'crash'
+  assert outcome(crash, reach)[0] == 'crash'  # the -x run: one test, the others unknown
+  asserted = _summary('FAILED tests/t.py::z - AssertionError: 3 != 4')
+  assert outcome(every + crash + asserted, reach)[0] == 'assertion'
+
+
+def test_the_reach_names_the_tests_that_run_each_line(tmp_path, monkeypatch):
+  """Measured on errors.fail (a `raise` on line 37) by a test file of three tests, stored
+  with the module's fingerprint and read back only while that holds."""
+  probe = tmp_path / 'test_probe.py'
+  probe.write_text(
+    'import pytest\nfrom hscl_jax import errors\n\n'
+    'def test_fails():\n  with pytest.raises(errors.ConfigError):\n'
+    "    errors.fail('x', 'bad', 'fix')\n\n"
+    "def test_message():\n  assert '/w.' in errors.disk_full_message('/w')\n\n"
+    'def test_nothing():\n  assert True\n'
+  )
+  # The suite's pytest.ini (xdist's `--dist loadgroup` once hid every test's context).
+  (tmp_path / 'pytest.ini').write_text((REPO / 'pytest.ini').read_text())
+  module = 'hscl_jax/errors.py'
+  monkeypatch.setitem(mutation_score.TESTS_OF, module, (str(probe),))
+  monkeypatch.setattr(mutation_score, 'SESSIONS', tmp_path)
+  monkeypatch.setattr(mutation_score, 'fingerprint', lambda module, tree=None: 'today')
+  monkeypatch.chdir(REPO)
+  mutation_score.measure_reach(module)
+  reach = mutation_score.load_reach(module)
+  line = _raise_line(module)
+  assert reach[line] == {'test_probe.py::test_fails'}
+  body = mutation_score.reach_lines((REPO / module).read_text(), line, 'core/NumberReplacer')
+  assert mutation_score.reach_of(reach, body) == {'test_probe.py::test_fails'}
+  assert mutation_score.reach_of(reach, range(1, 1000)) >= {
+    'test_probe.py::test_fails',
+    'test_probe.py::test_message',
+    mutation_score.OUTSIDE,  # the import, at collection
+  }
+  assert 'test_probe.py::test_nothing' not in mutation_score.reach_of(reach, range(1, 1000))
+  monkeypatch.setattr(mutation_score, 'fingerprint', lambda module, tree=None: 'tests changed')
+  assert mutation_score.load_reach(module) is None

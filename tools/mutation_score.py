@@ -18,8 +18,13 @@ so the mutated file and not the editable install is imported, and classifies the
   * ``timeout``: the tests ran past 3x their unmutated time plus 60 s (killed by cosmic-ray);
   * ``survived``: every test passed; ``equivalent`` if tools/mutation_equivalents.toml lists
     it, by hand, with the reason it cannot change behaviour;
-  * ``not viable``: a crash whose TypeError the mutated statement raises itself (`float <<
-    int`): it cannot run on the values it meets, so no test can see it behave differently.
+  * ``not viable``: a crash that cannot run on the values it meets, so that no test can see
+    it behave differently: its TypeError is raised by the mutated statement itself (`float
+    << int`), or its run with every test failed every test that executes the mutated
+    statement (`REACH`: which tests execute which line, measured once per module under
+    coverage), none on a refusal of the package's own (a `raise` in hscl_jax/: a mutant
+    that refuses valid input is behaviour, seen by a test of the bound) and none from
+    code run outside a test (a subprocess, collection), which cannot be attributed.
 
 The score is the assertion kills over the sampled mutants less the equivalent and not
 viable ones; crashes and timeouts are not counted as kills there (``detected`` counts
@@ -35,6 +40,7 @@ changed since (or DRAW_VERSION) starts its session again.
     python tools/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
     python tools/mutation_score.py --all --sample 200 --plan     # its mutants per module
     python tools/mutation_score.py --all --sample 200 --recheck  # after new tests
+    python tools/mutation_score.py --all --sample 200 --report   # the stored table
 """
 
 from __future__ import annotations
@@ -324,8 +330,118 @@ def raised_by_mutated_statement(output: str, module: str, lines: range) -> bool:
   return path.endswith(module) and line in lines
 
 
-def outcome_of(result, equivalents: dict, module: str, lines: range | None = None):
-  """(outcome, detail) of one cosmic-ray WorkResult; `lines`: the mutated statement's."""
+def reach_lines(source: str, line: int, operator: str) -> range:
+  """The lines whose execution means a test ran the mutant at `line`: its statement's, or
+  for a removed decorator the decorated function's first statement (a decorator runs once,
+  at import, outside every test; what it changes runs with each call)."""
+  if operator.endswith('RemoveDecorator'):
+    for node in ast.walk(ast.parse(source)):
+      decorated = getattr(node, 'decorator_list', ())
+      if any(d.lineno <= line <= d.end_lineno for d in decorated):
+        body = [b for b in node.body if not _is_docstring(b)] or node.body
+        return statement_lines(source, body[0].lineno)
+  return statement_lines(source, line)
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+  return isinstance(node, ast.Expr) and isinstance(getattr(node, 'value', None), ast.Constant)
+
+
+# A failed test's section in pytest's long report: `____ test_name[param] ____`.
+_SECTION = re.compile(r'^_{3,} (.+?) _{3,}$', re.MULTILINE)
+
+
+def refused_by_the_package(output: str) -> bool:
+  """Whether some failure of the run ends, in hscl_jax/, on a `raise` statement: a refusal
+  the package made on purpose (of an input the mutant no longer accepts)."""
+  for section in _SECTION.split(output)[2::2]:
+    frames = [(path, int(n)) for path, n in _FRAME.findall(section) if 'hscl_jax/' in path]
+    if frames:
+      path, line = frames[-1]
+      lines = (ROOT / ('hscl_jax/' + path.split('hscl_jax/', 1)[1])).read_text().splitlines()
+      if line <= len(lines) and lines[line - 1].strip().startswith('raise'):
+        return True
+  return False
+
+
+def failed_tests(output: str) -> set[str]:
+  """The test ids of the FAILED / ERROR lines of pytest's short summary."""
+  return {line.split(' ', 1)[1].split(' - ', 1)[0] for line in mutation_test.summary_lines(output)}
+
+
+def fails_every_test_that_runs_it(output: str, reach: frozenset[str] | None) -> bool:
+  """Whether a run with every test failed each test in `reach` (those that execute the
+  mutated statement: see `measure_reach`), none by a refusal of the package's own, and the
+  statement ran in no code outside a test (`OUTSIDE`, which cannot be attributed)."""
+  if not reach or OUTSIDE in reach:
+    return False
+  return reach <= failed_tests(output) and not refused_by_the_package(output)
+
+
+# The context coverage gives code run outside any test (collection, subprocesses).
+OUTSIDE = ''
+
+
+def reach_path(module: str) -> pathlib.Path:
+  return SESSIONS / f'{module.replace("/", "__")}.reach.json'
+
+
+def measure_reach(module: str) -> None:
+  """Which of the module's tests execute each of its lines: its tests, unmutated (cwd: the
+  copy), in one pytest process under coverage with a context per test; stored beside the
+  sessions with the module's fingerprint (tests or code changed: measured again)."""
+  import subprocess
+
+  import coverage
+
+  data_file = pathlib.Path(tempfile.mkdtemp(prefix='hscl_reach_')) / '.coverage'
+  # --dist=no: with pytest.ini's `--dist loadgroup`, pytest-cov takes even `-n 0` for
+  # xdist's controller and records no test's context.
+  options = ['--dist=no', '--cov=hscl_jax', '--cov-context=test', '--cov-report=']
+  command = test_command(module, first_failure=False).split() + options
+  env = dict(os.environ, COVERAGE_FILE=str(data_file))
+  print(f'{module}: which tests run each line (its tests under coverage)', flush=True)
+  result = subprocess.run(command, capture_output=True, text=True, env=env)
+  if result.returncode != 0:
+    tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+    sys.exit(f'{module}: its tests fail under coverage: ' + ' | '.join(tail))
+  data = coverage.CoverageData(basename=str(data_file))
+  data.read()
+  by_line = data.contexts_by_lineno(str(pathlib.Path(module).resolve()))
+  tests = {line: sorted({c.split('|')[0] for c in contexts}) for line, contexts in by_line.items()}
+  # The copy's files, which the tests ran: the tree may have changed since the copy was made.
+  record = {'fingerprint': fingerprint(module, pathlib.Path.cwd()), 'tests': tests}
+  reach_path(module).write_text(json.dumps(record, sort_keys=True))
+
+
+def load_reach(module: str) -> dict[int, frozenset[str]] | None:
+  """{line: the tests that execute it}, if measured for the module's current code and
+  tests; else None."""
+  path = reach_path(module)
+  if not path.exists():
+    return None
+  record = json.loads(path.read_text())
+  if record['fingerprint'] != fingerprint(module):
+    return None
+  return {int(line): frozenset(tests) for line, tests in record['tests'].items()}
+
+
+def reach_of(reach: dict[int, frozenset[str]] | None, lines: range) -> frozenset[str] | None:
+  """The tests that execute any of `lines` (None: not measured)."""
+  if reach is None:
+    return None
+  return frozenset().union(*(reach.get(line, frozenset()) for line in lines))
+
+
+def outcome_of(
+  result,
+  equivalents: dict,
+  module: str,
+  lines: range | None = None,
+  reach: frozenset[str] | None = None,
+):
+  """(outcome, detail) of one cosmic-ray WorkResult; `lines`: the mutated statement's;
+  `reach`: the tests that execute it (None: not measured)."""
   from cosmic_ray.work_item import TestOutcome
 
   if result.test_outcome == TestOutcome.SURVIVED:
@@ -337,23 +453,32 @@ def outcome_of(result, equivalents: dict, module: str, lines: range | None = Non
     return 'crash', (result.output or '').strip().splitlines()[-1:][0][:120]
   output = result.output or ''
   outcome, detail = mutation_test.classify(1, output)  # an assertion among any failures
-  if output.startswith(EVERY_TEST):
-    return outcome, detail  # the -x run found it viable already
+  if output.startswith(EVERY_TEST):  # the -x run found its statement viable already
+    if outcome == 'crash' and fails_every_test_that_runs_it(output, reach):
+      return 'not viable', f'fails all {len(reach)} tests that run it: {detail}'
+    return outcome, detail
   if outcome == 'crash' and lines and raised_by_mutated_statement(output, module, lines):
     return 'not viable', detail
   return outcome, detail
+
+
+def judge(result, equivalents: dict, module: str, source: str, mutation, reach=None):
+  """`outcome_of` a mutant of `source`, given the module's measured reach (`load_reach`)."""
+  line = mutation.start_pos[0]
+  tests = reach_of(reach, reach_lines(source, line, mutation.operator_name))
+  return outcome_of(result, equivalents, module, statement_lines(source, line), tests)
 
 
 # The first line of a stored output from the run with every test (a crash's second run).
 EVERY_TEST = '[every test]\n'
 
 
-def fingerprint(module: str) -> str:
+def fingerprint(module: str, tree: pathlib.Path = ROOT) -> str:
   """What a session's results depend on: the module, its tests, the conftest and how this
-  tool draws and runs mutants (DRAW_VERSION)."""
+  tool draws and runs mutants (DRAW_VERSION); read in `tree` (the copy, for what ran there)."""
   digest = hashlib.sha256(f'draw {DRAW_VERSION}'.encode())
   for name in (module, 'tests/conftest.py', *TESTS_OF[module]):
-    path = ROOT / name
+    path = tree / name
     digest.update(name.encode() + (path.read_bytes() if path.exists() else b''))
   return digest.hexdigest()
 
@@ -446,7 +571,7 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
       if outcome_of(result, equivalents, module, lines)[0] == 'crash':
         result = run_every_test(item, module, timeout)
       db.set_result(item.job_id, result)
-      outcome, detail = outcome_of(result, equivalents, module, lines)
+      outcome, detail = judge(result, equivalents, module, source, m, load_reach(module))
       where = f'{module}:{m.start_pos[0]} {m.operator_name.removeprefix("core/")}'
       print(f'{where:70s} {outcome:10s} {time.time() - start:5.0f} s  {detail}', flush=True)
 
@@ -457,13 +582,13 @@ def rechecked(db, module: str, source: str, equivalents: dict) -> set[str]:
   mutant without a result (a stopped run's)."""
   from cosmic_ray.work_item import WorkerOutcome
 
-  where = {item.job_id: item.mutations[0].start_pos[0] for item in db.work_items}
-  results = dict(db.results)
-  return {job for job in where if job not in results} | {
+  mutation = {item.job_id: item.mutations[0] for item in db.work_items}
+  results, reach = dict(db.results), load_reach(module)
+  return {job for job in mutation if job not in results} | {
     job
     for job, r in results.items()
     if r.worker_outcome != WorkerOutcome.SKIPPED  # the undrawn mutants
-    and outcome_of(r, equivalents, module, statement_lines(source, where[job]))[0]
+    and judge(r, equivalents, module, source, mutation[job], reach)[0]
     in ('survived', 'crash', 'timeout')
   }
 
@@ -475,6 +600,20 @@ def run_every_test(item, module: str, timeout: float):
 
   result = mutate_and_test(item.mutations, test_command(module, first_failure=False), timeout)
   return attrs.evolve(result, output=EVERY_TEST + (result.output or ''))
+
+
+def needs_reach(module: str, path: pathlib.Path, equivalents: dict) -> bool:
+  """Whether the session holds a crash of a run with every test and the module's reach is
+  not measured for its current code and tests."""
+  if load_reach(module) is not None:
+    return False
+  source = (ROOT / module).read_text()
+  return any(
+    r.output
+    and r.output.startswith(EVERY_TEST)
+    and judge(r, equivalents, module, source, m)[0] == 'crash'
+    for m, r in results(module, path)[1]
+  )
 
 
 def results(module: str, path: pathlib.Path):
@@ -502,11 +641,8 @@ def report(plan: dict[str, int], seed: int, equivalents: dict) -> Tally:
   total, all_mutants, survivors = Tally(), 0, []
   for module, size in plan.items():
     mutants, done = results(module, session_path(module, size, seed))
-    source = (ROOT / module).read_text()
-    outcomes = [
-      outcome_of(r, equivalents, module, statement_lines(source, m.start_pos[0]))[0]
-      for m, r in done
-    ]
+    source, reach = (ROOT / module).read_text(), load_reach(module)
+    outcomes = [judge(r, equivalents, module, source, m, reach)[0] for m, r in done]
     survivors += [r.diff for (_, r), o in zip(done, outcomes) if o == 'survived']
     row = tally(outcomes)
     total, all_mutants = total + row, all_mutants + mutants
@@ -534,6 +670,11 @@ def make_parser() -> argparse.ArgumentParser:
     '--all', action='store_true', help='--sample mutants over all of hscl_jax/, by lines'
   )
   parser.add_argument('--plan', action='store_true', help='print mutants per module and exit')
+  parser.add_argument(
+    '--report',
+    action='store_true',
+    help="print the stored samples' table; run no mutant (only the reach a crash needs)",
+  )
   parser.add_argument(
     '--recheck',
     action='store_true',
@@ -575,7 +716,8 @@ def main() -> int:
   if unknown or not (args.modules or args.all):
     parser.error(f'give modules of hscl_jax/ (as hscl_jax/knn.py) or --all; unknown: {unknown}')
   if args.all:
-    plan = all_plan(args.sample, args.seed, stored=args.recheck, store=not args.plan)
+    stored = args.recheck or args.report
+    plan = all_plan(args.sample, args.seed, stored=stored, store=not args.plan)
   else:
     plan = dict.fromkeys(args.modules, args.sample)
   if args.plan:
@@ -583,11 +725,12 @@ def main() -> int:
       print(f'{module:42s}{size:5d}  {" ".join(TESTS_OF[module])}')
     return 0
   equivalents = load_equivalents()
-  if args.recheck:
+  if args.recheck or args.report:
     sessions = {m: session_path(m, size, args.seed) for m, size in plan.items()}
     missing = [m for m, path in sessions.items() if not path.exists()]
     if missing:
-      parser.error(f'--recheck: no stored sample of {", ".join(missing)}: run it first')
+      flag = '--recheck' if args.recheck else '--report'
+      parser.error(f'{flag}: no stored sample of {", ".join(missing)}: run it first')
   else:
     sessions = {module: open_session(module, size, args.seed) for module, size in plan.items()}
   signal.signal(signal.SIGTERM, stop_on_signal)
@@ -597,7 +740,10 @@ def main() -> int:
     os.environ.update(PYTHONPATH=copy, COLUMNS='1000')
     os.chdir(copy)
     for module, path in sessions.items():
-      run_pending(module, path, equivalents, args.recheck)
+      if not args.report:
+        run_pending(module, path, equivalents, args.recheck)
+      if needs_reach(module, path, equivalents):
+        measure_reach(module)
     os.chdir(ROOT)
   report(plan, args.seed, equivalents)
   return 0
