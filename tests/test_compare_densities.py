@@ -154,6 +154,19 @@ def test_table_one_per_density_and_the_inspect_fraction(report):
   assert (root / 'report' / density_grid.REPORT_FILE).read_text() == text
 
 
+def test_every_seed_below_the_cap_is_read_and_none_past_it(tmp_path):
+  """A density recorded at every seed of every method up to MAX_SEEDS: seeds 0 to
+  MAX_SEEDS - 1 are read, seed MAX_SEEDS is not (the cap on the seeds looked for)."""
+  cap, config = density_grid.MAX_SEEDS, base_config()
+  settings = image_grid.settings(config, set())
+  write_density(
+    str(tmp_path), 0, {s.method: dict.fromkeys(range(cap + 1), (0.4, 0.3)) for s in settings}
+  )
+  runs = density_grid.recorded_runs(config, density_grid.Density(0, str(tmp_path)), PROTOCOL)
+  got = sorted((run['setting'].method, run['seed']) for run in runs)
+  assert got == sorted((s.method, seed) for s in settings for seed in range(cap))
+
+
 def test_densities_are_parsed_or_refused_naming_the_item():
   with accepted('two densities'):
     parsed = density_grid.parse_densities(['16=b', '0=a'])

@@ -172,6 +172,11 @@ def test_the_default_is_a_scan_whose_memory_is_flat_in_the_chunks():
   )
   assert _scan_unrolls(default(params).jaxpr) == [1, 1]
   assert _scan_unrolls(unrolled(params).jaxpr) == [4, 4]
+  # The key encoder's pass (1) alone has the same default.
+  alone = lambda **kw: jax.make_jaxpr(
+    lambda p: gradcache.forward_only(forward, p, {}, chunks, **kw)
+  )(params)
+  assert (_scan_unrolls(alone().jaxpr), _scan_unrolls(alone(unroll=True).jaxpr)) == ([1], [4])
 
 
 @pytest.mark.parametrize('num_chunks', [1, 4])

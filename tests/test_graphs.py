@@ -448,6 +448,22 @@ def test_embedding_in_several_eval_batches_equals_one_batch(toy_dir, tmp_path, e
   np.testing.assert_allclose(split, whole, rtol=1e-5, atol=1e-6)
 
 
+def test_progress_lines_report_the_rate_and_eta_of_a_scripted_clock(toy_dir, monkeypatch, caplog):
+  """Logged every 2nd epoch and at the last (5): the clock reads 7 s at the start, then 23,
+  47 and 57 s, so 40 graphs an epoch run at 5, 4 and 4 graphs/s, with 24, 10 and 0 s to go
+  (elapsed / epochs done * epochs left)."""
+  clock = iter([7.0, 23.0, 47.0, 57.0])
+  monkeypatch.setattr(train, 'time', type('Clock', (), {'perf_counter': lambda: next(clock)}))
+  config = _config(toy_dir, num_epochs=5, log_every_epochs=2)
+  dataset = data.load_tu('TOY', toy_dir)
+  with caplog.at_level('INFO'):
+    train.train_encoders(config, dataset, [np.arange(dataset.num_graphs)], log=True)
+  lines = [m for m in caplog.messages if m.startswith('epoch ')]
+  pattern = r'epoch (\d)/5  loss -?\d+\.\d{4}  (\d+) graphs/s  ETA (\w+)'
+  got = [re.fullmatch(pattern, line).groups() for line in lines]
+  assert got == [('2', '5', '24s'), ('4', '4', '10s'), ('5', '4', '0s')]
+
+
 def test_leak_free_encoders_never_see_their_test_graphs(toy_dir, monkeypatch):
   seen = {}
   original = train.train_encoders

@@ -75,6 +75,20 @@ def test_chunk_size_invariance(chunk_size):
   np.testing.assert_array_equal(np.asarray(got), expected)
 
 
+@pytest.mark.parametrize('dim,num_queries,chunk_size', [(2, 12, 3), (3, 24, 4)])
+def test_predictions_in_few_dimensions_over_a_multiple_of_dim_chunks(dim, num_queries, chunk_size):
+  """When the number of chunks is a multiple of the feature dimension, queries padded
+  along the wrong axis (a feature, not rows) still reshape into chunks: only the
+  predictions' values can tell."""
+  bank, bank_labels, queries, _ = make_data(5, num_queries=num_queries, dim=dim)
+  assert (num_queries // chunk_size) % dim == 0
+  expected = reference_predict(bank, bank_labels, queries, 5, 10, 0.5)
+  got = knn.weighted_knn_predict(
+    bank, bank_labels, queries, num_classes=5, k=10, chunk_size=chunk_size
+  )
+  np.testing.assert_array_equal(np.asarray(got), expected)
+
+
 def test_k_larger_than_bank_is_clipped():
   bank, bank_labels, queries, query_labels = make_data(3, num_bank=30)
   expected = reference_predict(bank, bank_labels, queries, 5, 30, 0.5)
