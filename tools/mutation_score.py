@@ -390,11 +390,19 @@ def measure_reach(module: str) -> None:
   """Which of the module's tests execute each of its lines: its tests, unmutated (cwd: the
   copy), in one pytest process under coverage with a context per test; stored beside the
   sessions with the module's fingerprint (tests or code changed: measured again)."""
+  with tempfile.TemporaryDirectory(prefix='hscl_reach_') as scratch:
+    tests = _tests_by_line(module, pathlib.Path(scratch) / '.coverage')
+  # The copy's files, which the tests ran: the tree may have changed since the copy was made.
+  record = {'fingerprint': fingerprint(module, pathlib.Path.cwd()), 'tests': tests}
+  reach_path(module).write_text(json.dumps(record, sort_keys=True))
+
+
+def _tests_by_line(module: str, data_file: pathlib.Path) -> dict[int, list[str]]:
+  """{line: the test ids that execute it} from one run of the module's tests under coverage."""
   import subprocess
 
   import coverage
 
-  data_file = pathlib.Path(tempfile.mkdtemp(prefix='hscl_reach_')) / '.coverage'
   # --dist=no: with pytest.ini's `--dist loadgroup`, pytest-cov takes even `-n 0` for
   # xdist's controller and records no test's context.
   options = ['--dist=no', '--cov=hscl_jax', '--cov-context=test', '--cov-report=']
@@ -408,10 +416,7 @@ def measure_reach(module: str) -> None:
   data = coverage.CoverageData(basename=str(data_file))
   data.read()
   by_line = data.contexts_by_lineno(str(pathlib.Path(module).resolve()))
-  tests = {line: sorted({c.split('|')[0] for c in contexts}) for line, contexts in by_line.items()}
-  # The copy's files, which the tests ran: the tree may have changed since the copy was made.
-  record = {'fingerprint': fingerprint(module, pathlib.Path.cwd()), 'tests': tests}
-  reach_path(module).write_text(json.dumps(record, sort_keys=True))
+  return {line: sorted({c.split('|')[0] for c in contexts}) for line, contexts in by_line.items()}
 
 
 def load_reach(module: str) -> dict[int, frozenset[str]] | None:
@@ -563,6 +568,7 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
     if not pending:
       return
     timeout = 3 * baseline_seconds(module) + 60
+    reach = load_reach(module)
     for item in pending:
       start = time.time()
       m = item.mutations[0]
@@ -571,7 +577,7 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
       if outcome_of(result, equivalents, module, lines)[0] == 'crash':
         result = run_every_test(item, module, timeout)
       db.set_result(item.job_id, result)
-      outcome, detail = judge(result, equivalents, module, source, m, load_reach(module))
+      outcome, detail = judge(result, equivalents, module, source, m, reach)
       where = f'{module}:{m.start_pos[0]} {m.operator_name.removeprefix("core/")}'
       print(f'{where:70s} {outcome:10s} {time.time() - start:5.0f} s  {detail}', flush=True)
 
