@@ -489,13 +489,24 @@ def test_the_reach_names_the_tests_that_run_each_line(tmp_path, monkeypatch):
   )
   # The suite's pytest.ini (xdist's `--dist loadgroup` once hid every test's context).
   (tmp_path / 'pytest.ini').write_text((REPO / 'pytest.ini').read_text())
-  module = 'hscl_jax/errors.py'
+  module, sibling = 'hscl_jax/errors.py', 'hscl_jax/__init__.py'
   monkeypatch.setitem(mutation_score.TESTS_OF, module, (str(probe),))
+  monkeypatch.setitem(mutation_score.TESTS_OF, sibling, (str(probe),))
   monkeypatch.setattr(mutation_score, 'SESSIONS', tmp_path)
-  monkeypatch.setattr(mutation_score, 'fingerprint', lambda module, tree=None: 'today')
+  monkeypatch.setattr(mutation_score, 'fingerprint', lambda module, tree=None: f'{module} today')
   monkeypatch.chdir(REPO)
+  assert mutation_score.sharing_tests(module) == [sibling, module]
   mutation_score.measure_reach(module)
   reach = mutation_score.load_reach(module)
+  # The same run measured the module with the same tests, under its own fingerprint: the
+  # package's __init__ runs only at the probe's import, at collection.
+  assert set(mutation_score.reach_of(mutation_score.load_reach(sibling), range(1, 1000))) == {
+    mutation_score.OUTSIDE
+  }
+  assert sorted(p.name for p in tmp_path.glob('*.reach.json')) == [
+    'hscl_jax____init__.py.reach.json',
+    'hscl_jax__errors.py.reach.json',
+  ]
   line = _raise_line(module)
   assert reach[line] == {'test_probe.py::test_fails'}
   body = mutation_score.reach_lines((REPO / module).read_text(), line, 'core/NumberReplacer')

@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -358,10 +359,16 @@ def refused_by_the_package(output: str) -> bool:
     frames = [(path, int(n)) for path, n in _FRAME.findall(section) if 'hscl_jax/' in path]
     if frames:
       path, line = frames[-1]
-      lines = (ROOT / ('hscl_jax/' + path.split('hscl_jax/', 1)[1])).read_text().splitlines()
+      lines = _package_lines('hscl_jax/' + path.split('hscl_jax/', 1)[1])
       if line <= len(lines) and lines[line - 1].strip().startswith('raise'):
         return True
   return False
+
+
+@functools.cache
+def _package_lines(name: str) -> tuple[str, ...]:
+  """A package file's lines, read once (the tree under ROOT is not mutated: the copy is)."""
+  return tuple((ROOT / name).read_text().splitlines())
 
 
 def failed_tests(output: str) -> set[str]:
@@ -389,16 +396,27 @@ def reach_path(module: str) -> pathlib.Path:
 def measure_reach(module: str) -> None:
   """Which of the module's tests execute each of its lines: its tests, unmutated (cwd: the
   copy), in one pytest process under coverage with a context per test; stored beside the
-  sessions with the module's fingerprint (tests or code changed: measured again)."""
+  sessions with the module's fingerprint (tests or code changed: measured again). The same
+  run gives the reach of every module with the same test files (`sharing_tests`), stored too."""
+  modules = sharing_tests(module)
   with tempfile.TemporaryDirectory(prefix='hscl_reach_') as scratch:
-    tests = _tests_by_line(module, pathlib.Path(scratch) / '.coverage')
-  # The copy's files, which the tests ran: the tree may have changed since the copy was made.
-  record = {'fingerprint': fingerprint(module, pathlib.Path.cwd()), 'tests': tests}
-  reach_path(module).write_text(json.dumps(record, sort_keys=True))
+    tests = _tests_by_line(module, modules, pathlib.Path(scratch) / '.coverage')
+  for each in modules:
+    # The copy's files, which the tests ran: the tree may have changed since the copy was made.
+    record = {'fingerprint': fingerprint(each, pathlib.Path.cwd()), 'tests': tests[each]}
+    reach_path(each).write_text(json.dumps(record, sort_keys=True))
 
 
-def _tests_by_line(module: str, data_file: pathlib.Path) -> dict[int, list[str]]:
-  """{line: the test ids that execute it} from one run of the module's tests under coverage."""
+def sharing_tests(module: str) -> list[str]:
+  """The module and every other whose test files are the same (graphs/*, losses/*, ...)."""
+  return [m for m, files in TESTS_OF.items() if m == module or files == TESTS_OF[module]]
+
+
+def _tests_by_line(
+  module: str, modules: list[str], data_file: pathlib.Path
+) -> dict[str, dict[int, list[str]]]:
+  """{each of `modules`: {line: the test ids that execute it}} from one run of `module`'s
+  tests under coverage."""
   import subprocess
 
   import coverage
@@ -408,13 +426,17 @@ def _tests_by_line(module: str, data_file: pathlib.Path) -> dict[int, list[str]]
   options = ['--dist=no', '--cov=hscl_jax', '--cov-context=test', '--cov-report=']
   command = test_command(module, first_failure=False).split() + options
   env = dict(os.environ, COVERAGE_FILE=str(data_file))
-  print(f'{module}: which tests run each line (its tests under coverage)', flush=True)
+  print(f'{", ".join(modules)}: which tests run each line (their tests under coverage)', flush=True)
   result = subprocess.run(command, capture_output=True, text=True, env=env)
   if result.returncode != 0:
     tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
     sys.exit(f'{module}: its tests fail under coverage: ' + ' | '.join(tail))
   data = coverage.CoverageData(basename=str(data_file))
   data.read()
+  return {each: _contexts_by_line(data, each) for each in modules}
+
+
+def _contexts_by_line(data, module: str) -> dict[int, list[str]]:
   by_line = data.contexts_by_lineno(str(pathlib.Path(module).resolve()))
   return {line: sorted({c.split('|')[0] for c in contexts}) for line, contexts in by_line.items()}
 
