@@ -21,10 +21,11 @@ so the mutated file and not the editable install is imported, and classifies the
   * ``not viable``: a crash that cannot run on the values it meets, so that no test can see
     it behave differently: its TypeError is raised by the mutated statement itself (`float
     << int`), or its run with every test failed every test that executes the mutated
-    statement (`REACH`: which tests execute which line, measured once per module under
-    coverage), none on a refusal of the package's own (a `raise` in hscl_jax/: a mutant
-    that refuses valid input is behaviour, seen by a test of the bound) and none from
-    code run outside a test (a subprocess, collection), which cannot be attributed.
+    statement (`measure_reach`: which tests execute which line, measured under coverage
+    once per set of test files), none on a refusal of the package's own (a `raise` in
+    hscl_jax/: a mutant that refuses valid input is behaviour, seen by a test of the bound)
+    and none from code run outside a test (a subprocess, collection), which cannot be
+    attributed.
 
 The score is the assertion kills over the sampled mutants less the equivalent and not
 viable ones; crashes and timeouts are not counted as kills there (``detected`` counts
@@ -376,6 +377,10 @@ def failed_tests(output: str) -> set[str]:
   return {line.split(' ', 1)[1].split(' - ', 1)[0] for line in mutation_test.summary_lines(output)}
 
 
+# The context coverage gives code run outside any test (collection, subprocesses).
+OUTSIDE = ''
+
+
 def fails_every_test_that_runs_it(output: str, reach: frozenset[str] | None) -> bool:
   """Whether a run with every test failed each test in `reach` (those that execute the
   mutated statement: see `measure_reach`), none by a refusal of the package's own, and the
@@ -383,10 +388,6 @@ def fails_every_test_that_runs_it(output: str, reach: frozenset[str] | None) -> 
   if not reach or OUTSIDE in reach:
     return False
   return reach <= failed_tests(output) and not refused_by_the_package(output)
-
-
-# The context coverage gives code run outside any test (collection, subprocesses).
-OUTSIDE = ''
 
 
 def reach_path(module: str) -> pathlib.Path:
@@ -409,7 +410,7 @@ def measure_reach(module: str) -> None:
 
 def sharing_tests(module: str) -> list[str]:
   """The module and every other whose test files are the same (graphs/*, losses/*, ...)."""
-  return [m for m, files in TESTS_OF.items() if m == module or files == TESTS_OF[module]]
+  return [m for m, files in TESTS_OF.items() if files == TESTS_OF[module]]
 
 
 def _tests_by_line(
