@@ -42,6 +42,10 @@ TRAIN_REQUIRES = [
   'tensorboardX>=2.6.2.2',
   'safetensors>=0.8.0',  # the PyTorch export's file (its NumPy API); the version tested
 ]
+# The comparison reports' tests of significance (hscl_jax/experiments/significance.py).
+# jax and jaxlib 0.10 require scipy>=1.14 themselves, so every install has it; declared
+# where the reports import it, at jax's floor.
+SCIPY = 'scipy>=1.14.0'
 
 setuptools.setup(
   name='hscl_jax',
@@ -64,6 +68,7 @@ setuptools.setup(
       'ruff==0.17.6',
       'matplotlib>=3.8.4',
       'hypothesis>=6.155.2',
+      SCIPY,
     ],
     # .ci/run's line and branch coverage (configured in pyproject.toml): coverage's `patch =
     # subprocess` follows the programs the tests start (pytest-cov 7 leaves that to it).
@@ -71,7 +76,7 @@ setuptools.setup(
     # not in [test], whose floors (pytest 6.2.5) .ci/run checks.
     'coverage': ['pytest-cov>=7.1.0', 'coverage>=7.10.6'],
     # The comparison report's plots (python -m hscl_jax.experiments.compare).
-    'report': [*TRAIN_REQUIRES, 'matplotlib>=3.8.4'],
+    'report': [*TRAIN_REQUIRES, 'matplotlib>=3.8.4', SCIPY],
     # Only needed to *prepare* TFDS datasets (download + convert to array_record). Its floor
     # is the version tested (constraints.txt); the lowest-direct check does not install it.
     'prepare': [*TRAIN_REQUIRES, 'tensorflow-cpu>=2.21.0'],

@@ -29,6 +29,7 @@ sys.path.insert(0, str(REPO / 'tests'))
 from acceptance import accepted  # noqa: E402
 from acceptance import refused  # noqa: E402
 from test_compare_paired import counted_in_loader  # noqa: E402
+from test_significance import expected_rows  # noqa: E402
 
 PROTOCOL = 'features'
 
@@ -87,10 +88,37 @@ def loader_same_class(samples_per_class, seeds):
   return counted_in_loader(labels, 32, seeds, config.num_epochs, samples_per_class)[0]
 
 
-def cells(points):
-  points = np.asarray(points, np.float64)
-  spread = f'{points.mean():+.2f}' + (f' ± {points.std(ddof=1):.2f}' if len(points) > 1 else '')
-  return f'{spread} | {int((points > 0).sum())} of {len(points)}'
+def seed_rows(first, second, prefix):
+  """(prefix | seeds | measure, per-seed first − second) rows, linear then kNN, over the
+  seeds both grids have."""
+  seeds = sorted(set(first) & set(second))
+  return [
+    (
+      f'{prefix} | {", ".join(map(str, seeds))} | {measure}',
+      [first[s][i] - second[s][i] for s in seeds],
+    )
+    for i, measure in ((0, 'linear'), (1, 'kNN'))
+  ]
+
+
+def report_rows():
+  """Every paired row of the report by hand (both tables: one Holm family of 14)."""
+  same = {'uniform': loader_same_class(0, [0, 1, 2]), '4 per class': 3.0}
+  grids = {'uniform': UNIFORM, '4 per class': FOUR}
+  rows = []
+  for first, second in (
+    ('H-SCL(β)', 'SCL'),
+    ('H-SCL(β)', 'H-UCL'),
+    ('SCL', 'UCL'),
+    ('H-UCL', 'UCL'),
+  ):
+    for label, grid in grids.items():
+      if first in grid and second in grid:
+        prefix = f'{first} − {second} | {label} | {same[label]:.2f}'
+        rows += seed_rows(grid[first], grid[second], prefix)
+  for method in ('H-UCL', 'H-SCL(β)'):  # at 4 per class, against uniform
+    rows += seed_rows(FOUR[method], UNIFORM[method], f'{method} | 4 per class')
+  return rows
 
 
 @pytest.fixture(scope='module')
@@ -119,25 +147,28 @@ def test_same_class_counts_are_those_of_each_densitys_batches(report):
   assert f'| uniform ({uniform:.2f}) | 4 per class (3.00) |' in text
 
 
-def test_pairs_within_a_density_are_by_seed(report):
+def test_pairs_within_a_density_are_by_seed_with_their_tests(report):
+  """Both tables' rows with their tests, Holm over all 14 (pairing by position, e.g. the
+  4-per-class H-UCL's seeds 1, 2 with 0, 1, would change the differences)."""
   _, text = report
-  # 4 per class: H-SCL(β) − H-UCL over the seeds both have (1, 2): linear +3, +5; kNN +6, +4.
-  assert (
-    f'| H-SCL(β) − H-UCL | 4 per class | 3.00 | 1, 2 | {cells([3, 5])} | {cells([6, 4])} |' in text
-  )
-  # Uniform: H-SCL(β) − SCL over 0-2: linear +2, +1, 0; kNN +2, +1, +3.
-  uniform = loader_same_class(0, [0, 1, 2])
-  linear, knn = cells([2, 1, 0]), cells([2, 1, 3])
-  assert f'| H-SCL(β) − SCL | uniform | {uniform:.2f} | 0, 1, 2 | {linear} | {knn} |' in text
+  rows = report_rows()
+  want = expected_rows(rows)
+  lines = text.splitlines()
+  tested = [line for line in lines if ' | linear | ' in line or ' | kNN | ' in line]
+  assert tested == [want[prefix] for prefix, _ in rows]
+  # e.g. 4 per class: H-SCL(β) − H-UCL over seeds 1, 2: linear +3, +5; kNN +6, +4.
+  assert '| H-SCL(β) − H-UCL | 4 per class | 3.00 | 1, 2 | linear | 2 | +4.00 ± 1.41 |' in text
   assert '| SCL − UCL | 4 per class' not in text  # neither method ran at 4 per class
+  assert 'over the 14 t-tests of this report' in text
 
 
 def test_each_class_aware_run_is_paired_with_the_uniform_run_of_its_seed(report):
   _, text = report
   # H-UCL at 4 per class minus uniform, seeds 1 and 2: linear +3, +2; kNN −2, +2.
-  assert f'| H-UCL | 4 per class | 1, 2 | {cells([3, 2])} | {cells([-2, 2])} |' in text
-  # H-SCL(β): seeds 0-2: linear +7, +4, +10; kNN +6, +5, +5.
-  assert f'| H-SCL(β) | 4 per class | 0, 1, 2 | {cells([7, 4, 10])} | {cells([6, 5, 5])} |' in text
+  assert '| H-UCL | 4 per class | 1, 2 | linear | 2 | +2.50 ± 0.71 | 2 of 2 |' in text
+  assert '| H-UCL | 4 per class | 1, 2 | kNN | 2 | +0.00 ± 2.83 | 1 of 2 |' in text
+  # H-SCL(β): seeds 0-2: linear +7, +4, +10.
+  assert '| H-SCL(β) | 4 per class | 0, 1, 2 | linear | 3 | +7.00 ± 3.00 | 3 of 3 |' in text
 
 
 def test_table_one_per_density_and_the_inspect_fraction(report):

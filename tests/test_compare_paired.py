@@ -17,6 +17,9 @@ from configs import digits  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
 
+sys.path.insert(0, str(REPO / 'tests'))
+from test_significance import expected_rows  # noqa: E402
+
 
 def test_plan_gives_the_named_methods_their_own_seeds_seed_by_seed():
   config = digits.get_config()
@@ -81,20 +84,24 @@ def test_paired_table_matches_a_hand_computation():
   ]
   summary = image_grid.summarise(runs)
   best = image_grid.best_per_method(summary)
-  table = '\n'.join(image_grid.paired_table(summary, best))
-  # H-SCL(β) − SCL over seeds 0-3: linear +2, −1, +3, +3 points; kNN +1, +3, 0, +3.
-  linear, knn = np.array([2.0, -1.0, 3.0, 3.0]), np.array([1.0, 3.0, 0.0, 3.0])
-  assert (
-    f'| H-SCL(β) − SCL | 0, 1, 2, 3 | +{linear.mean():.2f} ± {linear.std(ddof=1):.2f} | 3 of 4 | '
-    f'+{knn.mean():.2f} ± {knn.std(ddof=1):.2f} | 3 of 4 |'
-  ) in table
-  # H-SCL(β) − H-UCL: only the seeds both finished (1, 2): linear −1, +10; kNN +5, +2
-  # (by position: +3, +7 and +4, +6).
-  assert '| H-SCL(β) − H-UCL | 1, 2 | +4.50 ± 7.78 | 1 of 2 | +3.50 ± 2.12 | 2 of 2 |' in table
-  # SCL − UCL over 0-2: linear +5, +2, +6; kNN +5, +1, +7.
-  assert '| SCL − UCL | 0, 1, 2 | +4.33 ± 2.08 | 3 of 3 | +4.33 ± 3.06 | 3 of 3 |' in table
-  # H-UCL − UCL over 1, 2: linear +2, −1; kNN −1, +5 (by position: +4, −2 and +2, +3).
-  assert '| H-UCL − UCL | 1, 2 | +0.50 ± 2.12 | 1 of 2 | +2.00 ± 4.24 | 1 of 2 |' in table
+  table = image_grid.paired_table(summary, best)
+  # Per seed, first − second over the seeds both finished (by position instead, H-UCL's
+  # seeds 1, 2 would pair with 0, 1): linear then kNN, Holm over the table's 8 rows.
+  rows = [
+    ('H-SCL(β) − SCL | 0, 1, 2, 3 | linear', [0.02, -0.01, 0.03, 0.03]),
+    ('H-SCL(β) − SCL | 0, 1, 2, 3 | kNN', [0.01, 0.03, 0.0, 0.03]),  # the zero is dropped
+    ('H-SCL(β) − H-UCL | 1, 2 | linear', [-0.01, 0.10]),
+    ('H-SCL(β) − H-UCL | 1, 2 | kNN', [0.05, 0.02]),
+    ('SCL − UCL | 0, 1, 2 | linear', [0.05, 0.02, 0.06]),
+    ('SCL − UCL | 0, 1, 2 | kNN', [0.05, 0.01, 0.07]),
+    ('H-UCL − UCL | 1, 2 | linear', [0.02, -0.01]),
+    ('H-UCL − UCL | 1, 2 | kNN', [-0.01, 0.05]),
+  ]
+  want = expected_rows(rows)
+  assert [line for line in table if line.startswith('| H-') or line.startswith('| SCL')] == [
+    want[prefix] for prefix, _ in rows
+  ]
+  assert 'over the 8 t-tests of this report' in table[-2]
 
 
 def test_same_class_count_is_that_of_the_loaders_batches():

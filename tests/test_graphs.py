@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_significance import expected_rows
 from transfer_guard import no_implicit_transfers
 
 from configs import graphs as graphs_config
@@ -96,6 +97,45 @@ def test_table_report_cells_are_recomputed_from_the_runs():
       )
       assert row in lines
   assert f'{len(runs)} runs finished, 2 missing.' in report
+
+
+def test_report_pairs_each_tables_setting_by_seed_with_its_tests():
+  """Paired differences per dataset between the settings of Table II's rows (the hardened
+  methods at their best-mean β), by seed over the seeds both have, with their tests (Holm
+  over the table): H-SCL(β) at β = 1 (the best mean), not β = 2, and SCL lacks seed 0."""
+  accuracy = {  # (method, β) -> seed -> accuracy
+    ('ucl', 0.0): {0: 0.70, 1: 0.72, 2: 0.71},
+    ('hucl', 1.0): {0: 0.73, 1: 0.72, 2: 0.76},
+    ('hucl', 2.0): {0: 0.60, 1: 0.61, 2: 0.62},
+    ('scl', 0.0): {1: 0.74, 2: 0.70},
+    ('hscl', 1.0): {0: 0.75, 1: 0.77, 2: 0.74},
+    ('hscl', 2.0): {0: 0.79, 1: 0.69, 2: 0.70},
+  }
+  runs = [
+    {'dataset': 'MUTAG', 'method': m, 'beta': b, 'seed': seed, 'accuracy': a}
+    | {'protocol': 'unsupervised', 'num_epochs': 20, 'train_seconds': 1.0, 'eval_seconds': 1.0}
+    for (m, b), seeds in accuracy.items()
+    for seed, a in seeds.items()
+  ]
+  report = graph_grid.markdown_report(runs, ['MUTAG'], [1.0, 2.0], 3, graphs_config.get_config())
+  diff = lambda a, b, seeds: [accuracy[a][s] - accuracy[b][s] for s in seeds]
+  hscl, hucl, scl, ucl = ('hscl', 1.0), ('hucl', 1.0), ('scl', 0.0), ('ucl', 0.0)
+  rows = [
+    ('H-SCL(β) − SCL | MUTAG | 1, 2', diff(hscl, scl, [1, 2])),
+    ('H-SCL(β) − H-UCL | MUTAG | 0, 1, 2', diff(hscl, hucl, [0, 1, 2])),
+    ('SCL − UCL | MUTAG | 1, 2', diff(scl, ucl, [1, 2])),
+    ('H-UCL − UCL | MUTAG | 0, 1, 2', diff(hucl, ucl, [0, 1, 2])),
+  ]
+  want = expected_rows(rows)
+  lines = report.splitlines()
+  start = lines.index('## Paired differences (same seed; accuracy points)')
+  assert lines[start + 4 : start + 8] == [want[prefix] for prefix, _ in rows]
+  assert 'over the 4 t-tests of this report' in report
+  # Runs that did not record their seed (older graph_eval.json) are not paired.
+  unseeded = [{k: v for k, v in r.items() if k != 'seed'} for r in runs]
+  assert 'Paired differences' not in graph_grid.markdown_report(
+    unseeded, ['MUTAG'], [1.0, 2.0], 3, graphs_config.get_config()
+  )
 
 
 def toy_graphs(num_graphs=40, seed=0):

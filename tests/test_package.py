@@ -95,7 +95,9 @@ def test_the_package_needs_jax_numpy_and_the_train_extra_only():
   missing one is the one-line error naming it) or an optional feature's."""
   assert [_distribution(r) for r in _setup_list('INSTALL_REQUIRES')] == ['jax', 'numpy']
   imports = _third_party_imports()
-  assert imports - {'jax', 'numpy'} - set(OPTIONAL) == hscl_jax.TRAINER_MODULES
+  # scipy (the reports' tests of significance): jax and jaxlib require it, so every
+  # install has it, as numpy.
+  assert imports - {'jax', 'numpy', 'scipy'} - set(OPTIONAL) == hscl_jax.TRAINER_MODULES
   top_levels = importlib.metadata.packages_distributions()
   train = {_distribution(r) for r in _setup_list('TRAIN_REQUIRES')}
   extra_modules = {

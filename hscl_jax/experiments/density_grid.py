@@ -6,8 +6,10 @@ comparison (`python -m hscl_jax.experiments.compare`) of the same base config wi
 directory (REPORT/runs/). From those records alone this writes one report: Table I per
 density; the paired differences of PAIRS per density against the same-class samples an
 anchor measurably met (a table and a plot); every class-aware run paired with the
-uniform run of its method and seed; and the false-negative fraction that `inspect` measured
-on each density's H-UCL encoder (REPORT/inspect/, copied there by the comparison).
+uniform run of its method and seed (every paired difference with its tests of
+significance, Holm-adjusted over all of them); and the false-negative fraction that
+`inspect` measured on each density's H-UCL encoder (REPORT/inspect/, copied there by the
+comparison).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 
 from hscl_jax import inspection
 from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import significance
 
 REPORT_FILE = 'report.md'
 PLOT_FILE = 'paired_differences.png'
@@ -138,56 +141,62 @@ def pair_differences(m: Measured, first: str, second: str) -> dict[str, dict[int
   return out if out['top1'] else {}
 
 
-def paired_table(measured: list[Measured]) -> list[str]:
-  """PAIRS' per-seed differences at each density, against its same-class count."""
-  lines = [
-    '| pair | batches | same-class per anchor | seeds | linear Δ | positive in | kNN Δ '
-    '| positive in |',
-    '|---|---|---|---|---|---|---|---|',
-  ]
+def paired_rows(measured: list[Measured]) -> list[tuple[str, list[float]]]:
+  """PAIRS' per-seed differences at each density, against its same-class count:
+  ('pair | batches | same-class | seeds | measure' cells, differences) rows."""
+  rows = []
   for first, second in image_grid.PAIRS:
     for m in measured:
       diff = pair_differences(m, first, second)
-      if diff:
-        seeds = ', '.join(map(str, diff['top1']))
-        lines.append(
-          f'| {first} − {second} | {m.density.label} | {m.same_class:.2f} | {seeds} | '
-          f'{image_grid.difference_cells(diff["top1"])} | '
-          f'{image_grid.difference_cells(diff["knn"])} |'
-        )
-  return lines + ['']
+      for key, measure in image_grid.MEASURES if diff else ():
+        prefix = f'{first} − {second} | {m.density.label} | {m.same_class:.2f}'
+        seeds = ', '.join(map(str, diff[key]))
+        rows.append((f'{prefix} | {seeds} | {measure}', list(diff[key].values())))
+  return rows
 
 
-def against_uniform(measured: list[Measured]) -> list[str]:
-  """Each class-aware run minus the uniform run of its method and seed."""
+def uniform_rows(measured: list[Measured]) -> list[tuple[str, list[float]]]:
+  """Each class-aware run minus the uniform run of its method and seed:
+  ('method | batches | seeds | measure' cells, differences) rows."""
   uniform = next((m for m in measured if not m.density.samples_per_class), None)
   rows = []
   for m in measured if uniform is not None else []:
     for method in image_grid.METHODS:
       if m is uniform or method not in m.best or method not in uniform.best:
         continue
-      diff = {
-        key: image_grid.seed_differences(
+      for key, measure in image_grid.MEASURES:
+        diff = image_grid.seed_differences(
           image_grid.seed_values(m.summary[m.best[method]], key),
           image_grid.seed_values(uniform.summary[uniform.best[method]], key),
         )
-        for key in ('top1', 'knn')
-      }
-      if diff['top1']:
-        rows.append(
-          f'| {method} | {m.density.label} | {", ".join(map(str, diff["top1"]))} | '
-          f'{image_grid.difference_cells(diff["top1"])} | '
-          f'{image_grid.difference_cells(diff["knn"])} |'
-        )
-  if not rows:
-    return ['No class-aware run has a uniform run of its method and seed yet.', '']
-  return [
-    '| method | batches | seeds | linear Δ vs uniform | positive in | kNN Δ vs uniform '
-    '| positive in |',
-    '|---|---|---|---|---|---|---|',
-    *rows,
+        if diff:
+          seeds = ', '.join(map(str, diff))
+          prefix = f'{method} | {m.density.label} | {seeds} | {measure}'
+          rows.append((prefix, list(diff.values())))
+  return rows
+
+
+def paired_tables(measured: list[Measured]) -> tuple[list[str], list[str], str]:
+  """The pairs' table, the against-uniform table and the sentence on reading their tests,
+  Holm-adjusted over the rows of both (one family: every test of the report)."""
+  pairs, uniform = paired_rows(measured), uniform_rows(measured)
+  lines, tests = significance.table_lines(pairs + uniform)
+  reading = significance.how_to_read(tests) if tests else ''
+  pair_table = [
+    f'| pair | batches | same-class per anchor | seeds | top-1 | {significance.HEADER} |',
+    f'|---|---|---|---|---|{significance.ALIGN}|',
+    *lines[: len(pairs)],
     '',
   ]
+  uniform_table = [
+    f'| method | batches | seeds | top-1 | {significance.HEADER} |',
+    f'|---|---|---|---|{significance.ALIGN}|',
+    *lines[len(pairs) :],
+    '',
+  ]
+  if not uniform:
+    uniform_table = ['No class-aware run has a uniform run of its method and seed yet.', '']
+  return pair_table, uniform_table, reading
 
 
 def false_negatives(measured: list[Measured]) -> list[str]:
@@ -258,6 +267,7 @@ def write_report(base, densities: list[Density], protocol: str, report_dir: str)
     return None
   os.makedirs(report_dir, exist_ok=True)
   plot = plot_pairs(measured, report_dir)
+  pair_table, uniform_table, reading = paired_tables(measured)
   lines = [
     f'# The comparison against label density: {image_grid.dataset_label(base)}',
     '',
@@ -272,12 +282,14 @@ def write_report(base, densities: list[Density], protocol: str, report_dir: str)
     *method_tables(measured),
     '## Paired differences against the density (points; same seed: same subset)',
     '',
-    *paired_table(measured),
+    reading,
+    '',
+    *pair_table,
     f'![paired differences]({plot})',
     '',
     '## Each class-aware run against the uniform run of its method and seed',
     '',
-    *against_uniform(measured),
+    *uniform_table,
   ]
   fn = false_negatives(measured)
   if fn:

@@ -3,10 +3,10 @@ r"""Table II's grid: UCL, H-UCL, SCL and H-SCL(β) on graph datasets, and its re
 The library behind `python -m hscl_jax.experiments.compare_graphs`. Runs every setting
 (UCL; H-UCL(β) and H-SCL(β) for each β; SCL) for seeds 0..N-1 (repeat k of every setting
 before repeat k+1 of any) and writes ROOT/report.md: Table II's shape (accuracy %, mean ± std
-over repeats; for the hardened methods the β with the best mean), the paper's Table II, and
-every setting and run. Finished runs (ROOT/DATASET/SETTING/seed_K/graph_eval.json) are
-reused; a run whose workdir lock another process holds is skipped, so several processes can
-share one grid.
+over repeats; for the hardened methods the β with the best mean), the paired differences by
+seed with their tests of significance, the paper's Table II, and every setting and run.
+Finished runs (ROOT/DATASET/SETTING/seed_K/graph_eval.json) are reused; a run whose workdir
+lock another process holds is skipped, so several processes can share one grid.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import numpy as np
 
 from hscl_jax import metrics
 from hscl_jax import workdir_lock
+from hscl_jax.experiments import significance
 from hscl_jax.graphs import train
 
 DATASETS = ('MUTAG', 'PTC', 'ENZYMES', 'IMDB-BINARY', 'IMDB-MULTI')
@@ -166,6 +167,50 @@ def _results_table(runs, datasets, betas, repeats) -> list[str]:
   return lines
 
 
+# Table II's claims as pairs: hardening with labels against labels alone and against
+# hardening alone; labels and hardening each against UCL (image_grid.PAIRS' order).
+PAIRS = (('hscl', 'scl'), ('hscl', 'hucl'), ('scl', 'ucl'), ('hucl', 'ucl'))
+
+
+def seed_accuracies(runs, dataset: str, method: str, beta: float | None) -> dict[int, float]:
+  """Seed -> accuracy of one setting's runs that recorded their seed."""
+  return {
+    r['seed']: r['accuracy']
+    for r in runs
+    if 'seed' in r and (r['dataset'], r['method'], float(r['beta'])) == (dataset, method, beta)
+  }
+
+
+def _paired_table(runs, datasets, betas) -> list[str]:
+  """PAIRS' per-seed accuracy differences per dataset (each method at the β of its
+  Table II row), with their tests of significance (Holm over this table's rows)."""
+  table = summarise(runs)
+  chosen = lambda dataset, method: (
+    best_beta(table, dataset, method, betas) if method in ('hucl', 'hscl') else 0.0
+  )
+  rows = []
+  for first, second in PAIRS:
+    for dataset in datasets:
+      a, b = (seed_accuracies(runs, dataset, m, chosen(dataset, m)) for m in (first, second))
+      seeds = sorted(set(a) & set(b))
+      if seeds:
+        pair = f'{METHODS[first]} − {METHODS[second]} | {dataset} | {", ".join(map(str, seeds))}'
+        rows.append((pair, [a[s] - b[s] for s in seeds]))
+  if not rows:
+    return []
+  lines, tests = significance.table_lines(rows)
+  return [
+    '',
+    '## Paired differences (same seed; accuracy points)',
+    '',
+    f'| pair | dataset | seeds | {significance.HEADER} |',
+    f'|---|---|---|{significance.ALIGN}|',
+    *lines,
+    '',
+    significance.how_to_read(tests),
+  ]
+
+
 def _paper_table(datasets) -> list[str]:
   lines = ['', "The paper's Table II (10 runs; protocol for SCL/H-SCL not stated):", '']
   lines += _table_header(datasets)
@@ -205,6 +250,7 @@ def _every_setting(runs, datasets, betas, repeats) -> list[str]:
 
 def markdown_report(runs, datasets, betas, repeats, config) -> str:
   lines = _header(runs, betas, repeats, config) + _results_table(runs, datasets, betas, repeats)
+  lines += _paired_table(runs, datasets, betas)
   lines += _paper_table(datasets) + _every_setting(runs, datasets, betas, repeats)
   missing = len(datasets) * len(settings(betas)) * repeats - len(runs)
   lines += ['', f'{len(runs)} runs finished' + (f', {missing} missing.' if missing > 0 else '.')]

@@ -34,6 +34,7 @@ from hscl_jax import metrics
 from hscl_jax import train
 from hscl_jax import workdir_lock
 from hscl_jax.experiments import run_records
+from hscl_jax.experiments import significance
 
 BETA_GRID = (0.1, 0.5, 1.0, 2.0, 5.0)
 Preempted = train.Preempted
@@ -443,38 +444,41 @@ def seed_differences(first: dict[int, float], second: dict[int, float]) -> dict[
   return {seed: first[seed] - second[seed] for seed in sorted(set(first) & set(second))}
 
 
-def difference_cells(differences: dict[int, float]) -> str:
-  points = 100 * np.asarray(list(differences.values()), np.float64)
-  spread = (
-    f'{points.mean():+.2f} ± {points.std(ddof=1):.2f}' if len(points) > 1 else f'{points[0]:+.2f}'
-  )
-  return f'{spread} | {int((points > 0).sum())} of {len(points)}'
+# The per-run figures a paired difference is taken of, as the tables name them.
+MEASURES = (('top1', 'linear'), ('knn', 'kNN'))
+
+
+def paired_rows(summary, best) -> list[tuple[str, list[float]]]:
+  """('pair | seeds | measure' cells, per-seed differences) of PAIRS, linear then kNN."""
+  rows = []
+  for first, second in [(a, b) for a, b in PAIRS if a in best and b in best]:
+    for key, measure in MEASURES:
+      differences = paired_differences(summary, best, key, first, second)
+      if differences:
+        seeds = ', '.join(map(str, differences))
+        rows.append((f'{first} − {second} | {seeds} | {measure}', list(differences.values())))
+  return rows
 
 
 def paired_table(summary, best) -> list[str]:
-  """Per-seed paired differences (points, mean ± std over seeds, and in how many seeds
-  the difference is positive) of linear and kNN top-1 for PAIRS."""
-  pairs = [(a, b) for a, b in PAIRS if a in best and b in best]
-  rows = []
-  for first, second in pairs:
-    linear = paired_differences(summary, best, 'top1', first, second)
-    if linear:
-      knn_cells = difference_cells(paired_differences(summary, best, 'knn', first, second))
-      rows.append(
-        f'| {first} − {second} | {", ".join(map(str, linear))} | '
-        f'{difference_cells(linear)} | {knn_cells} |'
-      )
+  """Per-seed paired differences of linear and kNN top-1 for PAIRS with their tests of
+  significance (hscl_jax.experiments.significance; Holm over this table's rows)."""
+  rows = paired_rows(summary, best)
   if not rows:
     return []
+  lines, tests = significance.table_lines(rows)
   return [
     '## Paired differences (same seed: same subset, same data order)',
     '',
-    'Per seed, the first method minus the second (points of top-1); mean ± std over the '
-    'seeds both finished, and the number of seeds in which the difference is positive.',
+    'Per seed, the first method minus the second (points of top-1), over the seeds both '
+    'finished: their mean ± std, the seeds in which the difference is positive, and the '
+    'tests of significance.',
     '',
-    '| pair | seeds | linear top-1 Δ | positive in | kNN top-1 Δ | positive in |',
-    '|---|---|---|---|---|---|',
-    *rows,
+    f'| pair | seeds | top-1 | {significance.HEADER} |',
+    f'|---|---|---|{significance.ALIGN}|',
+    *lines,
+    '',
+    significance.how_to_read(tests),
     '',
   ]
 
