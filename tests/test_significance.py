@@ -113,7 +113,7 @@ def test_no_spread_leaves_the_t_test_undefined_without_a_warning():
   for test in (one, flat):
     assert math.isnan(test.t_p) and math.isnan(test.ci_low)
   assert one.sign_p == 1.0 and flat.sign_p == 0.25
-  assert significance.cells(one) == '1 | +2.00 | 1 of 1 | — | — | 1.000 | —'
+  assert significance.cells(one) == '1 | +2.00 | 1 of 1 | — | — | 1 | —'
   with pytest.raises(ValueError, match='at least one difference'):
     significance.paired_test([])
 
@@ -141,14 +141,14 @@ def test_table_lines_adjust_over_every_row_and_format_points():
   mean, std, low, high, t_p, s_p = expected(rows[0][1])
   assert lines[0] == (
     f'| a | 3 | {100 * mean:+.2f} ± {100 * std:.2f} | 3 of 3 | '
-    f'[{100 * low:+.2f}, {100 * high:+.2f}] | {t_p:.3f} | {s_p:.3f} | {holm_a:.3f} |'
+    f'[{100 * low:+.2f}, {100 * high:+.2f}] | {t_p:.3g} | {s_p:.3g} | {holm_a:.3g} |'
   )
-  assert lines[2] == '| c | 1 | +3.00 | 1 of 1 | — | — | 1.000 | — |'
+  assert lines[2] == '| c | 1 | +3.00 | 1 of 1 | — | — | 1 | — |'
   text = significance.how_to_read(tests)
   assert 'cannot go below 1 at n = 1, 0.5 at n = 2, 0.25 at n = 3,' in text
   assert 'over the 2 t-tests of this report' in text
   assert significance.cells(significance.paired_test([0.001, 0.00101, 0.00099])).endswith(
-    f'| {expected([0.001, 0.00101, 0.00099])[4]:.1e} | 0.250 | —'
+    f'| {expected([0.001, 0.00101, 0.00099])[4]:.3g} | 0.25 | —'
   )
 
 
@@ -163,7 +163,7 @@ def holm_by_hand(p_values):
 
 
 def p_text(p: float) -> str:
-  return f'{p:.3f}' if p >= 0.001 else f'{p:.1e}'
+  return f'{p:.3g}'
 
 
 def expected_cells(differences, holm_p: float) -> str:

@@ -113,7 +113,7 @@ def tests_of(families: Sequence[Sequence[float]]) -> list[PairedTest]:
 def _p(p: float) -> str:
   if math.isnan(p):
     return '—'
-  return f'{p:.3f}' if p >= 0.001 else f'{p:.1e}'
+  return f'{p:.3g}'  # 3 significant digits: the sign test's 0.0625 whole
 
 
 def cells(test: PairedTest, scale: float = 100.0) -> str:
