@@ -9,6 +9,7 @@ end at smoke sizes.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -34,6 +35,7 @@ sys.path[:0] = [str(REPO / 'benchmarks'), str(REPO / 'tools')]  # scripts, impor
 import accelerator  # noqa: E402
 import first_light as first_light_script  # noqa: E402
 import gpu_bundle  # noqa: E402
+import gpu_grid  # noqa: E402
 
 
 def test_every_benchmark_script_starts_without_pythonpath(tmp_path):
@@ -248,7 +250,8 @@ def test_torch_reference_loss_equals_the_jax_kernel():
 
 # `python[3] SCRIPT.py ARGS` in the docs and in the scripts' own docstrings.
 _SCRIPT_COMMAND = re.compile(
-  r'python3? ((?:tools|benchmarks)/(?:first_light|gpu_bundle|accelerator|torch_reference)\.py)'
+  r'python3? ((?:tools|benchmarks)/'
+  r'(?:first_light|gpu_bundle|gpu_grid|accelerator|torch_reference)\.py)'
   r'((?:[^\n`#|&;]|\\\n)*)'
 )
 
@@ -259,17 +262,24 @@ def test_documented_script_commands_parse():
   scripts = {
     'tools/first_light.py': first_light_script,
     'tools/gpu_bundle.py': gpu_bundle,
+    'tools/gpu_grid.py': gpu_grid,
     'benchmarks/accelerator.py': accelerator,
   }
   docs = [REPO / 'README.md', REPO / 'benchmarks' / 'README.md', *(REPO / 'docs').rglob('*.md')]
   texts = [path.read_text() for path in docs] + [module.__doc__ for module in scripts.values()]
+  for config in sorted((REPO / 'configs').glob('*.py')):  # their docstrings show commands too
+    texts.append(ast.get_docstring(ast.parse(config.read_text()), clean=False) or '')
   if importlib.util.find_spec('torch') is not None:
     import torch_reference
 
     scripts['benchmarks/torch_reference.py'] = torch_reference
     texts.append(torch_reference.__doc__)
   commands = [m.groups() for text in texts for m in _SCRIPT_COMMAND.finditer(text)]
-  assert {script for script, _ in commands} >= {'tools/first_light.py', 'tools/gpu_bundle.py'}
+  assert {script for script, _ in commands} >= {
+    'tools/first_light.py',
+    'tools/gpu_bundle.py',
+    'tools/gpu_grid.py',
+  }
   for script, words in commands:
     if script in scripts:
       scripts[script].parse_args(shlex.split(words.replace('\\\n', ' ')))  # exits if bad

@@ -258,7 +258,8 @@ def unpack(args, work: pathlib.Path, log: Log, env: dict, steps: list) -> str:
   data = args.data or str(work / 'data')
   if pathlib.Path(args.bundle).is_dir():
     command = [sys.executable, 'tools/gpu_bundle.py', f'--bundle={args.bundle}', 'install',
-               f'--site={work / "site"}', f'--data_to={work / "data"}']  # fmt: skip
+               f'--site={work / "site"}', f'--data_to={work / "data"}',
+               '--data_sets=cifar10']  # fmt: skip
     steps.append(run_step('install', command, 120, log, env)[0])
   return data
 

@@ -11,7 +11,8 @@ recorded in REPORT_DIR/runs/. Writes REPORT_DIR/report.md: Table I per density, 
 paired differences (H-SCL(β) − SCL, H-SCL(β) − H-UCL, SCL − UCL, H-UCL − UCL) per density
 against the same-class samples an anchor met (measured in the runs' batches; a table and
 paired_differences.png), each class-aware run against the uniform run of its method and
-seed, and the H-UCL encoders' false-negative fraction where `inspect` measured it. Reads
+seed (every difference with its tests of significance), and the H-UCL encoders'
+false-negative fraction where `inspect` measured it. Reads
 the training labels from the data (no image decoded); trains nothing.
 The work is done by hscl_jax.experiments.density_grid.
 """
