@@ -252,7 +252,7 @@ def test_torch_reference_loss_equals_the_jax_kernel():
 _SCRIPT_COMMAND = re.compile(
   r'python3? ((?:tools|benchmarks)/'
   r'(?:first_light|gpu_bundle|gpu_grid|accelerator|torch_reference)\.py)'
-  r'((?:[^\n`#|&;]|\\\n)*)'
+  r'((?:\\\n|[^\n`#|&;])*)'  # a continuation first: its backslash is no word
 )
 
 

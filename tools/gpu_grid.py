@@ -310,8 +310,11 @@ def fix_epochs(config_file: pathlib.Path, epochs: int, calibration: dict | None)
       )
     return f'E = {epochs}, as {config_file.name} fixes it'
   kept = {k: v for k, v in (calibration or {}).items() if k != 'epochs'}
+  literal = repr(kept)  # as ruff formats it: on one line where it fits, else one item a line
+  if len(f'CALIBRATION = {literal}') > 100:
+    literal = '{\n' + ''.join(f'  {k!r}: {v!r},\n' for k, v in kept.items()) + '}'
   text = re.sub(r'^EPOCHS = None$', f'EPOCHS = {epochs}', text, flags=re.MULTILINE)
-  text = re.sub(r'^CALIBRATION = None$', f'CALIBRATION = {kept!r}', text, flags=re.MULTILINE)
+  text = re.sub(r'^CALIBRATION = None$', lambda _: f'CALIBRATION = {literal}', text, flags=re.M)
   config_file.write_text(text)
   return f'E = {epochs} written into {config_file} (from {kept.get("source")})'
 
@@ -375,7 +378,8 @@ def merge(args) -> None:
     print('the session fixed no E (no step rate): nothing trained, the report is as it was')
     return
   if not session['smoke']:
-    print(fix_epochs(pathlib.Path(args.config_file), epochs, session['calibration']))
+    calibration = dict(session['calibration'], device=session.get('device'))
+    print(fix_epochs(pathlib.Path(args.config_file), epochs, calibration))
   config = grid_config(str(data), epochs, session['smoke'])
   sessions = [first_light.read_json(p) for p in sorted((results / SESSIONS_DIR).glob('*.json'))]
   with tempfile.TemporaryDirectory() as root:  # no workdirs: the records alone
@@ -400,9 +404,9 @@ def parse_args(argv=None):
   run_parser.add_argument('--work', default='/tmp/hscl_grid', help='site, data, the runs')
   run_parser.add_argument('--results', default=str(RESULTS), help='the records made so far')
   run_parser.add_argument('--max_runs', type=int, default=len(GRID))
-  run_parser.add_argument('--margin', type=float, default=1.15, help="on a run's estimate")
-  run_parser.add_argument('--reserve_s', type=float, default=15, help='kept for the packing')
-  run_parser.add_argument('--run_target_s', type=float, default=240, help='calibration: a run')
+  run_parser.add_argument('--margin', type=float, default=1.1, help="on a run's estimate")
+  run_parser.add_argument('--reserve_s', type=float, default=10, help='kept for the packing')
+  run_parser.add_argument('--run_target_s', type=float, default=230, help='calibration: a run')
   run_parser.add_argument('--startup_s', type=float, default=60, help='calibration: start-up')
   run_parser.add_argument('--knn_s', type=float, default=3, help='calibration: one kNN')
   run_parser.add_argument('--linear_eval_s', type=float, default=45, help='calibration')
