@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 import difflib
 import errno
+import re
 import sys
 from typing import Any, TypeVar
 
-from absl import app
-from absl import flags
-from absl import logging
-
 T = TypeVar('T')
+
+# absl (the `[train]` extra) is imported inside the functions of the programs below, so
+# that the sampler (hscl_jax.data.sampling, core install) can raise ConfigError.
 
 
 class UserError(Exception):
@@ -82,6 +82,8 @@ def exit_on_user_error(
 ) -> T:
   """Runs `work`; a user error is logged as one line and exits with status 1. A full disk
   under `workdir` is one too, described by `describe_disk_full(workdir)`."""
+  from absl import logging
+
   try:
     return work()
   except Exception as error:
@@ -153,11 +155,52 @@ def _no_such_field(path: list[str], siblings: list[str], everywhere: list[tuple[
   return f'--config.{".".join(path)}: {parent} has no field {path[-1]!r}. Fix: {fix}'
 
 
+def _config_default(argv: list[str], path: str) -> Any:
+  """The config file's value of the dotted field `path`, None if there is none to read."""
+  from absl import flags
+
+  value = flag_argument(argv, 'config')
+  if 'config' not in flags.FLAGS or value is None:
+    return None
+  try:
+    node = flags.FLAGS['config'].parser.parse(value)
+    for key in path.split('.'):
+      node = node[key]
+  except Exception:  # the file or field is broken: the plain message says enough
+    return None
+  return node
+
+
+_KINDS = {bool: 'True or False', int: 'a whole number', float: 'a number', str: 'a string'}
+
+
+def flag_error_line(argv: list[str], message: str) -> str:
+  """One line for a flag absl could not parse (a value of the wrong type, a missing
+  required flag), with the fix: for `--config.FIELD`, the field's type and a value of it."""
+  message = ' '.join(message.split())
+  if 'Fix:' in message:
+    return message
+  bad = re.match(r'flag (--config\.([\w.]+))=(.*?): ', message)
+  default = _config_default(argv, bad.group(2)) if bad else None
+  if default is not None and not hasattr(default, 'keys'):
+    kind = _KINDS.get(type(default), type(default).__name__)
+    return (
+      f'{bad.group(1)}={bad.group(3)}: config.{bad.group(2)} takes {kind}, not '
+      f'{bad.group(3)!r}. Fix: e.g. {bad.group(1)}={default}'
+    )
+  return f'{message.rstrip(".")}. Fix: --helpshort lists the flags and their types'
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing (`app.run(main, flags_parser=errors.parse_flags)`), where an
-  override naming no config field ends the program with one line instead of a traceback."""
+  override naming no config field, or a value absl cannot parse, ends the program with
+  one line instead of a traceback (or absl's two-line FATAL report)."""
+  from absl import flags
+
   try:
-    return app.parse_flags_with_usage(argv)
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    sys.exit(flag_error_line(argv, str(error)))
   except (AttributeError, KeyError, TypeError):
     config_flag = flags.FLAGS['config'] if 'config' in flags.FLAGS else None
     value = flag_argument(argv, 'config')

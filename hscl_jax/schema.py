@@ -101,7 +101,7 @@ FIELDS: dict[str, Field] = {
   ),
   'decode_cache_gib': Field(at_least(0, 'use e.g. 2'), free=True),
   'positive_mode': Field(choice(data.POSITIVE_MODES)),
-  'samples_per_class': Field(),  # against a process's batch, below (and the data, at training)
+  'samples_per_class': Field(),  # a whole number, below; the rest against the data, at training
   'method': Field(choice(METHODS)),
   'hardening': Field(choice(HARDENINGS)),
   'beta': Field(at_least(0, 'use e.g. --config.beta=1.0; beta=0 is SCL/UCL')),
@@ -242,9 +242,7 @@ def _check_batches(config, num_devices: int, num_processes: int) -> None:
         f'use a multiple of {divisor}, e.g. --config.{field}={_round_up(max(value, 1), divisor)}',
       )
   _check_chunk_size(config.chunk_size, config.batch_size // num_devices)
-  data.check_samples_per_class(
-    config.samples_per_class, global_batch_size=config.batch_size, num_processes=num_processes
-  )
+  data.check_samples_per_class(config.samples_per_class)
   _check_queue_size(config.queue_size, rows=2 * config.batch_size)
 
 

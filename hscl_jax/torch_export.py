@@ -164,10 +164,24 @@ def _same_padding(backbone: models.ResNet) -> dict[str, Any]:
   }
 
 
+def _umask() -> int:
+  """The process's umask, read without setting it (os.umask sets it, for every thread)."""
+  try:
+    with open('/proc/self/status') as f:
+      return next(int(line.split()[1], 8) for line in f if line.startswith('Umask:'))
+  except (OSError, StopIteration, ValueError):
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask
+
+
 def write_safetensors(path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
-  """Writes `tensors` with `metadata` in the safetensors format, atomically."""
+  """Writes `tensors` with `metadata` in the safetensors format, atomically, with the mode
+  of any file the process creates (0644 under umask 022): the package writes its file
+  0600, and the rename would keep that, so a co-worker could not read it."""
   temporary = f'{path}.tmp'
   safetensors.numpy.save_file(tensors, temporary, metadata=metadata)
+  os.chmod(temporary, 0o666 & ~_umask())
   os.replace(temporary, path)
 
 

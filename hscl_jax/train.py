@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import os
 import signal
 import threading
 import time
@@ -115,6 +117,8 @@ def make_train_loader(config: ml_collections.ConfigDict, train_source) -> data.T
     shard_index=jax.process_index(),
     shard_count=jax.process_count(),
     num_classes=train_source.num_classes,
+    # What the config check asks of a batch_size: a refused m may suggest one.
+    batch_multiple=math.lcm(jax.device_count(), jax.process_count()),
   )
 
 
@@ -465,11 +469,14 @@ class PreemptionWatcher:
 class TrainResult:
   state: TrainState
   preempted: bool  # stopped by SIGTERM after saving a checkpoint
-  last_record: dict[str, Any] | None  # the last epoch's metrics record
+  last_record: dict[str, Any] | None  # the last epoch's metrics record (None: none trained)
+  records: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # all epochs' so far
+  already_complete: bool = False  # the workdir's run had trained every epoch: nothing ran
 
 
-def epoch_summary(record: dict[str, Any]) -> str:
-  """One concise log line per epoch (the full record is in metrics.jsonl)."""
+def epoch_summary(record: dict[str, Any], *, compile_seconds: float = 0.0) -> str:
+  """One concise log line per epoch (the full record is in metrics.jsonl); the throughput
+  leaves out the step that compiled, whose time is shown apart."""
   parts = [f'epoch {record["epoch"]}: loss {record["train_loss"]:.4f}']
   if 'knn_top1' in record:
     parts.append(f'kNN top-1 {record["knn_top1"]:.4f}')
@@ -477,7 +484,10 @@ def epoch_summary(record: dict[str, Any]) -> str:
     parts.append(f'Assumption 1 {record["assumption1_fraction"]:.3f}')
   parts.append(f'lr {record["learning_rate"]:.3g}')
   parts.append(f'{record["images_per_second"]:.0f} img/s')
-  parts.append(f'{record["epoch_time"]:.1f} s')
+  epoch_time = f'{record["epoch_time"]:.1f} s'
+  if compile_seconds:
+    epoch_time += f' ({compile_seconds:.1f} s of it compiling the step)'
+  parts.append(epoch_time)
   return ', '.join(parts)
 
 
@@ -494,21 +504,60 @@ def train_and_evaluate(
   with a config that differs from DIR/config.json is refused unless the differing fields
   are in `allowed_config_changes` (see hscl_jax.stored_config).
   """
+  start = time.perf_counter()
   mesh = parallel.make_mesh() if mesh is None else mesh
   schema.validate_config(config, num_devices=mesh.size, num_processes=jax.process_count())
   lock = workdir_lock.acquire_for_run(workdir)
+  stopped = True
   try:
     if checkpointing.finished_steps(workdir):
       stored_config.check_unchanged(workdir, config, allowed=allowed_config_changes)
     run = _build_run(config, workdir, mesh)
     try:
       with PreemptionWatcher() as run.preemption:
-        return run.train()
+        result = run.train()
     finally:
       run.close()
+    stopped = False
   finally:
     if lock is not None:
-      lock.release()
+      # A run stopped (refused data, a crash, Ctrl-C) before its first checkpoint leaves
+      # the workdir as it found it; a preempted one has saved a checkpoint.
+      lock.release(undo=stopped and not checkpointing.finished_steps(workdir))
+  if not result.preempted and jax.process_index() == 0:
+    logging.info('%s', closing_summary(config, workdir, result, time.perf_counter() - start))
+  return result
+
+
+def final_knn(records: list[dict[str, Any]]) -> str:
+  """The last kNN top-1 of a run's records, as the closing lines show it."""
+  values = [r['knn_top1'] for r in records if 'knn_top1' in r]
+  return f'final kNN top-1 {values[-1]:.4f}' if values else 'no kNN evaluated'
+
+
+def closing_summary(
+  config: ml_collections.ConfigDict, workdir: str, result: TrainResult, seconds: float
+) -> str:
+  """What the run did and the commands that use it, the workdir filled in."""
+  workdir = os.path.abspath(workdir)
+  if result.already_complete:
+    head = 'Nothing trained (already complete)'
+  else:
+    head = (
+      f'Finished {config.num_epochs} epochs in {metrics.format_duration(seconds)}, '
+      f'{final_knn(result.records)}'
+    )
+  commands = [
+    f'python -m hscl_jax.linear_eval --workdir={workdir}',
+    f'python -m hscl_jax.embed --workdir={workdir} --split=test --out={workdir}/embeddings.npz',
+    f'python -m hscl_jax.inspect --workdir={workdir} --out={workdir}/inspect',
+  ]
+  if config.model.name.startswith('resnet'):  # export refuses other backbones (and says why)
+    commands.append(
+      f'python -m hscl_jax.export --workdir={workdir} --format=torch '
+      f'--out={workdir}/backbone.safetensors'
+    )
+  return f'{head}; workdir {workdir}. Next:\n' + '\n'.join(f'  {c}' for c in commands)
 
 
 # ----------------------------------------------------------------------------------------
@@ -523,7 +572,9 @@ class EpochPosition:
   steps_done: the epoch's steps are all taken but its record is not written (a SIGTERM
     at its last step or during its kNN): the resumed run computes the record first;
   seconds, steps_timed: the epoch's training time so far, so that its record reports the
-    whole epoch's throughput.
+    whole epoch's throughput;
+  compile_seconds, compile_steps: of those, the first step of each process that ran in the
+    epoch (it compiles): the record's throughput leaves them out, as the progress line does.
   The checkpoint also keeps every metrics record written so far, to rebuild a damaged
   metrics.jsonl.
   """
@@ -531,6 +582,16 @@ class EpochPosition:
   steps_done: bool = False
   seconds: float = 0.0
   steps_timed: int = 0
+  compile_seconds: float = 0.0
+  compile_steps: int = 0
+
+  def steps_timed_without_compilation(self) -> tuple[int, float]:
+    """(steps, seconds) of the epoch's throughput: the compiling steps left out, unless
+    they were all its steps (an epoch of one step)."""
+    steps = self.steps_timed - self.compile_steps
+    if steps <= 0:
+      return self.steps_timed, self.seconds
+    return steps, self.seconds - self.compile_seconds
 
   def to_metadata(self, records: list[dict[str, Any]]) -> dict[str, Any]:
     # Key names of the checkpoints written before this class existed, so they resume.
@@ -538,6 +599,8 @@ class EpochPosition:
       'epoch_end_pending': self.steps_done,
       'epoch_seconds': self.seconds,
       'epoch_steps_timed': self.steps_timed,
+      'epoch_compile_seconds': self.compile_seconds,
+      'epoch_compile_steps': self.compile_steps,
       'records': records,
     }
 
@@ -548,6 +611,8 @@ class EpochPosition:
       steps_done=bool(metadata.get('epoch_end_pending', False)),
       seconds=float(metadata.get('epoch_seconds', 0.0)),
       steps_timed=int(metadata.get('epoch_steps_timed', 0)),
+      compile_seconds=float(metadata.get('epoch_compile_seconds', 0.0)),
+      compile_steps=int(metadata.get('epoch_compile_steps', 0)),
     )
     return position, metadata.get('records')
 
@@ -576,6 +641,11 @@ def _build_run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.shardi
     plan.steps_per_epoch,
     plan.num_epochs,
   )
+  if config.samples_per_class:
+    info, warning = class_aware_epoch_lines(config, train_iter.order)
+    logging.info('%s', info)
+    if warning:
+      logging.warning('%s', warning)
   return _Run(
     config=config,
     plan=plan,
@@ -605,6 +675,36 @@ def _build_run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.shardi
   )
 
 
+# Below this share of the training examples per epoch, a class-aware run is warned: its
+# epochs (and so its schedule, in steps) are much shorter than uniform batches' epochs.
+LOW_EPOCH_SHARE = 0.5
+
+
+def class_aware_epoch_lines(
+  config: ml_collections.ConfigDict, order: data.EpochOrder
+) -> tuple[str, str | None]:
+  """(what a class-aware epoch is, a warning where it visits few of the examples, or None)."""
+  m, batch, steps = config.samples_per_class, config.batch_size, order.steps_per_epoch
+  uniform = data.steps_per_epoch(order.num_examples, batch)
+  share = steps * batch / order.num_examples
+  info = (
+    f'Class-aware batches: {m} samples of each of {batch // m} classes per batch; an epoch '
+    f'of {steps} steps visits {share:.1%} of the {order.num_examples} training examples '
+    f'(uniform batches: {uniform} steps).'
+  )
+  if share >= LOW_EPOCH_SHARE:
+    return info, None
+  longer = math.ceil(config.num_epochs * uniform / steps)
+  warning = (
+    f'Class-aware epochs visit only {share:.1%} of the training examples ({steps} steps '
+    f'instead of {uniform}): the smaller classes run out of groups of {m} early, so each '
+    f'epoch, and the learning-rate schedule in steps, is {uniform / steps:.1f}x shorter. '
+    f'Fix: --config.num_epochs={longer} trains as many steps as uniform batches would, or '
+    'balance the classes (--config.train_examples), or use --config.samples_per_class=0.'
+  )
+  return info, warning
+
+
 def log_queue_memory(config: ml_collections.ConfigDict, state: TrainState) -> None:
   """The memory the queue and the key encoder hold on every device (both replicated)."""
   if state.queue is not None:
@@ -629,7 +729,6 @@ def _restore(checkpointer, state: TrainState, train_iter):
     return state, 0, EpochPosition(), None
   step, tree, iterator_state = restored
   train_iter.set_state(iterator_state)
-  logging.info('Resumed from the checkpoint at step %d.', step)
   position, records = EpochPosition.from_metadata(checkpointer.metadata(step))
   return state_from_checkpoint(tree), step, position, records
 
@@ -662,6 +761,11 @@ class _Run:
   def train(self) -> TrainResult:
     """For each epoch: train it, finish it. A SIGTERM, in whatever phase it lands, saves
     the state and where the epoch stood, then stops."""
+    if self.step >= self.plan.total_steps and not self.position.steps_done:
+      logging.info('%s', self.already_complete_line())
+      return self.result(already_complete=True)
+    if self.step:
+      logging.info('Resumed from the checkpoint at step %d.', self.step)
     try:
       while self.step < self.plan.total_steps or self.position.steps_done:
         epoch = self.plan.epoch_of_step(self.step - 1 if self.position.steps_done else self.step)
@@ -673,8 +777,25 @@ class _Run:
           self.preemption.check()
     except Preempted:
       self.stop_for_preemption()
-      return TrainResult(state=self.state, preempted=True, last_record=self.last_record)
-    return TrainResult(state=self.state, preempted=False, last_record=self.last_record)
+      return self.result(preempted=True)
+    return self.result()
+
+  def result(self, *, preempted: bool = False, already_complete: bool = False) -> TrainResult:
+    return TrainResult(
+      state=self.state,
+      preempted=preempted,
+      last_record=self.last_record,
+      records=list(self.writer.records),
+      already_complete=already_complete,
+    )
+
+  def already_complete_line(self) -> str:
+    epochs = self.plan.num_epochs
+    return (
+      f'Already complete: {epochs} of {epochs} epochs ({final_knn(self.writer.records)}). '
+      f'To train longer, rerun with --config.num_epochs={2 * epochs} (or any larger number) '
+      '--allow_config_change=num_epochs.'
+    )
 
   def train_epoch(self, epoch: int, hyper) -> None:
     """Steps to the end of `epoch`; a SIGTERM raises Preempted between two steps."""
@@ -685,11 +806,14 @@ class _Run:
     self.progress.resume_timer()
     try:
       while step < end_step:
+        step_start = time.perf_counter()
         batch = parallel.global_batch(next(self.train_iter), self.mesh, ('image', 'label'))
         self.state, loss = self.train_step(self.state, batch, hyper)
         step += 1
         self.position.steps_done = step == end_step
         log_step = step % self.config.log_every_steps == 0 or step == end_step
+        if not self.compiled:
+          self.after_first_step(step, loss, step_start)
         self.after_step(step, epoch, loss, log_step)
         self.preemption.check(sync_point=log_step)
     finally:
@@ -697,11 +821,15 @@ class _Run:
       self.position.seconds += time.perf_counter() - start_time
       self.position.steps_timed += step - start
 
+  def after_first_step(self, step: int, loss, step_start: float) -> None:
+    """The first step of this process compiles: timed apart, left out of the rates."""
+    jax.block_until_ready(loss)
+    self.compiled = True
+    self.position.compile_seconds += time.perf_counter() - step_start
+    self.position.compile_steps += 1
+    self.progress.restart(step)
+
   def after_step(self, step: int, epoch: int, loss, log_step: bool) -> None:
-    if not self.compiled:
-      jax.block_until_ready(loss)
-      self.compiled = True
-      self.progress.restart(step)  # rates without the first step's compilation
     if log_step:
       loss_value = float(parallel.replicated_value(loss))  # waits for the step: real timings
       self.check_finite(epoch)
@@ -717,19 +845,21 @@ class _Run:
     zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), self.state.metric_sums)
     self.state = self.state.replace(metric_sums=parallel.replicated(zeros, self.mesh))
     self.writer.write(epoch * self.plan.steps_per_epoch, record)
-    logging.info('%s', epoch_summary(record))
+    logging.info('%s', epoch_summary(record, compile_seconds=self.position.compile_seconds))
     self.last_record, self.position = record, EpochPosition()
     if metrics.is_due(epoch, self.config.checkpoint_every_epochs, self.plan.num_epochs):
       self.save()
 
   def epoch_record(self, epoch: int, hyper) -> dict[str, Any]:
     """Means of the per-step metrics over the epoch, learning rate, throughput, hyper."""
-    step, seconds = epoch * self.plan.steps_per_epoch, max(self.position.seconds, 1e-9)
+    step = epoch * self.plan.steps_per_epoch
     record = {
       name: float(parallel.replicated_value(value)) / self.plan.steps_per_epoch
       for name, value in self.state.metric_sums.items()
     }
-    samples = self.config.batch_size * self.position.steps_timed
+    samples, seconds = self.position.steps_timed_without_compilation()
+    samples *= self.config.batch_size
+    seconds = max(seconds, 1e-9)
     record.update(
       epoch=epoch,
       step=step,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -41,8 +42,13 @@ class WorkdirError(errors.UserError, OSError):
   """The workdir cannot be used (a file, read-only, not permitted)."""
 
 
-def make_workdir(workdir: str) -> None:
-  """Creates the workdir if needed; raises WorkdirError (one line) if it is unusable."""
+def make_workdir(workdir: str) -> list[str]:
+  """Creates the workdir if needed; raises WorkdirError (one line) if it is unusable.
+  Returns the directories it created (the workdir and missing parents), deepest first."""
+  missing, path = [], os.path.abspath(workdir)
+  while not os.path.exists(path):
+    missing.append(path)
+    path = os.path.dirname(path)
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise WorkdirError(
       f'workdir {workdir} is a file, not a directory. '
@@ -54,6 +60,7 @@ def make_workdir(workdir: str) -> None:
     raise WorkdirError(
       f'cannot create workdir {workdir}: {e.strerror}. Fix: pass a --workdir where you can write.'
     ) from None
+  return missing
 
 
 def _process_start_time(pid: int) -> str | None:
@@ -122,6 +129,8 @@ class WorkdirLock:
     self._record = None
     self._stop = threading.Event()
     self._thread = None
+    self._created: list[str] = []  # directories `acquire` created, deepest first
+    self._found: set[str] = set()  # the workdir's entries before the lock was taken
 
   def _read(self) -> dict | None:
     """The holder's record; {} if the file is unreadable (being written, or torn)."""
@@ -152,7 +161,9 @@ class WorkdirLock:
 
   def acquire(self) -> None:
     """Takes the lock (taking over a stale one); raises WorkdirBusyError if it is live."""
-    make_workdir(os.path.dirname(self.path) or '.')
+    workdir = os.path.dirname(self.path) or '.'
+    self._created = make_workdir(workdir)
+    self._found = set(os.listdir(workdir))
     deadline = time.monotonic() + 5.0
     while not self._create():
       holder = self._read()
@@ -197,15 +208,39 @@ class WorkdirLock:
         json.dump(self._record, f)
       os.replace(temporary, self.path)
 
-  def release(self) -> None:
-    """Removes the lock if this process still holds it."""
+  def release(self, *, undo: bool = False) -> None:
+    """Removes the lock if this process still holds it. With `undo` (a run that stopped
+    before its first checkpoint), also what appeared in the workdir since the lock was
+    taken and the directories `acquire` created, never anything that was there before."""
+    if undo and self._record is not None and self._read() == self._record:
+      self._remove_new_entries()
     self._stop.set()
     if self._thread is not None:
       self._thread.join()
       self._thread = None
     if self._record is not None and self._read() == self._record:
       os.remove(self.path)
+      if undo:
+        for directory in self._created:
+          try:
+            os.rmdir(directory)  # only if empty: another process may have written there
+          except OSError:
+            break
     self._record = None
+
+  def _remove_new_entries(self) -> None:
+    workdir = os.path.dirname(self.path) or '.'
+    for name in set(os.listdir(workdir)) - self._found:
+      path = os.path.join(workdir, name)
+      if path == self.path or name.startswith(LOCK_FILE + '.'):
+        continue  # the lock (and its heartbeat's temporary file) is the lock's to remove
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      else:
+        try:
+          os.remove(path)
+        except FileNotFoundError:
+          pass
 
   def __enter__(self) -> WorkdirLock:
     self.acquire()

@@ -3,7 +3,8 @@ Python of a fresh venv holding the package without its `[train]` extra, before t
 is added (a script, not a pytest module: pytest is not installed there).
 
 Checks that none of the trainer's dependencies is importable, that the four losses run
-(jitted, with gradients) and UCL equals NT-Xent written here in float64 NumPy, and that
+(jitted, with gradients) and UCL equals NT-Xent written here in float64 NumPy, that the
+class-aware sampler (hscl_jax.data.sampling) makes its batches and refusals, and that
 importing a training module, or running a program, fails with one line naming the extra.
 """
 
@@ -53,6 +54,30 @@ def check_losses() -> None:
     assert np.isfinite(float(value)) and np.all(np.isfinite(grad)) and np.any(grad != 0)
 
 
+def check_sampler() -> None:
+  """The class-aware sampler is NumPy only: each batch of 12 holds 3 samples of each of 4
+  distinct classes, no example twice, and a value the data cannot meet is refused."""
+  from hscl_jax.data import sampling
+
+  labels = np.repeat(np.arange(6), [9, 6, 12, 7, 6, 8])
+  order = sampling.EpochOrder(
+    len(labels), labels=labels, global_batch_size=12, seed=0, samples_per_class=3
+  )
+  batches = order(0).reshape(order.steps_per_epoch, 12)
+  assert len(set(batches.ravel().tolist())) == batches.size
+  for batch in batches:
+    counts = np.unique(labels[batch], return_counts=True)[1]
+    assert sorted(counts.tolist()) == [3, 3, 3, 3], labels[batch]
+  try:
+    sampling.EpochOrder(
+      len(labels), labels=labels, global_batch_size=12, seed=0, samples_per_class=7
+    )
+  except ValueError as error:
+    assert type(error).__name__ == 'ConfigError' and 'samples_per_class' in str(error), error
+  else:
+    raise AssertionError('7 samples of a class with 6 examples was accepted')
+
+
 def check_one_line_errors() -> None:
   try:
     importlib.import_module('hscl_jax.train')
@@ -74,5 +99,9 @@ def check_one_line_errors() -> None:
 if __name__ == '__main__':
   check_no_trainer_dependency()
   check_losses()
+  check_sampler()
   check_one_line_errors()
-  print(f'losses alone: jax {jax.__version__}, no trainer dependency, one-line errors: passed')
+  print(
+    f'losses alone: jax {jax.__version__}, no trainer dependency, the class-aware sampler, '
+    'one-line errors: passed'
+  )

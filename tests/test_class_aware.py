@@ -3,7 +3,9 @@ through both source paths, the one-line refusals, and a digits run pinned to eq.
 
 from __future__ import annotations
 
+import logging
 import pathlib
+import re
 import sys
 
 import numpy as np
@@ -162,10 +164,13 @@ def test_bounds_are_accepted_and_one_past_refused():
   assert order_of(labels, 12, 6).steps_per_epoch == 2  # groups 1, 1, 1, 2 in pairs
   with pytest.raises(schema.ConfigError) as refused:
     order_of(labels, 14, 7)
+  # No m passes at 14 (a divisor >= 14 / 4 classes is 7 or 14, above 6); 12 has 3, 4, 6.
   assert str(refused.value) == (
     'config.samples_per_class: 7 exceeds the 6 training examples of class 0 (the smallest '
-    'class in the training subset). Fix: use at most 6, or more train_examples (0: the whole '
-    'split).'
+    'class in the training subset). Fix: no samples_per_class passes at batch_size 14 on this '
+    'training subset (4 classes, the smallest with 6 examples): use --config.batch_size=12 '
+    'with samples_per_class = one of 3, 4, 6, or more train_examples (0: the whole split), '
+    'or samples_per_class=0 (uniform batches).'
   )
   # batch / m equal to the number of classes: accepted; one more class: refused.
   assert order_of(labels, 8, 2).steps_per_epoch == 3  # groups 3, 3, 4, 6 in fours
@@ -173,8 +178,8 @@ def test_bounds_are_accepted_and_one_past_refused():
     order_of(labels, 10, 2)
   assert str(refused.value) == (
     'config.samples_per_class: batch_size 10 / 2 = 5 classes per batch, but the training '
-    'subset has 4 classes. Fix: use samples_per_class in [5] (a divisor of batch_size >= 3), '
-    'or a batch_size of at most 8.'
+    'subset has 4 classes. Fix: use samples_per_class=5 (what passes every check on this '
+    'training subset at batch_size 10), or 0 (uniform batches).'
   )
 
 
@@ -184,7 +189,17 @@ def test_a_batch_no_m_can_fill_names_the_largest_batch():
     order_of(labels, 12, 2)
   assert str(refused.value) == (
     'config.samples_per_class: batch_size 12 / 2 = 6 classes per batch, but the training '
-    'subset has 4 classes. Fix: use a batch_size of at most 8.'
+    'subset has 4 classes. Fix: no samples_per_class passes at batch_size 12 on this training '
+    'subset (4 classes, the smallest with 2 examples): use --config.batch_size=8 with '
+    'samples_per_class=2, or more train_examples (0: the whole split), or samples_per_class=0 '
+    '(uniform batches).'
+  )
+  # One class of one example over 2 processes: no batch of a multiple of 2 has an m.
+  with pytest.raises(schema.ConfigError) as refused:
+    order_of(np.zeros(1, np.int64), 2, 2, processes=2)
+  assert str(refused.value).endswith(
+    'Fix: use samples_per_class=0 (uniform batches): no value passes on this training subset '
+    '(1 classes, the smallest with 1 examples).'
   )
 
 
@@ -204,7 +219,8 @@ def test_m_must_divide_a_process_slice():
     order_of(labels, 12, 4, processes=2)
   assert str(refused.value) == (
     "config.samples_per_class: 4 does not divide the 6 samples of a process's batch "
-    '(batch_size 12 over 2 processes). Fix: use 0 or a divisor of 6: 1, 2, 3, 6.'
+    '(batch_size 12 over 2 processes). Fix: use samples_per_class = one of 3, 6 (what passes '
+    'every check on this training subset at batch_size 12), or 0 (uniform batches).'
   )
   for bad in (-1, 2.5, True):
     with pytest.raises(schema.ConfigError, match=r'config\.samples_per_class: must be a whole'):
@@ -217,15 +233,63 @@ def test_unlabelled_data_is_refused():
     order_of(labels, 4, 2)
 
 
-def test_the_config_is_checked_against_the_processes_before_any_data():
+def test_the_config_check_refuses_what_no_data_allows_and_leaves_the_rest_to_the_data():
+  """A value that is not a whole number >= 0 is refused before any data is read; one the
+  processes rule out is refused with the data, so that the refusal lists what passes."""
   from configs import digits
 
   config = digits.get_config()
-  config.batch_size, config.samples_per_class = 32, 16
-  schema.validate_config(config, num_devices=4, num_processes=2)  # 16 of 16: fine
-  config.samples_per_class = 32
-  with pytest.raises(schema.ConfigError, match='32 does not divide the 16 samples'):
+  config.batch_size, config.samples_per_class = 32, 32  # 32 does not divide 16 of 2 processes
+  schema.validate_config(config, num_devices=4, num_processes=2)
+  config.samples_per_class = -1  # (2.5 or '4' the config's types refuse on assignment)
+  with pytest.raises(schema.ConfigError, match=r'samples_per_class: must be a whole number'):
     schema.validate_config(config, num_devices=4, num_processes=2)
+
+
+@pytest.mark.parametrize('seed', range(6))
+def test_every_value_a_refusal_lists_passes_and_every_other_is_refused(seed):
+  """On random unbalanced labels, each refusal's listed values (or suggested batch_size
+  with its values) build orders whose batches hold m of each of batch / m classes, and
+  every other m from 1 to the batch is refused."""
+  rng = np.random.default_rng(seed)
+  num_classes = int(rng.integers(2, 9))
+  labels = np.repeat(np.arange(num_classes), rng.integers(1, 20, size=num_classes))
+  batch, processes = int(rng.choice([8, 12, 16, 24])), int(rng.choice([1, 2]))
+  outcomes = {}
+  for m in range(1, batch + 1):
+    try:
+      order_of(labels, batch, m, processes=processes)
+    except schema.ConfigError as refused:
+      outcomes[m] = str(refused)
+    else:
+      outcomes[m] = None
+  passing = [m for m, message in outcomes.items() if message is None]
+  for message in filter(None, outcomes.values()):
+    suggested = re.search(
+      r'--config\.batch_size=(\d+) with samples_per_class(?:=| = one of )'
+      r'(\d+(?:, \d+)*)',
+      message,
+    )
+    listed = re.search(r'Fix: use samples_per_class(?:=| = one of )(\d+(?:, \d+)*) \(', message)
+    if listed:
+      assert [int(v) for v in listed.group(1).split(', ')] == passing, message
+    elif suggested:
+      assert not passing, message
+      other = int(suggested.group(1))
+      for m in (int(v) for v in suggested.group(2).split(', ')):
+        _assert_m_per_class(order_of(labels, other, m, processes=processes), labels, m)
+    else:
+      assert not passing and 'samples_per_class=0 (uniform batches): no value' in message
+  for m in passing:
+    _assert_m_per_class(order_of(labels, batch, m, processes=processes), labels, m)
+
+
+def _assert_m_per_class(order, labels, m):
+  batches = order(0).reshape(order.steps_per_epoch, -1)
+  assert order.steps_per_epoch >= 1
+  for rows in batches:
+    counts = np.unique(labels[rows], return_counts=True)[1]
+    assert (counts == m).all() and len(counts) * m == len(rows)
 
 
 def test_the_report_counts_m_minus_1_same_class_samples_per_anchor():
@@ -246,7 +310,42 @@ def test_max_batches_matches_brute_force():
     assert sampling.max_batches(groups, per_batch) == expected
 
 
-def test_a_digits_run_with_4_per_class_meets_3_and_its_first_loss_is_eq_3(tmp_path):
+def class_aware_line(m, batch, labels):
+  """The start-up line, from the brute-force packing and the uniform epoch's steps."""
+  groups = (np.bincount(labels) // m).tolist()
+  steps = reference_max_batches(groups, batch // m)
+  share = 100 * steps * batch / len(labels)
+  return steps, (
+    f'Class-aware batches: {m} samples of each of {batch // m} classes per batch; an epoch '
+    f'of {steps} steps visits {share:.1f}% of the {len(labels)} training examples (uniform '
+    f'batches: {len(labels) // batch} steps).'
+  )
+
+
+def test_a_long_tailed_class_aware_epoch_is_warned_of_with_the_epochs_that_make_up_for_it():
+  """40 examples of one class, 4 of four others: batches of 4 classes x 2 run out after 2
+  steps (16 of 56 examples) where uniform batches take 7; 10 epochs -> 35 keep the steps."""
+  from test_train import tiny_config
+
+  from hscl_jax import train
+
+  config = tiny_config()
+  config.batch_size, config.samples_per_class, config.num_epochs = 8, 2, 10
+  labels = np.repeat(np.arange(5), [40, 4, 4, 4, 4])
+  order = sampling.EpochOrder(56, labels=labels, global_batch_size=8, seed=0, samples_per_class=2)
+  info, warning = train.class_aware_epoch_lines(config, order)
+  steps, line = class_aware_line(2, 8, labels)
+  assert (steps, info) == (2, line)
+  assert warning.startswith('Class-aware epochs visit only 28.6% of the training examples (2 ')
+  assert 'schedule in steps, is 3.5x shorter. Fix: --config.num_epochs=35 ' in warning
+  balanced = np.repeat(np.arange(4), 6)
+  order = sampling.EpochOrder(24, labels=balanced, global_batch_size=8, seed=0, samples_per_class=2)
+  info, warning = train.class_aware_epoch_lines(config, order)
+  assert (info, warning) == (class_aware_line(2, 8, balanced)[1], None)
+  assert '100.0% of the 24' in info
+
+
+def test_a_digits_run_with_4_per_class_meets_3_and_its_first_loss_is_eq_3(tmp_path, caplog):
   """Class-aware batches through the whole step on 4 devices, with gradient caching
   (chunks of 4 per device) and a negative queue: the batch the run drew holds 8 classes x
   4, and its first loss is eq. (3)'s float64 reference on that batch."""
@@ -262,16 +361,18 @@ def test_a_digits_run_with_4_per_class_meets_3_and_its_first_loss_is_eq_3(tmp_pa
   config.num_epochs, config.steps_per_epoch_limit = 1, 2
   config.chunk_size = 4
   config.queue_size = 2 * config.batch_size * 2
+  caplog.set_level(logging.INFO, logger='absl')
   with pytest.MonkeyPatch.context() as patch:
     seen = record_first_step(patch)
     train.train_and_evaluate(config, str(tmp_path))
+  train_labels = data.run_sources(config)[0].labels()
+  assert class_aware_line(4, 32, train_labels)[1] in caplog.messages
   labels = np.asarray(seen['batch']['label'])
   same = (labels[:, None] == labels[None, :]).sum(-1) - 1
   assert (same == 3).all() and len(np.unique(labels)) == 8
   np.testing.assert_allclose(
     seen['loss'], step_loss_reference(config, seen['state'], seen['batch']), rtol=2e-5
   )
-  train_labels = data.run_sources(config)[0].labels()
   assert image_grid.same_class_per_anchor(train_labels, 32, config.seed, 1, 4) == (3.0, 1.0)
   history = metrics.read_metrics(str(tmp_path))
   assert history[-1]['step'] == 2 and np.isfinite(history[-1]['train_loss'])

@@ -160,7 +160,11 @@ def test_second_run_on_a_live_workdir_names_the_holder(tmp_path):
   ],
 )
 def test_an_unknown_override_is_one_line_not_a_traceback(tmp_path, program, config, override, line):
-  workdir = tmp_path / 'w'
+  _assert_only_stderr_line(program, config, override, tmp_path / 'w', line)
+
+
+def _assert_only_stderr_line(program, config, override, workdir, line):
+  """The program stops at flag parsing: exit 1, `line` alone on stderr, no workdir."""
   result = subprocess.run(
     [sys.executable, '-m', program, f'--config={config}', override, f'--workdir={workdir}'],
     cwd=REPO,
@@ -171,3 +175,40 @@ def test_an_unknown_override_is_one_line_not_a_traceback(tmp_path, program, conf
   )
   assert (result.returncode, result.stderr.strip(), result.stdout) == (1, line, '')
   assert not workdir.exists()
+
+
+@pytest.mark.parametrize(
+  'override,line',
+  [
+    (
+      '--config.samples_per_class=2.5',
+      '--config.samples_per_class=2.5: config.samples_per_class takes a whole number, not '
+      "'2.5'. Fix: e.g. --config.samples_per_class=0",
+    ),
+    (
+      '--config.temperature=abc',
+      "--config.temperature=abc: config.temperature takes a number, not 'abc'. Fix: e.g. "
+      '--config.temperature=0.5',
+    ),
+  ],
+)
+def test_a_value_of_the_wrong_type_is_one_line_with_the_fields_type(tmp_path, override, line):
+  _assert_only_stderr_line('hscl_jax.main', DIGITS, override, tmp_path / 'w', line)
+
+
+def test_a_refused_samples_per_class_lists_what_passes_and_leaves_no_workdir(tmp_path):
+  """Refused once the data is read (after the workdir was locked): digits' 10 classes at
+  batch 256 take m >= 26 dividing 256 and at most its smallest class; the workdir the lock
+  made, and its parent, are gone."""
+  workdir = tmp_path / 'parent' / 'w'
+  code, output = run(
+    'hscl_jax.main', f'--config={DIGITS}', f'--workdir={workdir}', '--config.samples_per_class=7'
+  )
+  assert code == 1
+  assert_one_line(
+    output,
+    "config.samples_per_class: 7 does not divide the 256 samples of a process's batch",
+    'Fix: use samples_per_class = one of 32, 64, 128 (what passes every check on this '
+    'training subset at batch_size 256), or 0 (uniform batches).',
+  )
+  assert list(tmp_path.iterdir()) == []

@@ -6,7 +6,9 @@ work, in one line (the round trip through torchvision is test_torch_export)."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
+import stat
 import sys
 
 import numpy as np
@@ -169,3 +171,18 @@ def test_only_a_run_stored_before_strided_padding_needs_the_hook(name, convs):
   del config.model['strided_padding']
   meta = torch_export.export_metadata(config, backbone, STEP, 'run')
   assert (meta['strided_padding'], meta['same_padding_convs']) == ('same', convs)
+
+
+@pytest.mark.parametrize('umask', [0o022, 0o027, 0o002])
+def test_exported_files_follow_the_umask(tmp_path, umask):
+  """Both files get the mode any new file gets (0o666 less the umask): the safetensors
+  package writes 0600, which a rename would keep."""
+  config = export_config('resnet18', 'cifar', 16)
+  write_run(tmp_path / 'run', config)
+  previous = os.umask(umask)
+  try:
+    torch_export.export_torch(str(tmp_path / 'run'), str(tmp_path / 'backbone.safetensors'))
+  finally:
+    os.umask(previous)
+  for name in ('backbone.safetensors', 'backbone.json'):
+    assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask, name

@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import pathlib
 import re
 import shutil
 import signal
+import stat
 import sys
 import time
 
@@ -280,20 +282,40 @@ def compilations():
     jax.monitoring.unregister_event_duration_listener(listener)
 
 
+class _Lines(logging.Handler):
+  """The messages logged while it is attached to absl's logger."""
+
+  def __init__(self):
+    super().__init__()
+    self.lines = []
+
+  def emit(self, record):
+    self.lines.append(record.getMessage())
+
+
 @pytest.fixture(scope='module')
 def uninterrupted_run(tmp_path_factory):
-  """(workdir, result, compilations, wall seconds) of the tiny run, under the transfer guard."""
+  """(workdir, result, compilations, wall seconds, logged messages) of the tiny run, under
+  the transfer guard."""
   workdir = tmp_path_factory.mktemp('uninterrupted')
   jax.clear_caches()  # programs other tests compiled would otherwise not compile here
-  with pytest.MonkeyPatch.context() as patch:
-    first_step = record_first_step(patch)
-    with no_implicit_transfers(), compilations() as compiled:
-      start = time.perf_counter()
-      result = train.train_and_evaluate(tiny_config(), str(workdir))
-      seconds = time.perf_counter() - start
+  logged, absl_logger = _Lines(), logging.getLogger('absl')
+  absl_logger.addHandler(logged)
+  level = absl_logger.level
+  absl_logger.setLevel(logging.INFO)
+  try:
+    with pytest.MonkeyPatch.context() as patch:
+      first_step = record_first_step(patch)
+      with no_implicit_transfers(), compilations() as compiled:
+        start = time.perf_counter()
+        result = train.train_and_evaluate(tiny_config(), str(workdir))
+        seconds = time.perf_counter() - start
+  finally:
+    absl_logger.removeHandler(logged)
+    absl_logger.setLevel(level)
   # The resume tests compare other runs with this one: pinned by its first step.
   assert_first_step_pinned(tiny_config(), first_step)
-  return workdir, result, compiled, seconds
+  return workdir, result, compiled, seconds, logged.lines
 
 
 @pytest.fixture(scope='module')
@@ -302,7 +324,7 @@ def uninterrupted(uninterrupted_run):
 
 
 def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted_run):
-  workdir, result, _, seconds = uninterrupted_run
+  workdir, result, _, seconds, _ = uninterrupted_run
   assert not result.preempted
   assert int(result.state.step) == 6
   assert _checkpoint_steps(workdir) == [3, 6]
@@ -323,11 +345,15 @@ def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted_run):
   assert (config.optimizer.schedule, config.optimizer.warmup_epochs) == ('cosine', 0.0)
   want = [config.optimizer.learning_rate * 0.5 * (1 + np.cos(np.pi * (s - 1) / 6)) for s in (3, 6)]
   np.testing.assert_allclose([r['learning_rate'] for r in records], want, rtol=1e-6)
-  # Throughput from its sources: the epoch's 3 steps of 32 samples (2 views each) over its time.
-  for record in records:
-    samples = config.batch_size * 3 / record['epoch_time']
-    np.testing.assert_allclose(record['samples_per_second'], samples, rtol=1e-12)
-    np.testing.assert_allclose(record['images_per_second'], 2 * samples, rtol=1e-12)
+  # Throughput from its sources: epoch 2's 3 steps of 32 samples (2 views each) over its
+  # time; epoch 1's first step compiled, so its rate is that of its other 2 steps.
+  second = records[1]
+  samples = config.batch_size * 3 / second['epoch_time']
+  np.testing.assert_allclose(second['samples_per_second'], samples, rtol=1e-12)
+  np.testing.assert_allclose(second['images_per_second'], 2 * samples, rtol=1e-12)
+  first = records[0]
+  assert first['samples_per_second'] > config.batch_size * 3 / first['epoch_time']
+  np.testing.assert_allclose(first['images_per_second'], 2 * first['samples_per_second'])
   # Times are durations within the run's: the two epochs, and the kNN of the last.
   assert 0 < records[-1]['knn_time']
   assert records[-1]['knn_time'] + sum(r['epoch_time'] for r in records) < seconds
@@ -335,8 +361,43 @@ def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted_run):
 
   saved = json.loads((workdir / 'config.json').read_text())
   assert saved == json.loads(json.dumps(tiny_config().to_dict()))
+  # Every file has the mode any new file gets (a co-worker in the group reads them).
+  umask = os.umask(0o022)
+  os.umask(umask)
+  modes = {str(p.relative_to(workdir)): p.stat().st_mode for p in workdir.rglob('*')}
+  odd = {p: oct(m) for p, m in modes.items() if stat.S_ISREG(m) and m & 0o777 != 0o666 & ~umask}
+  assert not odd and len(modes) > 10, odd
   events = list((workdir / 'tensorboard').iterdir())
   assert events and events[0].name.startswith('events.out.tfevents')
+
+
+def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_next(
+  uninterrupted_run,
+):
+  """Epoch 1's line shows its compilation, whose time is the epoch's time less its other
+  2 steps at the recorded rate; epoch 2's line has none. The last line is the closing one:
+  the epochs, the final kNN, the workdir and the next commands with it filled in."""
+  workdir, _, _, seconds, lines = uninterrupted_run
+  records = metrics.read_metrics(str(workdir))
+  epoch_lines = [line for line in lines if re.match(r'epoch \d+: loss', line)]
+  assert len(epoch_lines) == 2, lines
+  first, second = records
+  compiling = re.search(r'\((\d+\.\d) s of it compiling the step\)', epoch_lines[0])
+  other_steps = first['epoch_time'] - tiny_config().batch_size * 2 / first['samples_per_second']
+  assert abs(float(compiling.group(1)) - other_steps) <= 0.051, (epoch_lines[0], other_steps)
+  assert epoch_lines[1] == train.epoch_summary(second)  # no compilation in epoch 2
+  assert f'{first["images_per_second"]:.0f} img/s' in epoch_lines[0]
+  head, *commands = lines[-1].split('\n')
+  closing = re.fullmatch(
+    rf'Finished 2 epochs in (\S+), final kNN top-1 {second["knn_top1"]:.4f}; '
+    rf'workdir {re.escape(str(workdir))}\. Next:',
+    head,
+  )
+  # The run's wall time, measured inside the fixture's (which also counts the return).
+  assert closing.group(1) in {metrics.format_duration(seconds - d) for d in (0, 1, 2)}, head
+  programs = [c.split()[2] for c in commands]
+  assert programs == ['hscl_jax.linear_eval', 'hscl_jax.embed', 'hscl_jax.inspect']
+  assert all(f'--workdir={workdir} ' in c + ' ' for c in commands), commands
 
 
 def test_run_compiles_each_program_once_in_its_first_epoch(uninterrupted_run):
@@ -345,7 +406,7 @@ def test_run_compiles_each_program_once_in_its_first_epoch(uninterrupted_run):
   no one-op program ever (eager jnp arithmetic on the host would compile `add`, `cos`...),
   except Orbax's: on several devices each replica writes a slice of every replicated
   array (replica-parallel saving), one `slice` program per array shape."""
-  _, _, compiled, _ = uninterrupted_run
+  _, _, compiled, _, _ = uninterrupted_run
   order = data.EpochOrder(1438, global_batch_size=tiny_config().batch_size, seed=0)
   schedule = train.make_plan(tiny_config(), order).learning_rate.__name__
   ours = ['init', 'per_device_step', schedule, 'per_device', '_predict']
@@ -486,10 +547,18 @@ def test_damaged_metrics_are_rebuilt_from_the_checkpoint(uninterrupted, tmp_path
   assert sum('Rebuilt' in r.getMessage() for r in caplog.records) == 1
 
 
-def test_finished_run_is_not_retrained(uninterrupted):
+def test_finished_run_is_not_retrained(uninterrupted, caplog):
   workdir, reference = uninterrupted
+  caplog.set_level(logging.INFO, logger='absl')
   again = train.train_and_evaluate(tiny_config(), str(workdir))
-  assert int(again.state.step) == 6 and again.last_record is None
+  assert int(again.state.step) == 6 and again.last_record is None and again.already_complete
+  knn = f'{metrics.read_metrics(str(workdir))[-1]["knn_top1"]:.4f}'
+  assert (
+    f'Already complete: 2 of 2 epochs (final kNN top-1 {knn}). To train longer, rerun with '
+    '--config.num_epochs=4 (or any larger number) --allow_config_change=num_epochs.'
+  ) in caplog.messages
+  assert caplog.messages[-1].startswith(f'Nothing trained (already complete); workdir {workdir}.')
+  assert 'Resumed from the checkpoint' not in caplog.text
   _assert_trees_equal(again.state.params, reference.state.params)
   assert len(metrics.read_metrics(str(workdir))) == 2
 
@@ -598,6 +667,42 @@ def test_one_class_folder_refuses_supervised_methods(tmp_path):
   ):
     train.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run' / 'checkpoints').exists()
+
+
+def test_a_refused_start_leaves_no_workdir_and_keeps_what_was_there(tmp_path):
+  """The data's check of samples_per_class comes after the lock made the workdir: a new
+  workdir (and the parents made for it) is removed, an existing one keeps its own files."""
+  config = tiny_config()
+  config.samples_per_class = 2  # 16 classes per batch of 32; digits has 10
+  with pytest.raises(schema.ConfigError, match='samples_per_class'):
+    train.train_and_evaluate(config, str(tmp_path / 'new' / 'parent' / 'run'))
+  assert list(tmp_path.iterdir()) == []
+  existing = tmp_path / 'existing'
+  (existing / 'notes').mkdir(parents=True)
+  (existing / 'notes' / 'plan.txt').write_text('mine')
+  with pytest.raises(schema.ConfigError, match='samples_per_class'):
+    train.train_and_evaluate(config, str(existing))
+  assert sorted(p.name for p in existing.rglob('*')) == ['notes', 'plan.txt']
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_removes_its_workdir(tmp_path, monkeypatch):
+  """A crash in the first epoch (here: the first step raises) after config.json, metrics
+  and TensorBoard files were written: the workdir it made is gone."""
+
+  class Crash(Exception):
+    pass
+
+  def crashing_step(*args, **kwargs):
+    def step(state, batch, hyper):
+      assert (tmp_path / 'run' / 'config.json').exists()  # written, then removed
+      raise Crash()
+
+    return step
+
+  monkeypatch.setattr(train, 'make_train_step', crashing_step)
+  with pytest.raises(Crash):
+    train.train_and_evaluate(tiny_config(), str(tmp_path / 'run'))
+  assert list(tmp_path.iterdir()) == []
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):

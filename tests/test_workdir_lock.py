@@ -206,3 +206,31 @@ def test_a_run_on_one_process_takes_the_lock_and_a_live_holder_refuses_it(tmp_pa
       workdir_lock.acquire_for_run(str(tmp_path))
   finally:
     holder.communicate('\n', timeout=30)
+
+
+def test_undo_removes_what_the_run_created_and_nothing_that_was_there(tmp_path):
+  """A new workdir goes with the parents made for it; in an existing one, only the entries
+  added since the lock was taken (files and directories) go."""
+  lock = workdir_lock.WorkdirLock(str(tmp_path / 'made' / 'for' / 'run'))
+  lock.acquire()
+  (tmp_path / 'made' / 'for' / 'run' / 'checkpoints').mkdir()
+  (tmp_path / 'made' / 'for' / 'run' / 'config.json').write_text('{}')
+  lock.release(undo=True)
+  assert list(tmp_path.iterdir()) == []
+
+  existing = tmp_path / 'existing'
+  (existing / 'old').mkdir(parents=True)
+  (existing / 'notes.txt').write_text('mine')
+  with workdir_lock.WorkdirLock(str(existing)):
+    pass  # a plain release keeps everything
+  lock = workdir_lock.WorkdirLock(str(existing))
+  lock.acquire()
+  (existing / 'metrics.jsonl').write_text('')
+  (existing / 'old' / 'inside.txt').write_text('')  # inside an entry that was there: kept
+  (existing / 'tensorboard').mkdir()
+  lock.release(undo=True)
+  assert sorted(str(p.relative_to(existing)) for p in existing.rglob('*')) == [
+    'notes.txt',
+    'old',
+    'old/inside.txt',
+  ]

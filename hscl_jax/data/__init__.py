@@ -1,62 +1,58 @@
 """Input pipeline: dataset sources, sharded two-view training batches, eval batches.
 
 Augmentations run on the accelerator and live in :mod:`hscl_jax.augment`.
+
+Each name is imported from its module on first use, so that `hscl_jax.data.sampling`
+(NumPy only: uniform and class-aware epoch orders) works with the core install, as
+`hscl_jax.losses` does; the sources and loaders need the `[train]` extra.
 """
 
 from __future__ import annotations
 
-from hscl_jax.data.arrays import ArraySource
-from hscl_jax.data.arrays import SubsetSource
-from hscl_jax.data.arrays import balanced_subset
-from hscl_jax.data.arrays import stratified_split
-from hscl_jax.data.errors import DatasetNotPreparedError
-from hscl_jax.data.errors import ImageFolderError
-from hscl_jax.data.errors import UnknownDatasetError
-from hscl_jax.data.image_folder import ImageFilesSource
-from hscl_jax.data.image_folder import ImageFolderSource
-from hscl_jax.data.image_folder import list_image_files
-from hscl_jax.data.loaders import POSITIVE_MODES
-from hscl_jax.data.loaders import EvalLoader
-from hscl_jax.data.loaders import TrainLoader
-from hscl_jax.data.sampling import EpochOrder
-from hscl_jax.data.sampling import check_samples_per_class
-from hscl_jax.data.sampling import epoch_permutation
-from hscl_jax.data.sampling import steps_per_epoch
-from hscl_jax.data.sources import DATASETS
-from hscl_jax.data.sources import SPLITS
-from hscl_jax.data.sources import DatasetInfo
-from hscl_jax.data.sources import class_names
-from hscl_jax.data.sources import dataset_info
-from hscl_jax.data.sources import get_source
-from hscl_jax.data.sources import run_sources
-from hscl_jax.data.tfds_sources import TFDS_DATASETS
-from hscl_jax.data.tfds_sources import TfdsSource
+import importlib
+from typing import Any
 
-__all__ = [
-  'ArraySource',
-  'SubsetSource',
-  'balanced_subset',
-  'check_samples_per_class',
-  'class_names',
-  'DATASETS',
-  'DatasetInfo',
-  'DatasetNotPreparedError',
-  'EpochOrder',
-  'EvalLoader',
-  'ImageFolderError',
-  'ImageFilesSource',
-  'ImageFolderSource',
-  'POSITIVE_MODES',
-  'SPLITS',
-  'TFDS_DATASETS',
-  'TfdsSource',
-  'TrainLoader',
-  'UnknownDatasetError',
-  'dataset_info',
-  'epoch_permutation',
-  'get_source',
-  'list_image_files',
-  'run_sources',
-  'steps_per_epoch',
-  'stratified_split',
-]
+# The public name -> the module of this package that defines it.
+_MODULE_OF = {
+  'ArraySource': 'arrays',
+  'SubsetSource': 'arrays',
+  'balanced_subset': 'arrays',
+  'stratified_split': 'arrays',
+  'DatasetNotPreparedError': 'errors',
+  'ImageFolderError': 'errors',
+  'UnknownDatasetError': 'errors',
+  'ImageFilesSource': 'image_folder',
+  'ImageFolderSource': 'image_folder',
+  'list_image_files': 'image_folder',
+  'POSITIVE_MODES': 'loaders',
+  'EvalLoader': 'loaders',
+  'TrainLoader': 'loaders',
+  'EpochOrder': 'sampling',
+  'check_samples_per_class': 'sampling',
+  'epoch_permutation': 'sampling',
+  'steps_per_epoch': 'sampling',
+  'DATASETS': 'sources',
+  'SPLITS': 'sources',
+  'DatasetInfo': 'sources',
+  'class_names': 'sources',
+  'dataset_info': 'sources',
+  'get_source': 'sources',
+  'run_sources': 'sources',
+  'TFDS_DATASETS': 'tfds_sources',
+  'TfdsSource': 'tfds_sources',
+}
+
+__all__ = sorted(_MODULE_OF, key=str.lower)
+
+
+def __getattr__(name: str) -> Any:
+  module = _MODULE_OF.get(name)
+  if module is None:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  value = getattr(importlib.import_module(f'{__name__}.{module}'), name)
+  globals()[name] = value  # later lookups skip this function
+  return value
+
+
+def __dir__() -> list[str]:
+  return sorted(set(globals()) | set(_MODULE_OF))

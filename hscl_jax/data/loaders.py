@@ -89,6 +89,7 @@ class TrainLoader:
     shard_index, shard_count: this process and the number of processes
       (default: jax.process_index() / jax.process_count()).
     num_classes: optional check of the labels in 'label' mode.
+    batch_multiple: what a batch_size must be a multiple of (`EpochOrder`'s refusals).
     num_threads, prefetch_batches: grain reading threads and prefetch depth.
   """
 
@@ -103,6 +104,7 @@ class TrainLoader:
     shard_index: int | None = None,
     shard_count: int | None = None,
     num_classes: int | None = None,
+    batch_multiple: int | None = None,
     num_threads: int = DEFAULT_NUM_THREADS,
     prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
   ):
@@ -125,6 +127,7 @@ class TrainLoader:
       seed=seed,
       samples_per_class=samples_per_class,
       num_processes=self.shard_count,
+      batch_multiple=batch_multiple,
     )
     self.steps_per_epoch = self.order.steps_per_epoch
     self._partners = None

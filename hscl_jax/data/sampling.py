@@ -51,23 +51,15 @@ def epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
   return np.random.default_rng([seed, epoch]).permutation(num_examples)
 
 
-def check_samples_per_class(samples_per_class, *, global_batch_size: int, num_processes: int):
-  """The checks that need no data: m >= 0, and m divides each process's slice of a batch."""
+def check_samples_per_class(samples_per_class) -> None:
+  """The check that needs no data: m is a whole number >= 0. The others need the labels
+  (`EpochOrder`), so that a refusal can list the values that pass them all."""
   m = samples_per_class
   if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or m < 0:
     errors.fail(
       'samples_per_class',
       f'must be a whole number >= 0, got {m!r}',
       'use 0 (uniform batches, the paper) or e.g. 4 (4 samples of each of batch_size / 4 classes)',
-    )
-  local = global_batch_size // num_processes
-  if m and local % m:
-    divisors = [d for d in range(1, local + 1) if local % d == 0]
-    errors.fail(
-      'samples_per_class',
-      f"{m} does not divide the {local} samples of a process's batch (batch_size "
-      f'{global_batch_size} over {num_processes} process{"es" if num_processes > 1 else ""})',
-      f'use 0 or a divisor of {local}: {", ".join(map(str, divisors))}',
     )
 
 
@@ -78,8 +70,57 @@ def _class_members(labels: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
   return classes, np.split(order, starts[1:])
 
 
-def _check_classes(labels: np.ndarray, global_batch_size: int, m: int) -> None:
-  """The checks that need the training subset's labels."""
+def passing_samples_per_class(
+  class_sizes: np.ndarray, global_batch_size: int, num_processes: int = 1
+) -> list[int]:
+  """Every m >= 1 that passes every check on classes of these sizes: m divides a process's
+  share of the batch, the batch's global_batch_size / m classes exist, and m is at most
+  the smallest class (so every class fills a group and a batch can be packed)."""
+  if global_batch_size % num_processes or len(class_sizes) == 0:
+    return []
+  local = global_batch_size // num_processes
+  return [
+    m
+    for m in range(1, min(local, int(min(class_sizes))) + 1)
+    if local % m == 0 and global_batch_size // m <= len(class_sizes)
+  ]
+
+
+def _values(passing: list[int]) -> str:
+  if len(passing) == 1:
+    return f'samples_per_class={passing[0]}'
+  return f'samples_per_class = one of {", ".join(map(str, passing))}'
+
+
+def _what_passes(sizes: np.ndarray, global_batch_size: int, num_processes: int, multiple: int):
+  """The fix of a refused m: the values that pass here, else the largest batch_size (a
+  multiple of `multiple`) below this one that has some, else uniform batches."""
+  passing = passing_samples_per_class(sizes, global_batch_size, num_processes)
+  if passing:
+    return (
+      f'use {_values(passing)} (what passes every check on this training subset at '
+      f'batch_size {global_batch_size}), or 0 (uniform batches)'
+    )
+  facts = f'{len(sizes)} classes, the smallest with {int(min(sizes))} examples'
+  # A batch holds at most every class's smallest-class worth: start there.
+  largest = min(global_batch_size - 1, len(sizes) * int(min(sizes)))
+  for batch in range(largest - largest % multiple, 0, -multiple):
+    passing = passing_samples_per_class(sizes, batch, num_processes)
+    if passing:
+      return (
+        f'no samples_per_class passes at batch_size {global_batch_size} on this training '
+        f'subset ({facts}): use --config.batch_size={batch} with {_values(passing)}, or '
+        'more train_examples (0: the whole split), or samples_per_class=0 (uniform batches)'
+      )
+  return (
+    f'use samples_per_class=0 (uniform batches): no value passes on this training subset ({facts})'
+  )
+
+
+def _check_classes(
+  labels: np.ndarray, global_batch_size: int, m: int, num_processes: int, multiple: int
+) -> None:
+  """The checks that need the training subset's labels; a refusal names what passes."""
   if len(labels) and labels.min() < 0:
     errors.fail(
       'samples_per_class',
@@ -88,27 +129,29 @@ def _check_classes(labels: np.ndarray, global_batch_size: int, m: int) -> None:
     )
   classes, members = _class_members(labels)
   sizes = np.array([len(c) for c in members])
-  per_batch = global_batch_size // m
-  if per_batch > len(classes):
-    fits = [d for d in range(1, global_batch_size + 1) if global_batch_size % d == 0]
-    fits = [d for d in fits if global_batch_size // d <= len(classes) and d <= sizes.min()]
-    errors.fail(
-      'samples_per_class',
-      f'batch_size {global_batch_size} / {m} = {per_batch} classes per batch, but the '
-      f'training subset has {len(classes)} classes',
-      f'use samples_per_class in {fits} (a divisor of batch_size >= '
-      f'{-(-global_batch_size // len(classes))}), or a batch_size of at most {m * len(classes)}'
-      if fits
-      else f'use a batch_size of at most {m * len(classes)}',
-    )
+  local, per_batch = global_batch_size // num_processes, global_batch_size // m
   smallest = int(np.argmin(sizes))
-  if m > sizes[smallest]:
-    errors.fail(
-      'samples_per_class',
-      f'{m} exceeds the {sizes[smallest]} training examples of class {classes[smallest]} '
-      f'(the smallest class in the training subset)',
-      f'use at most {sizes[smallest]}, or more train_examples (0: the whole split)',
+  if local % m:
+    process = 'process' if num_processes == 1 else 'processes'
+    problem = (
+      f"{m} does not divide the {local} samples of a process's batch (batch_size "
+      f'{global_batch_size} over {num_processes} {process})'
     )
+  elif per_batch > len(classes):
+    problem = (
+      f'batch_size {global_batch_size} / {m} = {per_batch} classes per batch, but the '
+      f'training subset has {len(classes)} classes'
+    )
+  elif m > sizes[smallest]:
+    problem = (
+      f'{m} exceeds the {sizes[smallest]} training examples of class {classes[smallest]} '
+      '(the smallest class in the training subset)'
+    )
+  else:
+    return
+  errors.fail(
+    'samples_per_class', problem, _what_passes(sizes, global_batch_size, num_processes, multiple)
+  )
 
 
 def max_batches(groups_per_class: np.ndarray, classes_per_batch: int) -> int:
@@ -135,10 +178,13 @@ class EpochOrder:
     seed: epoch e's order is a function of (seed, e).
     samples_per_class: 0 (uniform) or m >= 1 (class-aware batches).
     num_processes: the processes that split each batch (m must divide a process's slice).
+    batch_multiple: what a batch_size must be a multiple of (the devices and processes; a
+      refusal may suggest one), num_processes if None.
 
   Raises:
     ConfigError: one line naming ``samples_per_class`` and the fix, for a value the data
-      cannot meet.
+      cannot meet: the values that pass every check on these labels and batch, or the
+      batch_size that has some.
 
   Example:
     >>> labels = np.repeat(np.arange(4), 6)  # 4 classes of 6
@@ -156,6 +202,7 @@ class EpochOrder:
     seed: int,
     samples_per_class: int = 0,
     num_processes: int = 1,
+    batch_multiple: int | None = None,
   ):
     self.num_examples = num_examples
     self.global_batch_size = global_batch_size
@@ -164,13 +211,12 @@ class EpochOrder:
     if not samples_per_class:
       self.steps_per_epoch = steps_per_epoch(self.num_examples, global_batch_size)
       return
-    check_samples_per_class(
-      samples_per_class, global_batch_size=global_batch_size, num_processes=num_processes
-    )
+    check_samples_per_class(samples_per_class)
     labels = np.asarray(labels)
     if labels.shape != (num_examples,):
       raise ValueError(f'labels must have shape ({num_examples},), got {labels.shape}')
-    _check_classes(labels, global_batch_size, samples_per_class)
+    multiple = num_processes if batch_multiple is None else batch_multiple
+    _check_classes(labels, global_batch_size, samples_per_class, num_processes, multiple)
     self._cache: dict[int, np.ndarray] = {}
     self._classes, self._members = _class_members(labels)
     self._groups = np.array([len(c) // samples_per_class for c in self._members])
