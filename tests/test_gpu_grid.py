@@ -176,6 +176,41 @@ def test_calibration_fits_a_run_to_its_target_and_a_run_starts_only_if_it_fits()
   assert {seed for _, seed in gpu_grid.GRID[:9]} == {0, 1, 2} and len(set(gpu_grid.GRID)) == 15
 
 
+@pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
+def test_an_unmeasured_epoch_count_is_calibrated_from_first_lights_step_rate(tmp_path, monkeypatch):
+  """While configs/tin100.py has no E, `run` takes it from the ResNet-18 bfloat16 rate
+  that first light recorded (half its images/s: two views a sample) and the pack's
+  training images; every run of the grid at that E is a valid full-size config."""
+  steps = [dict(model='resnet18', dtype='float32', images_per_s=4000.0),
+           dict(model='resnet18', dtype='bfloat16', images_per_s=10_000.0)]  # fmt: skip
+  (tmp_path / 'gpu').mkdir()
+  (tmp_path / 'gpu' / 'accelerator.json').write_text(json.dumps(dict(train_step=steps)))
+  for label in range(3):
+    (tmp_path / 'tin100' / 'train' / f'c{label}').mkdir(parents=True)
+    for i in range(1000):
+      (tmp_path / 'tin100' / 'train' / f'c{label}' / f'{i}.jpg').touch()
+  monkeypatch.setattr(gpu_grid, 'FIRST_LIGHT', tmp_path / 'gpu')
+  monkeypatch.setattr(tin100, 'EPOCHS', None)
+  args = gpu_grid.parse_args(['run', '--out=x', f'--data={tmp_path / "tin100"}'])
+  calibration = gpu_grid.calibrate(args, None, {}, [], lambda: 500.0)
+  assert calibration == dict(
+    gpu_grid.epochs_for(5000.0, 3000, args), source='accelerator.json',
+    date=calibration['date'], efficiency=0.8,
+  )  # fmt: skip
+  assert calibration['epochs'] == int((230 - 135) // (5 * 512 / 4000))  # 5 batches an epoch
+  config = gpu_grid.grid_config('/data/tin100', calibration['epochs'], smoke=False)
+  plan = gpu_grid.grid_plan(config)
+  assert [(s.method, seed) for s, seed in plan] == list(gpu_grid.GRID)
+  for setting, seed in plan:
+    run = image_grid.run_config(config, setting, seed, 'features')
+    schema.validate_config(run, num_devices=1)
+    assert (run.num_epochs, run.model.name, run.batch_size) == (
+      calibration['epochs'],
+      'resnet18',
+      512,
+    )
+
+
 def test_the_merge_fixes_epochs_once_and_refuses_another(tmp_path):
   config_file = tmp_path / 'tin100.py'
   config_file.write_text((REPO / 'configs' / 'tin100.py').read_text())

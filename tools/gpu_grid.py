@@ -258,6 +258,7 @@ def run(args) -> None:
   # One compilation cache for the session's runs: the model's init, the kNN's and the
   # linear evaluation's programs are the same in every run (the step differs by method).
   env.setdefault('JAX_COMPILATION_CACHE_DIR', str(work / 'jax_cache'))
+  env.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')  # the small ones too
   steps = install(args, work, log, env)
   session = dict(date=today(), smoke=args.smoke, budget_s=args.budget_s, steps=steps, runs=[])
   session['calibration'] = calibration = calibrate(args, log, env, steps, left)
