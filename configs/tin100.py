@@ -19,10 +19,10 @@ one checkpoint, at the end (the linear evaluation reads it; a SIGTERM saves one 
 
 EPOCHS, one epoch count for every run of the grid (runs pair only at equal E): fixed once
 from the first measured ResNet-18 bfloat16 step rate, so that one run takes about 4
-minutes, then never changed. Not measured yet: until it is, the config trains
-PROVISIONAL_EPOCHS (a guess, not a measurement), and `tools/gpu_grid.py run` calibrates E
-on its first lent GPU (from docs/results/gpu/accelerator.json when first light recorded
-one, else from benchmarks/bench_train_step.py run there); the merge writes it here, with
+minutes, then never changed. While it is None (not measured yet) the config trains
+PROVISIONAL_EPOCHS (a guess, not a measurement) and `tools/gpu_grid.py run` calibrates E
+on the GPU it is lent (from docs/results/gpu/accelerator.json when first light recorded
+one, else from benchmarks/bench_train_step.py run there); its merge writes E here, with
 the rate it came from (CALIBRATION).
 
     python tools/gpu_bundle.py tin100 \

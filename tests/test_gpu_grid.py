@@ -184,7 +184,9 @@ def test_an_unmeasured_epoch_count_is_calibrated_from_first_lights_step_rate(tmp
   steps = [dict(model='resnet18', dtype='float32', images_per_s=4000.0),
            dict(model='resnet18', dtype='bfloat16', images_per_s=10_000.0)]  # fmt: skip
   (tmp_path / 'gpu').mkdir()
-  (tmp_path / 'gpu' / 'accelerator.json').write_text(json.dumps(dict(train_step=steps)))
+  environment = dict(device_kind='NVIDIA H100 80GB HBM3', jax='0.11.0')
+  first_light = dict(environment=environment, train_step=steps)
+  (tmp_path / 'gpu' / 'accelerator.json').write_text(json.dumps(first_light))
   for label in range(3):
     (tmp_path / 'tin100' / 'train' / f'c{label}').mkdir(parents=True)
     for i in range(1000):
@@ -195,7 +197,7 @@ def test_an_unmeasured_epoch_count_is_calibrated_from_first_lights_step_rate(tmp
   calibration = gpu_grid.calibrate(args, None, {}, [], lambda: 500.0)
   assert calibration == dict(
     gpu_grid.epochs_for(5000.0, 3000, args), source='accelerator.json',
-    date=calibration['date'], efficiency=0.8,
+    device='NVIDIA H100 80GB HBM3', date=calibration['date'], efficiency=0.8,
   )  # fmt: skip
   assert calibration['epochs'] == int((230 - 135) // (5 * 512 / 4000))  # 5 batches an epoch
   config = gpu_grid.grid_config('/data/tin100', calibration['epochs'], smoke=False)

@@ -156,14 +156,18 @@ def calibrate(args, log: first_light.Log, env: dict, steps: list, left) -> dict 
   if tin100.EPOCHS:
     return dict(tin100.CALIBRATION or {}, epochs=tin100.EPOCHS, source_of_epochs=str(CONFIG_FILE))
   rate = first_light.measured_rate(FIRST_LIGHT, 'resnet18')
-  if not rate:
+  if rate:  # measured by first light, maybe on another card than this session's
+    environment = first_light.read_json(FIRST_LIGHT / 'accelerator.json').get('environment', {})
+    rate['device'] = environment.get('device_kind')
+  else:
     rate, record = first_light.bench_rate('resnet18', 512, min(150, left() - 300), log, env)
     steps.append(record)
   if not rate:
     return None
   examples = first_light.count_images(pathlib.Path(args.data) / 'train')
   measured = epochs_for(rate['step_samples_per_s'], examples, args)
-  return dict(measured, source=rate['source'], date=today(), efficiency=args.efficiency)
+  where = {key: rate[key] for key in ('source', 'device') if key in rate}
+  return dict(measured, **where, date=today(), efficiency=args.efficiency)
 
 
 def today() -> str:
@@ -320,9 +324,15 @@ def fix_epochs(config_file: pathlib.Path, epochs: int, calibration: dict | None)
   return f'E = {epochs} written into {config_file} (from {kept.get("source")})'
 
 
-def data_note(config, sessions: list[dict]) -> str:
+def data_note(config, sessions: list[dict], calibration: dict) -> str:
   """The report's closing section: what the data is (half of CIFAR-100's images per
-  class), E, and each session's device, jax version and date."""
+  class), E and the step rate it came from, and each session's device, jax, date."""
+  rate = (
+    f'{calibration["samples_per_s"]:.0f} samples/s of the ResNet-18 bfloat16 step, '
+    f'{calibration.get("source")}, {calibration.get("device")}, {calibration.get("date")}'
+    if 'samples_per_s' in calibration
+    else calibration.get('source', 'no rate')
+  )
   rows = [
     f'| {s["date"]} | {s.get("device")} | {s.get("jax")} | '
     f'{sum(r["status"] == "ok" for r in s["runs"])} |'
@@ -339,8 +349,8 @@ def data_note(config, sessions: list[dict]) -> str:
     "batches of 512 CIFAR-100's same-class density (Labels in a batch, above); not CIFAR-100: "
     'these figures are not the paper\'s Table I.',
     '',
-    f'Every run: {config.num_epochs} epochs (E, fixed once from a measured step rate: '
-    'configs/tin100.py), one process on one accelerator.',
+    f'Every run: E = {config.num_epochs} epochs (configs/tin100.py), fixed once from {rate}; '
+    'one process on one accelerator.',
     '',
     '| session | device | jax | runs finished |',
     '|---|---|---|---|',
@@ -378,8 +388,9 @@ def merge(args) -> None:
   if epochs is None:
     print('the session fixed no E (no step rate): nothing trained, the report is as it was')
     return
+  calibration = dict(session['calibration'])
+  calibration.setdefault('device', session.get('device'))
   if not session['smoke']:
-    calibration = dict(session['calibration'], device=session.get('device'))
     print(fix_epochs(pathlib.Path(args.config_file), epochs, calibration))
   config = grid_config(str(data), epochs, session['smoke'])
   sessions = [first_light.read_json(p) for p in sorted((results / SESSIONS_DIR).glob('*.json'))]
@@ -390,7 +401,8 @@ def merge(args) -> None:
   if report is None:
     print(f'no finished run recorded in {results} yet')
     return
-  (results / image_grid.REPORT_FILE).write_text(report + data_note(config, sessions))
+  note = data_note(config, sessions, calibration)
+  (results / image_grid.REPORT_FILE).write_text(report + note)
   print(f'{results / image_grid.REPORT_FILE}: {report.splitlines()[-1]}')
 
 
