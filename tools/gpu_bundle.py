@@ -26,15 +26,14 @@ bundle/ (ignored by git; the device tool carries it with `carry=['bundle']`):
   JPEG at quality 75 as the CIFAR-10 pack, under tin100/ with the classes' wnids.txt and
   words.txt (their order and names); `--folder` keeps the unpacked pack too (the local
   merge of tools/gpu_grid.py reads it);
-- manifest.json: each file's size.
+- manifest.json: each file's size, the whole's, and the pack's images and build seconds.
 
 `install` puts the wheels into a target folder with pip (`--no-index --no-deps`: nothing
 is fetched, the node's own jax and the rest stay as they are) and unpacks the data
 (CIFAR-10 into --data_to itself, Tiny-ImageNet-100 into --data_to/tin100; `--data_sets`
-picks some); then
-`export PYTHONPATH=SITE` (the folder it prints) makes them importable. TensorFlow Datasets
-is not bundled: the folder dataset does not need it (only `python -m hscl_jax.prepare` and
-the TFDS configs do).
+picks some); then `export PYTHONPATH=SITE` (the folder it prints) makes them importable.
+TensorFlow Datasets is not bundled: the folder dataset does not need it (only
+`python -m hscl_jax.prepare` and the TFDS configs do).
 """
 
 from __future__ import annotations
