@@ -222,7 +222,7 @@ def test_undo_removes_what_the_run_created_and_nothing_that_was_there(tmp_path):
   (existing / 'old').mkdir(parents=True)
   (existing / 'notes.txt').write_text('mine')
   with workdir_lock.WorkdirLock(str(existing)):
-    pass  # a plain release keeps everything
+    (existing / 'kept.txt').write_text('')  # a plain release keeps what the run wrote
   lock = workdir_lock.WorkdirLock(str(existing))
   lock.acquire()
   (existing / 'metrics.jsonl').write_text('')
@@ -230,6 +230,7 @@ def test_undo_removes_what_the_run_created_and_nothing_that_was_there(tmp_path):
   (existing / 'tensorboard').mkdir()
   lock.release(undo=True)
   assert sorted(str(p.relative_to(existing)) for p in existing.rglob('*')) == [
+    'kept.txt',
     'notes.txt',
     'old',
     'old/inside.txt',
