@@ -231,6 +231,8 @@ def test_unlabelled_data_is_refused():
   labels = np.array([0, 1, -1, 1] * 4)
   with pytest.raises(schema.ConfigError, match='unlabelled examples'):
     order_of(labels, 4, 2)
+  # Labelled data need not hold class 0 (a subset, a folder of some classes): accepted.
+  assert order_of(np.repeat([2, 5], 4), 4, 2).steps_per_epoch == 2
 
 
 def test_the_config_check_refuses_what_no_data_allows_and_leaves_the_rest_to_the_data():
