@@ -233,6 +233,10 @@ def test_unlabelled_data_is_refused():
     order_of(labels, 4, 2)
   # Labelled data need not hold class 0 (a subset, a folder of some classes): accepted.
   assert order_of(np.repeat([2, 5], 4), 4, 2).steps_per_epoch == 2
+  with pytest.raises(ValueError, match=r'labels must have shape \(9,\), got \(8,\)'):
+    data.EpochOrder(
+      9, labels=np.repeat([2, 5], 4), global_batch_size=4, seed=0, samples_per_class=2
+    )
 
 
 def test_the_config_check_refuses_what_no_data_allows_and_leaves_the_rest_to_the_data():
