@@ -69,6 +69,8 @@ setuptools.setup(
       'matplotlib>=3.8.4',
       'hypothesis>=6.155.2',
       SCIPY,
+      # jax.export's serialisation (the losses' export round trip test); the version tested.
+      'flatbuffers>=25.12.19',
     ],
     # .ci/run's line and branch coverage (configured in pyproject.toml): coverage's `patch =
     # subprocess` follows the programs the tests start (pytest-cov 7 leaves that to it).
@@ -87,6 +89,10 @@ setuptools.setup(
     # test); torch and torchvision are never imported by the package. The versions
     # tested, a matching pair: PyPI's torchvision 0.29 does not import beside torch 2.13.
     'torch': ['torch>=2.14.1', 'torchvision>=0.29.1', 'safetensors>=0.8.0'],
+    # The losses compared with the libraries people port from (tests/test_peer_losses.py;
+    # docs/method.md's porting table): pytorch-metric-learning's NTXentLoss and SupConLoss,
+    # lightly's NTXentLoss. Never imported by the package; the versions tested.
+    'peers': ['torch>=2.14.1', 'pytorch-metric-learning>=2.9.0', 'lightly>=1.6.0'],
     # tools/mutation_score.py: cosmic-ray's mutants, sampled (docs/testing.md). The version
     # tested (its floor not searched).
     'mutation': ['cosmic-ray>=8.7.0'],

@@ -3,6 +3,7 @@
     python benchmarks/bench_losses.py                 # n = 1024, 4096, 16384 and memory at 65536
     python benchmarks/bench_losses.py --sizes=1024 --memory_rows=0
     python benchmarks/bench_losses.py --sizes= --memory_rows=0       # only the optax row
+    python benchmarks/bench_losses.py --sizes= --memory_rows=0 --optax_rows=0  # compositions
 
 For each n (rows = batch·views, d = 128) it times the jitted forward+backward of
 ``losses.hscl`` (exponential hardening) in the dense and the blockwise form, and the
@@ -16,8 +17,10 @@ lay it out as (zᵀ cotangent)ᵀ. The last column is the CPU-time ratio to the 
 matmuls laid out as in the kernels: it isolates what the element-wise work costs. The
 peak memory of the blockwise form at ``--memory_rows`` is the peak resident set of a
 child process that runs one forward+backward, next to a child that only holds the inputs.
-Last, at ``--optax_rows``, ``losses.ucl`` against ``optax.losses.ntxent``, the same loss
-(NT-Xent, M = n - 2), which materialises an n×n×d tensor.
+Then, at ``--optax_rows``, ``losses.ucl`` against ``optax.losses.ntxent``, the same loss
+(NT-Xent, M = n - 2), which materialises an n×n×d tensor. Last, at ``--compose_rows``, the
+dense step composed as users write it (grad∘jit, grad∘checkpoint∘jit, a scan over
+micro-batches) against jit∘grad: the composed forms must cost what jit∘grad costs.
 """
 
 from __future__ import annotations
@@ -152,6 +155,36 @@ def versus_optax(n, repeats):
   )
 
 
+def compositions(n, repeats):
+  """The same forward+backward (H-SCL(β = 1), dense) as users compose it: jit∘grad (the
+  rows above), grad∘jit and grad∘checkpoint∘jit (each call re-traces the outer grad, as
+  in a user's eager loop), and jit∘grad∘scan over two micro-batches of n/2 rows."""
+  import jax
+
+  from hscl_jax import losses
+
+  z, labels = _setup(n)
+  loss = lambda z, y: losses.hscl(z, y, hardening=losses.exponential(1.0), block_size=0)
+
+  def over_micro_batches(z, y):
+    halves = (z.reshape(2, -1, *z.shape[1:]), y.reshape(2, -1))
+    return jax.lax.scan(lambda c, zy: (c + loss(*zy), None), 0.0, halves)[0]
+
+  steps = {
+    'jit(grad)': jax.jit(jax.value_and_grad(loss)),
+    'grad(jit)': jax.value_and_grad(jax.jit(loss)),
+    'grad(checkpoint(jit))': jax.value_and_grad(jax.checkpoint(jax.jit(loss))),
+    'jit(grad(scan)), 2 x n/2': jax.jit(jax.value_and_grad(over_micro_batches)),
+  }
+  times = {name: _time(step, z, labels, repeats=repeats) for name, step in steps.items()}
+  base_wall, base_cpu = times['jit(grad)']
+  for name, (wall, cpu) in times.items():
+    print(
+      f'n={n} {name:>26}: {wall * 1e3:7.1f} ms  / jit(grad) wall {wall / base_wall:.2f}, '
+      f'cpu {cpu / base_cpu:.2f}'
+    )
+
+
 def _child_peak(rows, block_size, run_loss):
   """Peak RSS (MiB) of a fresh process that builds the inputs and optionally runs the loss."""
   return child_peak(
@@ -196,12 +229,17 @@ def main():
   parser.add_argument('--repeats', type=int, default=3)
   parser.add_argument('--memory_rows', type=int, default=65536, help='0 skips the memory check')
   parser.add_argument('--optax_rows', type=int, default=1024, help='0 skips the optax row')
+  parser.add_argument(
+    '--compose_rows', type=int, default=1024, help='0 skips grad(jit) against jit(grad)'
+  )
   args = parser.parse_args()
   if args.memory_rows:  # first: ru_maxrss of children is a running maximum
     memory(args.memory_rows, args.block_size)
   speed([int(s) for s in args.sizes.split(',') if s], args.block_size, args.repeats)
   if args.optax_rows:
     versus_optax(args.optax_rows, args.repeats)
+  if args.compose_rows:
+    compositions(args.compose_rows, args.repeats)
 
 
 if __name__ == '__main__':

@@ -352,7 +352,7 @@ class BlockwiseTest(parameterized.TestCase):
 
 
 def test_gradient_with_respect_to_temperature():
-  """γ is folded into the anchors before the custom-VJP core, so it stays differentiable."""
+  """γ is folded into the anchors before the custom-JVP core, so it stays differentiable."""
   features, labels = random_batch(32)
   for block_size in (0, 4):
     grad = jax.grad(lambda t: losses.scl(features, labels, temperature=t, block_size=block_size))(

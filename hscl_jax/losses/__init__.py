@@ -8,7 +8,7 @@ The modules, by family (this package re-exports their public names):
     (`exponential`, `threshold`) and schedules (`tau_schedule`, eq. (4); `beta_schedule`).
   * `diagnostics`: Prop. 2's α's, Assumption 1 and the four losses of one batch (Figs. 4, 5).
   * `graph`: InfoGraph's local–global objective with the four settings (Table II).
-  * `kernel`: rows, masks, log-sum-exp, the dense and blockwise sums and their custom VJP,
+  * `kernel`: rows, masks, log-sum-exp, the dense and blockwise sums and their custom JVP,
     shared by all of the above; `l2_normalize`.
 This package imports JAX and NumPy only.
 """

@@ -246,7 +246,8 @@ def ucl(
   keys: Array | None = None,
 ) -> Array:
   """UCL (SimCLR / NT-Xent), eq. (3): positives are the other views of the same sample,
-  negatives every row of another sample, η ≡ 1. With M = n - 2 this is NT-Xent exactly.
+  negatives every row of another sample, η ≡ 1. With M = n - v (the rows of the other
+  samples) this is NT-Xent exactly; for two views that is the default M = n - 2.
 
   Args:
     features: [batch, views, dim] L2-normalised projections (views >= 2).

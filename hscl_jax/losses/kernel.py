@@ -1,7 +1,7 @@
 """The streaming kernel behind every contrastive loss of this package.
 
 Rows, candidate masks, log-sum-exp partials, dense and blockwise sums of eq. (3)'s pair
-losses, and the custom VJP that computes their gradient in the same passes. The image
+losses, and the custom JVP that computes their gradient in the same passes. The image
 losses (`hscl_jax.losses.image`), the diagnostics and the graph losses are written on it.
 
 Memory: ``block_size=None`` picks the dense form when ``n_local * n_global <=
@@ -236,9 +236,9 @@ def lse_finish(partial):
 
 # --------------------------------------------------------------------------------------
 # Tiles of (anchor rows) × (key rows). The loss is a scalar, so its gradient with respect
-# to the similarities is computed in the same passes as the value (a custom VJP whose
-# backward only scales it): one similarity matmul per tile and pass instead of autodiff's
-# recomputed, transposed tile graphs.
+# to the similarities is computed in the same passes as the value (a custom JVP whose
+# tangent is linear in the gradient, so reverse mode only scales it): one similarity
+# matmul per tile and pass instead of autodiff's recomputed, transposed tile graphs.
 
 
 def similarity(q_z: Array, k_z: Array, precision: Precision = DEFAULT_PRECISION) -> Array:
@@ -496,32 +496,68 @@ def resolve_block_size(block_size, num_queries, num_keys):
 def loss_sums(kernel: Kernel, q: Rows, k: Rows, block: int | None, num_batch_keys=None):
   """(Σ ℓ_ip, pair count) over the anchor rows ``q``, differentiable in q.z and (with
   ``kernel.key_gradient``) k.z; keys from ``num_batch_keys`` on are a queue (see
-  ``blockwise_sums``)."""
+  ``blockwise_sums``). Values the kernel closes over (log M, β, τ, τ⁺, a user's
+  hardening's arrays: traced under ``jit``, ``vmap`` or ``grad``) are differentiable too."""
 
-  def sums(q, k, with_gradient):
-    if block is None:
-      return dense_sums(kernel, q, k, with_gradient, num_batch_keys)
-    return blockwise_sums(kernel, q, k, with_gradient, block, num_batch_keys)
+  def sums(with_gradient):
+    def rows_sums(q_z, k_z, q_meta, k_meta):
+      q_rows, k_rows = dataclasses.replace(q_meta, z=q_z), dataclasses.replace(k_meta, z=k_z)
+      if block is None:
+        return dense_sums(kernel, q_rows, k_rows, with_gradient, num_batch_keys)
+      return blockwise_sums(kernel, q_rows, k_rows, with_gradient, block, num_batch_keys)
 
-  def split(q_z, k_z, q_meta, k_meta):
-    return dataclasses.replace(q_meta, z=q_z), dataclasses.replace(k_meta, z=k_z)
+    return rows_sums
 
-  @jax.custom_vjp
-  def value(q_z, k_z, q_meta, k_meta):
-    return sums(*split(q_z, k_z, q_meta, k_meta), with_gradient=False)
-
-  def value_and_gradient(q_z, k_z, q_meta, k_meta):
-    total, count, d_q, d_k = sums(*split(q_z, k_z, q_meta, k_meta), with_gradient=True)
-    return (total, count), (d_q, d_k)
-
-  def backward(gradients, cotangents):
-    d_q, d_k = gradients
-    d_total = cotangents[0]  # the pair count is piecewise constant
-    return d_total * d_q, None if d_k is None else d_total * d_k, None, None
-
-  value.defvjp(value_and_gradient, backward)
   no_z = lambda rows: dataclasses.replace(rows, z=None)
-  return value(q.z, k.z, no_z(q), no_z(k))
+  rows = (q.z, k.z, no_z(q), no_z(k))
+  # Every traced value must reach the custom rule as an argument, never by closure: jit,
+  # checkpoint, scan and cond around the loss trace the rule after the closure's tracers
+  # are gone. closure_convert hoists them (the "constants") into arguments.
+  value_fn, value_consts = jax.closure_convert(sums(False), *rows)
+  gradient_fn, gradient_consts = jax.closure_convert(sums(True), *rows)
+
+  # A custom JVP whose tangent is linear in the inputs' tangents with the gradient as its
+  # coefficient: jax.grad transposes it (the gradient computed in the forward passes, as a
+  # custom VJP would), and forward mode (jvp, jacfwd, linearize) works as well.
+  value = jax.custom_jvp(lambda rows, consts, _: value_fn(*rows, *consts))
+
+  def value_jvp(primals, tangents):
+    rows, consts, other_consts = primals
+    d_rows, d_consts, _ = tangents
+    total, count, d_q, d_k = gradient_fn(*rows, *other_consts)
+    tangent = jnp.zeros_like(total) + _dot(d_q, d_rows[0]) + _dot(d_k, d_rows[1])
+    if not _symbolic_zeros(d_consts):  # e.g. jax.grad with respect to β: autodiff
+      d_consts = jax.tree.map(_instantiate, d_consts, consts)
+      tangent += jax.jvp(lambda c: value_fn(*rows, *c)[0], (consts,), (d_consts,))[1]
+    return (total, count), (tangent, jnp.zeros_like(count))  # the count is piecewise constant
+
+  value.defjvp(value_jvp, symbolic_zeros=True)
+  return value(rows, value_consts, gradient_consts)
+
+
+def _is_zero(x) -> bool:
+  return isinstance(x, jax.custom_derivatives.SymbolicZero)
+
+
+def _symbolic_zeros(tree) -> bool:
+  return all(_is_zero(x) for x in jax.tree.leaves(tree, is_leaf=_is_zero))
+
+
+def _instantiate(tangent, primal):
+  """A tangent as an array: zeros (float0 for integers) where it is a symbolic zero."""
+  if not _is_zero(tangent):
+    return tangent
+  if jnp.issubdtype(primal.dtype, jnp.inexact):
+    return jnp.zeros_like(primal)
+  return np.zeros(primal.shape, jax.dtypes.float0)
+
+
+def _dot(gradient, tangent):
+  """Σ gradient · tangent, 0 for a symbolic zero or a missing gradient; elementwise (no
+  dot_general, whose default precision would round the gradient on TPUs)."""
+  if gradient is None or _is_zero(tangent):
+    return 0.0
+  return jnp.sum(gradient * tangent)
 
 
 def global_loss(

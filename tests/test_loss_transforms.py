@@ -1,0 +1,263 @@
+"""The losses under the JAX transformations a user wraps around them, as a matrix.
+
+Each image loss × option set × transformation nesting gives the value and the gradient
+(with respect to the features and to every option that may be traced: temperature, β, τ,
+τ⁺, M) of the eager call, which is itself pinned to the float64 reference of
+tests/test_losses.py (value, and gradient by central differences). The options are
+arguments of the outermost function, so under jit they are traced. The graph losses and
+the diagnostics get the transformations that apply to them (tests/test_loss_composition.py
+has the rest: forward mode, jax.export, half precision, devices).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_losses import normalized
+from test_losses import random_batch
+from test_losses import reference_hucl
+from test_losses import reference_loss
+
+from hscl_jax import losses
+
+FEATURES, LABELS = random_batch(50, batch=8, views=2, dim=8, num_classes=3)
+PERMUTATION = np.array([3, 0, 7, 5, 1, 6, 2, 4])  # the losses are invariant to it
+# The options a user may trace; M also appears as None (n - 2) in OPTION_SETS.
+PARAMS = dict(temperature=0.5, beta=1.5, tau=0.8, tau_plus=0.1, M=9.0)
+QUEUE = dict(
+  queue=normalized(jax.random.normal(jax.random.key(51), (6, 8))),
+  queue_labels=jnp.array([0, 1, 2, -1, 1, 0]),
+  queue_filled=jnp.array([True, True, True, True, False, True]),
+)
+KEY_SHIFT = 0.3 * jax.random.normal(jax.random.key(52), (8,))
+
+
+def key_features(z):
+  """A key encoder's features of the same rows: a row-wise map, so they follow a
+  permutation of the batch."""
+  return normalized(z + KEY_SHIFT)
+
+
+# name -> (loss(z, y, p, **options), float64 reference(z, y, p, **options)).
+LOSSES = {
+  'ucl': (
+    lambda z, y, p, **o: losses.ucl(z, temperature=p['temperature'], M=p['M'], **o),
+    lambda z, y, p, **o: reference_loss(
+      z, method='sample', temperature=p['temperature'], M=p['M'], **o
+    ),
+  ),
+  'hucl': (
+    lambda z, y, p, **o: losses.hucl(
+      z, beta=p['beta'], tau_plus=p['tau_plus'], temperature=p['temperature'], M=p['M'], **o
+    ),
+    lambda z, y, p, **o: reference_hucl(
+      z, beta=p['beta'], tau_plus=p['tau_plus'], temperature=p['temperature'], M=p['M'], **o
+    ),
+  ),
+  'scl': (
+    lambda z, y, p, **o: losses.scl(z, y, temperature=p['temperature'], M=p['M'], **o),
+    lambda z, y, p, **o: reference_loss(
+      z, y, method='label', temperature=p['temperature'], M=p['M'], **o
+    ),
+  ),
+  'hscl_exp': (
+    lambda z, y, p, **o: losses.hscl(
+      z, y, hardening=losses.exponential(p['beta']), temperature=p['temperature'], M=p['M'], **o
+    ),
+    lambda z, y, p, **o: reference_loss(
+      z,
+      y,
+      method='label',
+      eta=lambda g: np.exp(p['beta'] * g),
+      temperature=p['temperature'],
+      M=p['M'],
+      **o,
+    ),
+  ),
+  'hscl_threshold': (
+    lambda z, y, p, **o: losses.hscl(
+      z, y, hardening=losses.threshold(p['tau']), temperature=p['temperature'], M=p['M'], **o
+    ),
+    lambda z, y, p, **o: reference_loss(
+      z,
+      y,
+      method='label',
+      eta=lambda g: (np.exp(g) >= p['tau']) * 1.0,
+      temperature=p['temperature'],
+      M=p['M'],
+      **o,
+    ),
+  ),
+}
+
+# name -> (the loss's keyword options, the reference's; None = no float64 reference).
+OPTION_SETS = {
+  'dense': (dict(block_size=0), {}),
+  'blockwise': (dict(block_size=4), {}),
+  'M_none': (dict(M=None), dict(M=None)),
+  'queue': (QUEUE, QUEUE),
+  'keys': (dict(keys=key_features), dict(keys=key_features(FEATURES))),
+  'precision_default': (dict(precision='default'), {}),
+  'stop_gradient_weights': (dict(stop_gradient_weights=True), None),
+}
+HARDENED = ('hucl', 'hscl_exp', 'hscl_threshold')  # the losses with stop_gradient_weights
+
+
+def loss_fn(name, option_set, axis_name=None):
+  """f(z, y, p) of one loss and option set; ``p['M']`` is overridden by M=None."""
+  kernel, _ = LOSSES[name]
+  options = dict(OPTION_SETS[option_set][0])
+  m_none = 'M' in options and options.pop('M') is None
+
+  def f(z, y, p):
+    p = dict(p, M=None) if m_none else p
+    extra = {} if axis_name is None else dict(axis_name=axis_name)
+    if callable(options.get('keys')):
+      extra['keys'] = options['keys'](z)
+    return kernel(z, y, p, **{**options, **extra})
+
+  return f
+
+
+def params():
+  return {key: jnp.float32(value) for key, value in PARAMS.items()}
+
+
+# --------------------------------------------------------------------------------------
+# Transformations: each maps f(z, y, p) to (value, ∂/∂z, ∂/∂p) at (z, y, p).
+
+
+def value_and_grads(f):
+  return jax.value_and_grad(f, argnums=(0, 2))
+
+
+def unpack(value_grads):
+  value, (d_z, d_p) = value_grads
+  return value, d_z, d_p
+
+
+def micro_batches(z, y):
+  """Two micro-batches: the batch and its permutation (each with the loss of the batch)."""
+  return jnp.stack([z, z[PERMUTATION]]), jnp.stack([y, y[PERMUTATION]])
+
+
+def mean_over_scan(f):
+  def g(z, y, p):
+    zs, ys = micro_batches(z, y)
+    total, _ = jax.lax.scan(lambda c, xy: (c + f(xy[0], xy[1], p), None), 0.0, (zs, ys))
+    return total / 2
+
+  return g
+
+
+def mean_over_fori_loop(f):
+  def g(z, y, p):
+    zs, ys = micro_batches(z, y)
+    return jax.lax.fori_loop(0, 2, lambda i, c: c + f(zs[i], ys[i], p), 0.0) / 2
+
+  return g
+
+
+def in_cond(f):
+  """The loss in the branch a traced predicate takes."""
+  return lambda z, y, p: jax.lax.cond(p['temperature'] > 0, f, lambda *_: 0.0, z, y, p)
+
+
+def in_switch(f):
+  index = lambda p: (p['temperature'] > 0).astype(jnp.int32) + 1
+  branches = [lambda *_: 0.0, lambda *_: -1.0, f]
+  return lambda z, y, p: jax.lax.switch(index(p), branches, z, y, p)
+
+
+def vmapped(transform):
+  """vmap over a leading batch-of-batches axis (the batch and its permutation); each
+  entry must equal the unbatched result, so the first is returned after checking."""
+
+  def run(f, z, y, p):
+    zs, ys = micro_batches(z, y)
+    values, d_zs, d_ps = unpack(jax.vmap(transform(f), in_axes=(0, 0, None))(zs, ys, p))
+    inverse = np.argsort(PERMUTATION)
+    np.testing.assert_allclose(values[1], values[0], rtol=1e-5)
+    np.testing.assert_allclose(d_zs[1][inverse], d_zs[0], rtol=1e-4, atol=1e-6)
+    jax.tree.map(lambda a: np.testing.assert_allclose(a[1], a[0], rtol=1e-4, atol=1e-6), d_ps)
+    return values[0], d_zs[0], jax.tree.map(lambda a: a[0], d_ps)
+
+  return run
+
+
+def vjp_of_jit(f, z, y, p):
+  value, pullback = jax.vjp(lambda z, p: jax.jit(f)(z, y, p), z, p)
+  return (value, *pullback(jnp.ones_like(value)))
+
+
+TRANSFORMS = {
+  'jit': lambda f, *a: unpack(jax.jit(value_and_grads(f))(*a)),
+  'grad_of_jit': lambda f, *a: unpack(value_and_grads(jax.jit(f))(*a)),
+  'vjp_of_jit': vjp_of_jit,
+  'checkpoint': lambda f, *a: unpack(value_and_grads(jax.checkpoint(f))(*a)),
+  'checkpoint_dots_saveable': lambda f, *a: unpack(
+    value_and_grads(jax.checkpoint(f, policy=jax.checkpoint_policies.dots_saveable))(*a)
+  ),
+  'grad_of_checkpoint_of_jit': lambda f, *a: unpack(
+    value_and_grads(jax.checkpoint(jax.jit(f)))(*a)
+  ),
+  'grad_of_scan': lambda f, *a: unpack(value_and_grads(mean_over_scan(f))(*a)),
+  'grad_of_scan_of_jit': lambda f, *a: unpack(value_and_grads(mean_over_scan(jax.jit(f)))(*a)),
+  'jit_of_grad_of_scan': lambda f, *a: unpack(jax.jit(value_and_grads(mean_over_scan(f)))(*a)),
+  'grad_of_fori_loop': lambda f, *a: unpack(value_and_grads(mean_over_fori_loop(f))(*a)),
+  'grad_of_cond': lambda f, *a: unpack(jax.jit(value_and_grads(in_cond(f)))(*a)),
+  'grad_of_switch': lambda f, *a: unpack(value_and_grads(jax.jit(in_switch(f)))(*a)),
+  'vmap_of_grad_of_jit': vmapped(lambda f: value_and_grads(jax.jit(f))),
+  'vmap_of_jit_of_grad': vmapped(lambda f: jax.jit(value_and_grads(f))),
+}
+# The nestings every option set runs; the rest run on the dense form.
+CORE_TRANSFORMS = ('grad_of_jit', 'grad_of_scan_of_jit')
+
+
+@functools.cache
+def eager(name, option_set):
+  """The eager value and gradients of one case, checked once against the reference."""
+  f = loss_fn(name, option_set)
+  value, d_z, d_p = unpack(value_and_grads(f)(FEATURES, LABELS, params()))
+  reference_options = OPTION_SETS[option_set][1]
+  if reference_options is not None:
+    _, reference = LOSSES[name]
+    p64 = dict(PARAMS, **{k: v for k, v in reference_options.items() if k == 'M'})
+    other = {k: v for k, v in reference_options.items() if k != 'M'}
+    ref = lambda z: reference(z, np.asarray(LABELS), p64, **other)
+    np.testing.assert_allclose(value, ref(FEATURES), rtol=2e-5)
+    direction = np.random.default_rng(0).normal(size=FEATURES.shape)
+    eps = 1e-5
+    z64 = np.asarray(FEATURES, np.float64)
+    expected = (ref(z64 + eps * direction) - ref(z64 - eps * direction)) / (2 * eps)
+    np.testing.assert_allclose(jnp.vdot(d_z, direction), expected, rtol=1e-3, atol=1e-5)
+  return value, d_z, d_p
+
+
+def assert_matches_eager(name, option_set, got):
+  value, d_z, d_p = eager(name, option_set)
+  np.testing.assert_allclose(got[0], value, rtol=1e-5)
+  np.testing.assert_allclose(got[1], d_z, rtol=1e-4, atol=1e-6)
+  for key in d_p:
+    np.testing.assert_allclose(got[2][key], d_p[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+def cases():
+  for name in LOSSES:
+    for transform in TRANSFORMS:
+      yield name, 'dense', transform
+    for option_set in OPTION_SETS:
+      if option_set == 'dense' or (option_set == 'stop_gradient_weights' and name not in HARDENED):
+        continue
+      for transform in CORE_TRANSFORMS:
+        yield name, option_set, transform
+
+
+@pytest.mark.parametrize('name,option_set,transform', list(cases()))
+def test_transformation_matches_eager_and_reference(name, option_set, transform):
+  got = TRANSFORMS[transform](loss_fn(name, option_set), FEATURES, LABELS, params())
+  assert_matches_eager(name, option_set, got)
