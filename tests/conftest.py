@@ -53,6 +53,16 @@ def pytest_xdist_auto_num_workers(config):
   return max(1, min(4, cores or 1))
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_xdist_setupnodes(config, specs):
+  """One "bringing up nodes..." line: xdist's reporter writes it at start-up and, when the
+  output is not a terminal (CI, a log file), again after collection."""
+  del specs
+  reporter = config.pluginmanager.get_plugin('terminaldistreporter')
+  if reporter is not None:
+    reporter.ensure_show_status = lambda: None  # its first line is already written
+
+
 @pytest.fixture(scope='session')
 def digits_run(tmp_path_factory):
   """One epoch of H-SCL on digits over the 4 fake devices, trained once per session for

@@ -29,3 +29,20 @@ def test_the_test_command_says_it_runs_in_parallel_and_how_long_it_takes():
   # than the cap gets the cap, one with fewer a worker per core.
   cores = len(os.sched_getaffinity(0))
   assert conftest.pytest_xdist_auto_num_workers(None) == min(int(workers.group(1)), cores)
+
+
+def test_a_run_whose_output_is_not_a_terminal_says_bringing_up_nodes_once():
+  """xdist writes the line at start-up and again after collection unless conftest's hook
+  stops the second (CI's output is a pipe, as here)."""
+  import subprocess
+
+  selected = 'tests/test_readme_setup.py::test_the_test_command_says_it_runs_in_parallel'
+  result = subprocess.run(
+    [sys.executable, '-m', 'pytest', '-q', '-n', '2', selected + '_and_how_long_it_takes'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  assert result.returncode == 0, result.stdout + result.stderr
+  assert result.stdout.count('bringing up nodes') == 1, result.stdout
