@@ -114,6 +114,11 @@ TESTS_OF = {
     'tests/test_run_records.py',
   ),
   'hscl_jax/experiments/run_records.py': ('tests/test_run_records.py',),
+  'hscl_jax/experiments/significance.py': (
+    'tests/test_significance.py',
+    'tests/test_compare_paired.py',
+    'tests/test_compare_densities.py',
+  ),
   'hscl_jax/export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py', _ENTRY),
   'hscl_jax/figures.py': ('tests/test_inspect.py', 'tests/test_figures.py'),
   'hscl_jax/gradcache.py': ('tests/test_gradcache.py',),
