@@ -523,6 +523,8 @@ def loss_sums(kernel: Kernel, q: Rows, k: Rows, block: int | None, num_batch_key
 
   def value_jvp(primals, tangents):
     rows, consts, other_consts = primals
+    # The gradient pass's constants are the value's (the same tracers, hoisted twice):
+    # their tangents count once, through the value.
     d_rows, d_consts, _ = tangents
     total, count, d_q, d_k = gradient_fn(*rows, *other_consts)
     tangent = jnp.zeros_like(total) + _dot(d_q, d_rows[0]) + _dot(d_k, d_rows[1])
