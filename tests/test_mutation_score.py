@@ -1,11 +1,10 @@
-"""tools/mutation_score.py's own logic, with no mutant run and without cosmic-ray: the map
+"""tools/mutation/score.py's own logic, with no mutant run and without cosmic-ray: the map
 covers every module, the sample is seeded and order-free, --all allocates by lines, the
 score arithmetic, annotations and non-operator stars never drawn, equivalents read and
 named by their lines."""
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import re
 import signal
@@ -16,10 +15,8 @@ import time
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location('mutation_score', REPO / 'tools/mutation_score.py')
-mutation_score = importlib.util.module_from_spec(_spec)
-sys.modules['mutation_score'] = mutation_score  # dataclasses look their module up
-_spec.loader.exec_module(mutation_score)
+sys.path.insert(0, str(REPO / 'tools'))
+from mutation import score as mutation_score
 
 
 def test_every_module_of_the_package_has_its_existing_test_files():
@@ -251,7 +248,7 @@ def test_a_crash_is_an_assertion_kill_if_any_test_fails_on_an_assertion():
   valid input elsewhere, a later test asserts on the changed behaviour."""
   crash = 'FAILED tests/test_a.py::test_trains - hscl_jax.errors.ConfigError: batch_size'
   asserted = 'FAILED tests/test_b.py::test_bound - Failed: DID NOT RAISE <class ValueError>'
-  every = lambda output: mutation_score.mutation_test.classify(1, output)
+  every = lambda output: mutation_score.handwritten.classify(1, output)
   assert every(_summary(crash, asserted)) == (
     'assertion',
     'Failed: DID NOT RAISE <class ValueError>',
@@ -270,12 +267,12 @@ def test_captured_log_lines_are_not_taken_for_the_summary():
   )
   type_error = "TypeError: unsupported operand type(s) for ** or pow(): 'PosixGPath' and 'str'"
   output = log + '\n' + _failure(type_error, ['hscl_jax/m.py:4: TypeError'])
-  assert mutation_score.mutation_test.summary_lines(output) == [
+  assert mutation_score.handwritten.summary_lines(output) == [
     f'FAILED tests/test_x.py::test_y - {type_error}'
   ]
   assert mutation_score.raised_by_mutated_statement(output, 'hscl_jax/m.py', range(4, 5))
   collection = 'ERROR tests/test_x.py - ModuleNotFoundError: No module named jax'
-  assert mutation_score.mutation_test.summary_lines(log + '\n' + collection) == [collection]
+  assert mutation_score.handwritten.summary_lines(log + '\n' + collection) == [collection]
 
 
 def test_the_second_run_of_a_crash_decides_and_is_never_judged_not_viable():
@@ -307,7 +304,7 @@ def test_every_command_the_docs_show_parses():
   """Commands in code blocks (a line of their own) and in code spans (over line breaks)."""
   tool = 'python tools/mutation_score.py'
   commands = []
-  for path in (REPO / 'docs/testing.md', REPO / 'tools/mutation_score.py'):
+  for path in (REPO / 'docs/testing.md', REPO / 'tools/mutation/score.py'):
     text = path.read_text()
     commands += [line.strip() for line in text.splitlines() if line.strip().startswith(tool)]
     commands += [' '.join(span.split()) for span in re.findall(f'`({tool}[^`]*)`', text)]
@@ -325,8 +322,8 @@ def test_a_signal_kills_the_running_test_command_and_removes_the_copy(tmp_path):
   script = f"""
 import os, signal, subprocess, sys, tempfile, time
 sys.path.insert(0, {str(REPO / 'tools')!r})
-import mutation_score
-signal.signal(signal.SIGTERM, mutation_score.stop_on_signal)
+from mutation import score
+signal.signal(signal.SIGTERM, score.stop_on_signal)
 with tempfile.TemporaryDirectory(dir={str(tmp_path)!r}) as copy:
   child = subprocess.Popen(['sleep', '60'], start_new_session=True)
   print(child.pid, copy, flush=True)
@@ -519,3 +516,20 @@ def test_the_reach_names_the_tests_that_run_each_line(tmp_path, monkeypatch):
   assert 'test_probe.py::test_nothing' not in mutation_score.reach_of(reach, range(1, 1000))
   monkeypatch.setattr(mutation_score, 'fingerprint', lambda module, tree=None: 'tests changed')
   assert mutation_score.load_reach(module) is None
+
+
+def test_the_old_names_run_the_one_entry_point():
+  """`python tools/mutation_test.py ...` is `python tools/mutation handwritten ...`; an
+  unknown command is refused with the commands there are."""
+  run = lambda *argv: subprocess.run(
+    [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=120
+  )
+  alias, entry = (
+    run('tools/mutation_test.py', '--list'),
+    run('tools/mutation', 'handwritten', '--list'),
+  )
+  assert alias.returncode == entry.returncode == 0, alias.stderr + entry.stderr
+  names = [line.split()[0] for line in entry.stdout.splitlines()]
+  assert alias.stdout == entry.stdout and 'threshold_strict' in names
+  wrong = run('tools/mutation', 'scores')
+  assert wrong.returncode != 0 and 'score, handwritten' in wrong.stderr and 'scores' in wrong.stderr

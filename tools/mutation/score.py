@@ -1,0 +1,787 @@
+"""A sampled mutation score from cosmic-ray's mutants: how many realistic bugs nobody chose
+does a module's suite catch?
+
+cosmic-ray (the `[mutation]` extra) lists every mutant of a module (an operator replaced,
+a comparison flipped, a number changed, a condition negated, a loop skipped, a decorator
+removed...). This script draws a seeded random sample of them per module, plants each, one
+at a time, in a copy of the working tree (the real files are never touched; cosmic-ray
+restores the file after each), runs that module's test files (`TESTS_OF`, the one map of
+module -> tests) in a fresh `python -m pytest -n 0 -x` process with PYTHONPATH on the copy,
+so the mutated file and not the editable install is imported, and classifies the result:
+
+  * ``assertion``: a test failed on an assertion about the behaviour (AssertionError,
+    `Failed: DID NOT RAISE`, a regex mismatch), read from pytest's short summary;
+  * ``crash``: killed, but by another exception (a fixture, an import, a TypeError...).
+    With -x the first failing test decides, and which test fails first is an accident of
+    the files' order: so a crash is run again with every test (no -x), and is an
+    ``assertion`` kill if any test fails on an assertion, a crash only if none does;
+  * ``timeout``: the tests ran past 3x their unmutated time plus 60 s (killed by cosmic-ray);
+  * ``survived``: every test passed; ``equivalent`` if tools/mutation/equivalents.toml lists
+    it, by hand, with the reason it cannot change behaviour;
+  * ``not viable``: a crash that cannot run on the values it meets, so that no test can see
+    it behave differently: its TypeError is raised by the mutated statement itself (`float
+    << int`), or its run with every test failed every test that executes the mutated
+    statement (`measure_reach`: which tests execute which line, measured under coverage
+    once per set of test files), none on a refusal of the package's own (a `raise` in
+    hscl_jax/: a mutant that refuses valid input is behaviour, seen by a test of the bound)
+    and none from code run outside a test (a subprocess, collection), which cannot be
+    attributed.
+
+The score is the assertion kills over the sampled mutants less the equivalent and not
+viable ones; crashes and timeouts are not counted as kills there (``detected`` counts
+them). Mutants inside type annotations are never drawn (every module has `from __future__
+import annotations`: they are strings nobody reads), nor those of a `*` that is no
+operator (a keyword-only marker, `*args`, unpacking).
+
+Sessions are cosmic-ray's sqlite files in .mutation_sessions/ (one per module, seed and
+sample size): a run that stops continues where it stopped; a module or test file that
+changed since (or DRAW_VERSION) starts its session again.
+
+    python tools/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
+    python tools/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
+    python tools/mutation_score.py --all --sample 200 --plan     # its mutants per module
+    python tools/mutation_score.py --all --sample 200 --recheck  # after new tests
+    python tools/mutation_score.py --all --sample 200 --report   # the stored table
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import hashlib
+import io
+import json
+import os
+import pathlib
+import random
+import re
+import signal
+import sys
+import tempfile
+import time
+import tokenize
+import tomllib
+
+from mutation import handwritten  # its tree copy and its assertion/crash classifier
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+EQUIVALENTS = pathlib.Path(__file__).with_name('equivalents.toml')
+# Raise it when a change here changes which mutants are drawn or how they run: every
+# session then starts again.
+DRAW_VERSION = 4
+SESSIONS = ROOT / '.mutation_sessions'
+
+_DATA = ('tests/test_data_sources.py', 'tests/test_data_loaders.py')
+_ENTRY = 'tests/test_entry_points.py'  # a program's argv check and its thinness
+_LOSSES = ('tests/test_losses.py', 'tests/test_loss_properties.py', 'tests/test_losses_queue.py')
+# Each module of hscl_jax/ -> the test files that test it (whole files, never a -k chosen
+# for a mutant). tests/test_mutation_score.py checks that every module has an entry.
+TESTS_OF = {
+  'hscl_jax/__init__.py': ('tests/test_package.py',),
+  'hscl_jax/augment.py': ('tests/test_augment.py',),
+  'hscl_jax/checkpointing.py': ('tests/test_errors.py', 'tests/test_train.py'),
+  'hscl_jax/data/__init__.py': _DATA,
+  'hscl_jax/data/arrays.py': _DATA,
+  'hscl_jax/data/errors.py': ('tests/test_prepare.py', 'tests/test_data_sources.py'),
+  'hscl_jax/data/image_folder.py': (*_DATA, 'tests/test_tiny_imagenet.py'),
+  'hscl_jax/data/loaders.py': (*_DATA, 'tests/test_class_aware.py'),
+  'hscl_jax/data/sampling.py': (*_DATA, 'tests/test_class_aware.py'),
+  'hscl_jax/data/sources.py': (*_DATA, 'tests/test_data_tfds.py'),
+  'hscl_jax/data/tfds_prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py'),
+  'hscl_jax/data/tfds_sources.py': ('tests/test_data_tfds.py', 'tests/test_data_sources.py'),
+  'hscl_jax/distributed.py': ('tests/test_multiprocess.py',),
+  'hscl_jax/embed.py': ('tests/test_embed.py', _ENTRY),
+  'hscl_jax/embedding.py': ('tests/test_embed.py',),
+  'hscl_jax/errors.py': ('tests/test_errors.py', 'tests/test_main_errors.py'),
+  'hscl_jax/evaluation.py': ('tests/test_knn.py', 'tests/test_embed.py'),
+  'hscl_jax/experiments/__init__.py': ('tests/test_compare.py',),
+  'hscl_jax/experiments/compare.py': (
+    'tests/test_compare.py',
+    'tests/test_compare_paired.py',
+    _ENTRY,
+  ),
+  'hscl_jax/experiments/compare_densities.py': ('tests/test_compare_densities.py', _ENTRY),
+  'hscl_jax/experiments/compare_graphs.py': ('tests/test_graphs.py', _ENTRY),
+  'hscl_jax/experiments/density_grid.py': ('tests/test_compare_densities.py',),
+  'hscl_jax/experiments/graph_grid.py': ('tests/test_graphs.py',),
+  'hscl_jax/experiments/image_grid.py': (
+    'tests/test_compare.py',
+    'tests/test_compare_paired.py',
+    'tests/test_compare_densities.py',
+    'tests/test_run_records.py',
+  ),
+  'hscl_jax/experiments/run_records.py': ('tests/test_run_records.py',),
+  'hscl_jax/experiments/significance.py': (
+    'tests/test_significance.py',
+    'tests/test_compare_paired.py',
+    'tests/test_compare_densities.py',
+  ),
+  'hscl_jax/export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py', _ENTRY),
+  'hscl_jax/figures.py': ('tests/test_inspect.py', 'tests/test_figures.py'),
+  'hscl_jax/gradcache.py': ('tests/test_gradcache.py',),
+  'hscl_jax/graphs/__init__.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/__main__.py': ('tests/test_graphs.py', _ENTRY),
+  'hscl_jax/graphs/data.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/evaluate.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/model.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/prepare.py': ('tests/test_graphs.py',),
+  'hscl_jax/graphs/train.py': ('tests/test_graphs.py',),
+  'hscl_jax/hard_negatives.py': ('tests/test_inspect.py',),
+  'hscl_jax/inspect.py': ('tests/test_inspect.py', _ENTRY),
+  'hscl_jax/inspection.py': ('tests/test_inspect.py',),
+  'hscl_jax/knn.py': ('tests/test_knn.py',),
+  'hscl_jax/linear_eval.py': ('tests/test_linear_eval.py', 'tests/test_main_errors.py', _ENTRY),
+  'hscl_jax/linear_probe.py': ('tests/test_linear_eval.py',),
+  'hscl_jax/losses/__init__.py': _LOSSES,
+  'hscl_jax/losses/diagnostics.py': ('tests/test_losses.py', 'tests/test_inspect.py'),
+  'hscl_jax/losses/graph.py': ('tests/test_graph_loss.py',),
+  'hscl_jax/losses/image.py': _LOSSES,
+  'hscl_jax/losses/kernel.py': _LOSSES,
+  'hscl_jax/main.py': ('tests/test_main_errors.py', 'tests/test_configs.py', _ENTRY),
+  'hscl_jax/metrics.py': ('tests/test_metrics.py', 'tests/test_stored_config.py'),
+  'hscl_jax/models.py': ('tests/test_models.py', 'tests/test_configs.py'),  # its checks' bounds
+  'hscl_jax/negative_queue.py': ('tests/test_queue_training.py',),
+  'hscl_jax/optim.py': ('tests/test_optim.py',),
+  'hscl_jax/parallel.py': ('tests/test_train_wiring.py', 'tests/test_knn.py'),
+  'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py', _ENTRY),
+  'hscl_jax/schema.py': (
+    'tests/test_configs.py',
+    'tests/test_config_properties.py',
+    'tests/test_stored_config.py',  # which fields are free on resume
+  ),
+  'hscl_jax/stored_config.py': ('tests/test_stored_config.py',),
+  'hscl_jax/torch_export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py'),
+  'hscl_jax/train.py': (
+    'tests/test_train.py',
+    'tests/test_train_wiring.py',
+    'tests/test_queue_training.py',  # the queue's and key encoder's steps and log lines
+  ),
+  'hscl_jax/workdir_lock.py': ('tests/test_workdir_lock.py',),
+}
+
+
+def package_modules() -> list[str]:
+  """Every module of hscl_jax/, as repository-relative paths."""
+  return sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'hscl_jax').rglob('*.py'))
+
+
+def code_lines(path: pathlib.Path) -> int:
+  """Lines that are neither blank nor only a comment (what --all allocates by)."""
+  return sum(1 for line in path.read_text().splitlines() if line.strip()[:1] not in ('', '#'))
+
+
+def allocate(lines: dict[str, int], total: int) -> dict[str, int]:
+  """`total` split over the modules in proportion to their lines (largest remainders)."""
+  all_lines = sum(lines.values())
+  exact = {module: total * n / all_lines for module, n in lines.items()}
+  counts = {module: int(share) for module, share in exact.items()}
+  by_remainder = sorted(exact, key=lambda m: (counts[m] - exact[m], m))
+  for module in by_remainder[: total - sum(counts.values())]:
+    counts[module] += 1
+  return counts
+
+
+def all_plan(total: int, seed: int, *, stored: bool, store: bool) -> dict[str, int]:
+  """`--all`'s modules and sample sizes: allocated by today's lines when the sample is
+  drawn and kept beside its sessions (`store`), so that a recheck (`stored`) reruns the
+  sample as drawn even after code moved between modules."""
+  path = SESSIONS / f'all.seed{seed}.n{total}.plan.json'
+  if stored and path.exists():
+    return json.loads(path.read_text())
+  lines = {m: code_lines(ROOT / m) for m in package_modules()}
+  plan = {m: n for m, n in allocate(lines, total).items() if n}
+  if store and not stored:
+    SESSIONS.mkdir(exist_ok=True)
+    path.write_text(json.dumps(plan, indent=1))
+  return plan
+
+
+def draw(mutant_ids: list[str], size: int, seed: int, module: str) -> list[str]:
+  """A seeded sample of `size` of the ids (all of them when there are fewer), the same for
+  the same seed, module and ids whatever order they came in."""
+  ordered = sorted(mutant_ids)
+  if size >= len(ordered):
+    return ordered
+  return sorted(random.Random(f'{seed}:{module}').sample(ordered, size))
+
+
+def annotation_lines(source: str) -> set[tuple[int, int]]:
+  """(line, column) of every character inside a type annotation of `source`."""
+  spans = set()
+  for node in ast.walk(ast.parse(source)):
+    annotations = []
+    if isinstance(node, ast.arg | ast.AnnAssign):
+      annotations.append(node.annotation)
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+      annotations.append(node.returns)
+    for a in filter(None, annotations):
+      for line in range(a.lineno, a.end_lineno + 1):
+        first = a.col_offset if line == a.lineno else 0
+        last = a.end_col_offset if line == a.end_lineno else 10_000
+        spans.update((line, col) for col in range(first, last))
+  return spans
+
+
+def signature_stars(source: str) -> set[tuple[int, int]]:
+  """(line, column) of every `*` or `**` that is no operator: the bare `*` of keyword-only
+  parameters and the stars of `*args`, `**kwargs` and unpacking (cosmic-ray mutates them
+  too: into `/`, positional-only and so equivalent, or into a syntax error)."""
+  layout = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+  tokens = [
+    t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in layout
+  ]
+  stars = set()
+  for before, token, after in zip(tokens, tokens[1:], tokens[2:]):
+    if token.string not in ('*', '**'):
+      continue
+    if after.string in (',', ')') or before.string in ('(', ',', '[', '{', 'lambda'):
+      stars.add(token.start)
+  return stars
+
+
+def never_drawn(source: str) -> set[tuple[int, int]]:
+  """Positions whose mutants are never drawn: annotations and stars that are no operator."""
+  return annotation_lines(source) | signature_stars(source)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+  """The outcomes of one module's (or all modules') sample."""
+
+  sampled: int = 0
+  assertion: int = 0
+  crash: int = 0
+  timeout: int = 0
+  survived: int = 0
+  equivalent: int = 0
+  not_viable: int = 0
+
+  @property
+  def scored(self) -> int:
+    """The sampled mutants that could behave differently: not equivalent, viable."""
+    return self.sampled - self.equivalent - self.not_viable
+
+  @property
+  def score(self) -> float | None:
+    """Assertion kills over the scored mutants."""
+    return self.assertion / self.scored if self.scored else None
+
+  @property
+  def detected(self) -> float | None:
+    """Kills of any kind (assertion, crash, timeout) over the scored mutants."""
+    kills = self.assertion + self.crash + self.timeout
+    return kills / self.scored if self.scored else None
+
+  def __add__(self, other: Tally) -> Tally:
+    return Tally(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other))))
+
+
+def tally(outcomes: list[str]) -> Tally:
+  """Counts of 'assertion', 'crash', 'timeout', 'survived', 'equivalent', 'not viable'."""
+  counts = {name: outcomes.count(name) for name in ('assertion', 'crash', 'timeout', 'survived')}
+  return Tally(
+    sampled=len(outcomes),
+    equivalent=outcomes.count('equivalent'),
+    not_viable=outcomes.count('not viable'),
+    **counts,
+  )
+
+
+def changed_lines(diff: str) -> tuple[str, str]:
+  """The (original, mutated) line of a one-line diff, stripped; how equivalents are named."""
+  lines = diff.splitlines()
+  removed = [line[1:].strip() for line in lines if line[:1] == '-' and line[:3] != '---']
+  added = [line[1:].strip() for line in lines if line[:1] == '+' and line[:3] != '+++']
+  return '\n'.join(removed), '\n'.join(added)
+
+
+def load_equivalents(path: pathlib.Path = EQUIVALENTS) -> dict[tuple[str, str, str], str]:
+  """{(module, original line, mutated line): why the mutant cannot change behaviour}."""
+  entries = tomllib.loads(path.read_text()).get('equivalent', [])
+  return {(e['module'], e['original'], e['mutated']): e['reason'] for e in entries}
+
+
+_FRAME = re.compile(r'^(\S+\.py):(\d+): ', re.MULTILINE)
+
+
+def statement_lines(source: str, line: int) -> range:
+  """The lines of the innermost statement holding `line` (of a compound statement, its
+  header: `if a < b:` without its body)."""
+  best = None
+  for node in ast.walk(ast.parse(source)):
+    end = getattr(node, 'end_lineno', None)
+    if isinstance(node, ast.stmt) and node.lineno <= line <= end:
+      body = getattr(node, 'body', None)
+      if isinstance(body, list) and body and body[0].lineno <= line:
+        continue  # the line is in the body: an inner statement holds it
+      header_end = body[0].lineno - 1 if isinstance(body, list) and body else end
+      if best is None or node.lineno >= best.start:
+        best = range(node.lineno, max(header_end, node.lineno) + 1)
+  return best if best is not None else range(line, line + 1)
+
+
+def raised_by_mutated_statement(output: str, module: str, lines: range) -> bool:
+  """Whether the run failed on a TypeError whose deepest frame in the package is the
+  mutated statement: the mutant cannot run on the values it meets (`float << int`, `^` on
+  float32), so any run of it fails and none can assert on its behaviour."""
+  summary = handwritten.summary_lines(output)
+  if not summary or ' - TypeError' not in summary[0]:
+    return False
+  package = [(path, int(n)) for path, n in _FRAME.findall(output) if 'hscl_jax/' in path]
+  if not package:
+    return False
+  path, line = package[-1]
+  return path.endswith(module) and line in lines
+
+
+def reach_lines(source: str, line: int, operator: str) -> range:
+  """The lines whose execution means a test ran the mutant at `line`: its statement's, or
+  for a removed decorator the decorated function's first statement (a decorator runs once,
+  at import, outside every test; what it changes runs with each call)."""
+  if operator.endswith('RemoveDecorator'):
+    for node in ast.walk(ast.parse(source)):
+      decorated = getattr(node, 'decorator_list', ())
+      if any(d.lineno <= line <= d.end_lineno for d in decorated):
+        body = [b for b in node.body if not _is_docstring(b)] or node.body
+        return statement_lines(source, body[0].lineno)
+  return statement_lines(source, line)
+
+
+def _is_docstring(node: ast.stmt) -> bool:
+  return isinstance(node, ast.Expr) and isinstance(getattr(node, 'value', None), ast.Constant)
+
+
+# A failed test's section in pytest's long report: `____ test_name[param] ____`.
+_SECTION = re.compile(r'^_{3,} (.+?) _{3,}$', re.MULTILINE)
+
+
+def refused_by_the_package(output: str) -> bool:
+  """Whether some failure of the run ends, in hscl_jax/, on a `raise` statement: a refusal
+  the package made on purpose (of an input the mutant no longer accepts)."""
+  for section in _SECTION.split(output)[2::2]:
+    frames = [(path, int(n)) for path, n in _FRAME.findall(section) if 'hscl_jax/' in path]
+    if frames:
+      path, line = frames[-1]
+      lines = _package_lines('hscl_jax/' + path.split('hscl_jax/', 1)[1])
+      if line <= len(lines) and lines[line - 1].strip().startswith('raise'):
+        return True
+  return False
+
+
+@functools.cache
+def _package_lines(name: str) -> tuple[str, ...]:
+  """A package file's lines, read once (the tree under ROOT is not mutated: the copy is)."""
+  return tuple((ROOT / name).read_text().splitlines())
+
+
+def failed_tests(output: str) -> set[str]:
+  """The test ids of the FAILED / ERROR lines of pytest's short summary."""
+  return {line.split(' ', 1)[1].split(' - ', 1)[0] for line in handwritten.summary_lines(output)}
+
+
+# The context coverage gives code run outside any test (collection, subprocesses).
+OUTSIDE = ''
+
+
+def fails_every_test_that_runs_it(output: str, reach: frozenset[str] | None) -> bool:
+  """Whether a run with every test failed each test in `reach` (those that execute the
+  mutated statement: see `measure_reach`), none by a refusal of the package's own, and the
+  statement ran in no code outside a test (`OUTSIDE`, which cannot be attributed)."""
+  if not reach or OUTSIDE in reach:
+    return False
+  return reach <= failed_tests(output) and not refused_by_the_package(output)
+
+
+def reach_path(module: str) -> pathlib.Path:
+  return SESSIONS / f'{module.replace("/", "__")}.reach.json'
+
+
+def measure_reach(module: str) -> None:
+  """Which of the module's tests execute each of its lines: its tests, unmutated (cwd: the
+  copy), in one pytest process under coverage with a context per test; stored beside the
+  sessions with the module's fingerprint (tests or code changed: measured again). The same
+  run gives the reach of every module with the same test files (`sharing_tests`), stored too."""
+  modules = sharing_tests(module)
+  with tempfile.TemporaryDirectory(prefix='hscl_reach_') as scratch:
+    tests = _tests_by_line(module, modules, pathlib.Path(scratch) / '.coverage')
+  for each in modules:
+    # The copy's files, which the tests ran: the tree may have changed since the copy was made.
+    record = {'fingerprint': fingerprint(each, pathlib.Path.cwd()), 'tests': tests[each]}
+    reach_path(each).write_text(json.dumps(record, sort_keys=True))
+
+
+def sharing_tests(module: str) -> list[str]:
+  """The module and every other whose test files are the same (graphs/*, losses/*, ...)."""
+  return [m for m, files in TESTS_OF.items() if files == TESTS_OF[module]]
+
+
+def _tests_by_line(
+  module: str, modules: list[str], data_file: pathlib.Path
+) -> dict[str, dict[int, list[str]]]:
+  """{each of `modules`: {line: the test ids that execute it}} from one run of `module`'s
+  tests under coverage."""
+  import subprocess
+
+  import coverage
+
+  # --dist=no: with pytest.ini's `--dist loadgroup`, pytest-cov takes even `-n 0` for
+  # xdist's controller and records no test's context.
+  options = ['--dist=no', '--cov=hscl_jax', '--cov-context=test', '--cov-report=']
+  command = test_command(module, first_failure=False).split() + options
+  env = dict(os.environ, COVERAGE_FILE=str(data_file))
+  print(f'{", ".join(modules)}: which tests run each line (their tests under coverage)', flush=True)
+  result = subprocess.run(command, capture_output=True, text=True, env=env)
+  if result.returncode != 0:
+    tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+    sys.exit(f'{module}: its tests fail under coverage: ' + ' | '.join(tail))
+  data = coverage.CoverageData(basename=str(data_file))
+  data.read()
+  return {each: _contexts_by_line(data, each) for each in modules}
+
+
+def _contexts_by_line(data, module: str) -> dict[int, list[str]]:
+  by_line = data.contexts_by_lineno(str(pathlib.Path(module).resolve()))
+  return {line: sorted({c.split('|')[0] for c in contexts}) for line, contexts in by_line.items()}
+
+
+def load_reach(module: str) -> dict[int, frozenset[str]] | None:
+  """{line: the tests that execute it}, if measured for the module's current code and
+  tests; else None."""
+  path = reach_path(module)
+  if not path.exists():
+    return None
+  record = json.loads(path.read_text())
+  if record['fingerprint'] != fingerprint(module):
+    return None
+  return {int(line): frozenset(tests) for line, tests in record['tests'].items()}
+
+
+def reach_of(reach: dict[int, frozenset[str]] | None, lines: range) -> frozenset[str] | None:
+  """The tests that execute any of `lines` (None: not measured)."""
+  if reach is None:
+    return None
+  return frozenset().union(*(reach.get(line, frozenset()) for line in lines))
+
+
+def outcome_of(
+  result,
+  equivalents: dict,
+  module: str,
+  lines: range | None = None,
+  reach: frozenset[str] | None = None,
+):
+  """(outcome, detail) of one cosmic-ray WorkResult; `lines`: the mutated statement's;
+  `reach`: the tests that execute it (None: not measured)."""
+  from cosmic_ray.work_item import TestOutcome
+
+  if result.test_outcome == TestOutcome.SURVIVED:
+    reason = equivalents.get((module, *changed_lines(result.diff or '')))
+    return ('equivalent', reason) if reason else ('survived', '')
+  if result.output == 'timeout':  # cosmic-ray's marker for a test run it killed
+    return 'timeout', ''
+  if result.test_outcome == TestOutcome.INCOMPETENT:
+    return 'crash', (result.output or '').strip().splitlines()[-1:][0][:120]
+  output = result.output or ''
+  outcome, detail = handwritten.classify(1, output)  # an assertion among any failures
+  if output.startswith(EVERY_TEST):  # the -x run found its statement viable already
+    if outcome == 'crash' and fails_every_test_that_runs_it(output, reach):
+      return 'not viable', f'fails all {len(reach)} tests that run it: {detail}'
+    return outcome, detail
+  if outcome == 'crash' and lines and raised_by_mutated_statement(output, module, lines):
+    return 'not viable', detail
+  return outcome, detail
+
+
+def judge(result, equivalents: dict, module: str, source: str, mutation, reach=None):
+  """`outcome_of` a mutant of `source`, given the module's measured reach (`load_reach`)."""
+  line = mutation.start_pos[0]
+  tests = reach_of(reach, reach_lines(source, line, mutation.operator_name))
+  return outcome_of(result, equivalents, module, statement_lines(source, line), tests)
+
+
+# The first line of a stored output from the run with every test (a crash's second run).
+EVERY_TEST = '[every test]\n'
+
+
+def fingerprint(module: str, tree: pathlib.Path = ROOT) -> str:
+  """What a session's results depend on: the module, its tests, the conftest and how this
+  tool draws and runs mutants (DRAW_VERSION); read in `tree` (the copy, for what ran there)."""
+  digest = hashlib.sha256(f'draw {DRAW_VERSION}'.encode())
+  for name in (module, 'tests/conftest.py', *TESTS_OF[module]):
+    path = tree / name
+    digest.update(name.encode() + (path.read_bytes() if path.exists() else b''))
+  return digest.hexdigest()
+
+
+def session_path(module: str, size: int, seed: int) -> pathlib.Path:
+  return SESSIONS / f'{module.replace("/", "__")}.seed{seed}.n{size}.sqlite'
+
+
+def open_session(module: str, size: int, seed: int) -> pathlib.Path:
+  """The module's session: resumed when its code and tests are unchanged, else made anew
+  (cosmic-ray's mutants of the module, those in annotations and those not drawn skipped)."""
+  from cosmic_ray.commands import init
+  from cosmic_ray.work_db import use_db
+  from cosmic_ray.work_item import WorkerOutcome
+  from cosmic_ray.work_item import WorkResult
+
+  path = session_path(module, size, seed)
+  stamp = path.with_suffix('.json')
+  if path.exists() and stamp.exists() and json.loads(stamp.read_text()) == fingerprint(module):
+    return path
+  if path.exists():
+    print(f'{module}: changed since its session; starting it again', flush=True)
+    path.unlink()
+  SESSIONS.mkdir(exist_ok=True)
+  cwd = os.getcwd()
+  os.chdir(ROOT)  # cosmic-ray records the module's path as given: relative to the tree
+  try:
+    with use_db(str(path)) as db:
+      init([pathlib.Path(module)], db, {})
+      never = never_drawn((ROOT / module).read_text())
+      items = {item.job_id: item.mutations[0] for item in db.work_items}
+      drawable = {
+        f'{m.operator_name}#{m.occurrence:05d}': job
+        for job, m in items.items()
+        if tuple(m.start_pos) not in never
+      }
+      chosen = {drawable[key] for key in draw(list(drawable), size, seed, module)}
+      skipped = [job for job in items if job not in chosen]
+      db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+  finally:
+    os.chdir(cwd)
+  stamp.write_text(json.dumps(fingerprint(module)))
+  return path
+
+
+def test_command(module: str, first_failure: bool = True) -> str:
+  """One pytest process over the module's whole test files, stopping at the first failure
+  (-x) or not (-rfE: the summary classify reads)."""
+  tests = ' '.join(TESTS_OF[module])
+  stop = ' -x' if first_failure else ''
+  return f'{sys.executable} -m pytest -n 0{stop} -q -rfE -p no:cacheprovider {tests}'
+
+
+def baseline_seconds(module: str) -> float:
+  """The module's tests on the unmutated copy (cwd): they must pass; their time."""
+  import subprocess
+
+  start = time.time()
+  result = subprocess.run(test_command(module).split(), capture_output=True, text=True)
+  if result.returncode != 0:
+    tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+    sys.exit(f'{module}: its tests fail before any mutant: ' + ' | '.join(tail))
+  return time.time() - start
+
+
+def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: bool = False):
+  """Plant and test every drawn mutant of the session that has no result yet, or with
+  `recheck` every one that survived, crashed or timed out (cwd: the copy); a crash runs again with
+  every test (`run_every_test`) and that run is stored."""
+  from cosmic_ray.mutating import mutate_and_test
+  from cosmic_ray.work_db import WorkDB
+  from cosmic_ray.work_db import use_db
+
+  with use_db(str(path), mode=WorkDB.Mode.open) as db:
+    source = (ROOT / module).read_text()
+    if recheck:
+      again = rechecked(db, module, source, equivalents)
+      items = [item for item in db.work_items if item.job_id in again]
+    else:
+      items = db.pending_work_items
+    pending = sorted(items, key=lambda item: item.mutations[0].start_pos)
+    if not pending:
+      return
+    timeout = 3 * baseline_seconds(module) + 60
+    reach = load_reach(module)
+    for item in pending:
+      start = time.time()
+      m = item.mutations[0]
+      lines = statement_lines(source, m.start_pos[0])
+      result = mutate_and_test(item.mutations, test_command(module), timeout)
+      if outcome_of(result, equivalents, module, lines)[0] == 'crash':
+        result = run_every_test(item, module, timeout)
+      db.set_result(item.job_id, result)
+      outcome, detail = judge(result, equivalents, module, source, m, reach)
+      where = f'{module}:{m.start_pos[0]} {m.operator_name.removeprefix("core/")}'
+      print(f'{where:70s} {outcome:10s} {time.time() - start:5.0f} s  {detail}', flush=True)
+
+
+def rechecked(db, module: str, source: str, equivalents: dict) -> set[str]:
+  """The session's mutants a recheck runs again: the survivors (not the equivalents), the
+  crashes and the timeouts, which new tests may turn into assertion kills, and any drawn
+  mutant without a result (a stopped run's)."""
+  from cosmic_ray.work_item import WorkerOutcome
+
+  mutation = {item.job_id: item.mutations[0] for item in db.work_items}
+  results, reach = dict(db.results), load_reach(module)
+  return {job for job in mutation if job not in results} | {
+    job
+    for job, r in results.items()
+    if r.worker_outcome != WorkerOutcome.SKIPPED  # the undrawn mutants
+    and judge(r, equivalents, module, source, mutation[job], reach)[0]
+    in ('survived', 'crash', 'timeout')
+  }
+
+
+def run_every_test(item, module: str, timeout: float):
+  """A crash's second run, without -x; its output marked as such (EVERY_TEST)."""
+  import attrs  # cosmic-ray's WorkResult is an attrs class
+  from cosmic_ray.mutating import mutate_and_test
+
+  result = mutate_and_test(item.mutations, test_command(module, first_failure=False), timeout)
+  return attrs.evolve(result, output=EVERY_TEST + (result.output or ''))
+
+
+def needs_reach(module: str, path: pathlib.Path, equivalents: dict) -> bool:
+  """Whether the session holds a crash of a run with every test and the module's reach is
+  not measured for its current code and tests."""
+  if load_reach(module) is not None:
+    return False
+  source = (ROOT / module).read_text()
+  return any(
+    r.output
+    and r.output.startswith(EVERY_TEST)
+    and judge(r, equivalents, module, source, m)[0] == 'crash'
+    for m, r in results(module, path)[1]
+  )
+
+
+def results(module: str, path: pathlib.Path):
+  """(the module's drawable mutants, the session's (mutation, result) pairs that ran)."""
+  from cosmic_ray.work_db import WorkDB
+  from cosmic_ray.work_db import use_db
+  from cosmic_ray.work_item import WorkerOutcome
+
+  with use_db(str(path), mode=WorkDB.Mode.open) as db:
+    items = {item.job_id: item.mutations[0] for item in db.work_items}
+    done = list(db.results)
+  never = never_drawn((ROOT / module).read_text())
+  drawable = sum(tuple(m.start_pos) not in never for m in items.values())
+  ran = [(items[job], r) for job, r in done if r.worker_outcome != WorkerOutcome.SKIPPED]
+  return drawable, ran
+
+
+def report(plan: dict[str, int], seed: int, equivalents: dict) -> Tally:
+  """The per-module table, the total, and every survivor as a diff."""
+  header = (
+    *('module', 'mutants', 'sampled', 'assert', 'crash', 'timeout', 'survived', 'equiv'),
+    *('unviable', 'score', 'detected'),
+  )
+  print('\n{:42s}{:>8s}{:>8s}{:>8s}{:>7s}{:>9s}{:>10s}{:>7s}{:>10s}{:>7s}{:>10s}'.format(*header))
+  total, all_mutants, survivors = Tally(), 0, []
+  for module, size in plan.items():
+    mutants, done = results(module, session_path(module, size, seed))
+    source, reach = (ROOT / module).read_text(), load_reach(module)
+    outcomes = [judge(r, equivalents, module, source, m, reach)[0] for m, r in done]
+    survivors += [r.diff for (_, r), o in zip(done, outcomes) if o == 'survived']
+    row = tally(outcomes)
+    total, all_mutants = total + row, all_mutants + mutants
+    print(f'{module:42s}{mutants:8d}' + format_row(row))
+  print(f'{"all":42s}{all_mutants:8d}' + format_row(total))
+  for diff in survivors:
+    print('\nsurvived:\n' + diff.strip())
+  return total
+
+
+def format_row(t: Tally) -> str:
+  score, detected = ('-' if f is None else f'{100 * f:.0f} %' for f in (t.score, t.detected))
+  return (
+    f'{t.sampled:8d}{t.assertion:8d}{t.crash:7d}{t.timeout:9d}{t.survived:10d}'
+    f'{t.equivalent:7d}{t.not_viable:10d}{score:>7s}{detected:>10s}'
+  )
+
+
+def make_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('modules', nargs='*', help='paths such as hscl_jax/knn.py')
+  parser.add_argument('--sample', type=int, default=25, help='mutants per module (--all: total)')
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument(
+    '--all', action='store_true', help='--sample mutants over all of hscl_jax/, by lines'
+  )
+  parser.add_argument('--plan', action='store_true', help='print mutants per module and exit')
+  parser.add_argument(
+    '--report',
+    action='store_true',
+    help="print the stored samples' table; run no mutant (only the reach a crash needs)",
+  )
+  parser.add_argument(
+    '--recheck',
+    action='store_true',
+    help="after tests were added: run the stored samples' survivors, crashes and timeouts "
+    'again with the current tests, keep the other outcomes',
+  )
+  return parser
+
+
+def child_pids(parent: int) -> list[int]:
+  """The processes whose parent is `parent` (Linux /proc; none found elsewhere)."""
+  children = []
+  for stat in pathlib.Path('/proc').glob('[0-9]*/stat'):
+    try:
+      ppid = int(stat.read_text().rsplit(')', 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+      continue  # gone meanwhile, or not Linux's format
+    if ppid == parent:
+      children.append(int(stat.parent.name))
+  return children
+
+
+def stop_on_signal(signum: int, frame) -> None:
+  """SIGTERM or SIGINT: the running test command (cosmic-ray starts it in a session of its
+  own, which a kill of this process's group misses) is killed with its group, then the
+  exit unwinds, removing the tree's copy. The session keeps every finished mutant."""
+  for pid in child_pids(os.getpid()):
+    try:
+      os.killpg(pid, signal.SIGKILL)
+    except OSError:
+      pass  # not a group leader, or already gone
+  raise SystemExit(128 + signum)
+
+
+def main() -> int:
+  parser = make_parser()
+  args = parser.parse_args()
+  unknown = [m for m in args.modules if m not in TESTS_OF]
+  if unknown or not (args.modules or args.all):
+    parser.error(f'give modules of hscl_jax/ (as hscl_jax/knn.py) or --all; unknown: {unknown}')
+  if args.all:
+    stored = args.recheck or args.report
+    plan = all_plan(args.sample, args.seed, stored=stored, store=not args.plan)
+  else:
+    plan = dict.fromkeys(args.modules, args.sample)
+  if args.plan:
+    for module, size in plan.items():
+      print(f'{module:42s}{size:5d}  {" ".join(TESTS_OF[module])}')
+    return 0
+  equivalents = load_equivalents()
+  if args.recheck or args.report:
+    sessions = {m: session_path(m, size, args.seed) for m, size in plan.items()}
+    missing = [m for m, path in sessions.items() if not path.exists()]
+    if missing:
+      flag = '--recheck' if args.recheck else '--report'
+      parser.error(f'{flag}: no stored sample of {", ".join(missing)}: run it first')
+  else:
+    sessions = {module: open_session(module, size, args.seed) for module, size in plan.items()}
+  signal.signal(signal.SIGTERM, stop_on_signal)
+  signal.signal(signal.SIGINT, stop_on_signal)
+  with tempfile.TemporaryDirectory(prefix='hscl_mutation_score_') as copy:
+    handwritten.copy_tree(copy, None)
+    os.environ.update(PYTHONPATH=copy, COLUMNS='1000')
+    os.chdir(copy)
+    for module, path in sessions.items():
+      if not args.report:
+        run_pending(module, path, equivalents, args.recheck)
+      if needs_reach(module, path, equivalents):
+        measure_reach(module)
+    os.chdir(ROOT)
+  report(plan, args.seed, equivalents)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
