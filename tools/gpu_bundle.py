@@ -28,6 +28,10 @@ bundle/ (ignored by git; the device tool carries it with `carry=['bundle']`):
   merge of tools/gpu_grid.py reads it);
 - manifest.json: each file's size, the whole's, and the pack's images and build seconds.
 
+`build` refuses a wheels/ folder that lacks one of WHEELS or holds another wheel (names
+compared as pip compares them, PEP 503: tensorboardX's wheel is tensorboardx-*.whl), and
+a bundle that, with the checkout's files, passes the 64 MiB a device command carries.
+
 `install` puts the wheels into a target folder with pip (`--no-index --no-deps`: nothing
 is fetched, the node's own jax and the rest stay as they are) and unpacks the data
 (CIFAR-10 into --data_to itself, Tiny-ImageNet-100 into --data_to/tin100; `--data_sets`
@@ -42,6 +46,7 @@ import argparse
 import io
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import tarfile
@@ -76,11 +81,65 @@ PLATFORMS = (
   'manylinux_2_28_x86_64', 'manylinux_2_27_x86_64', 'manylinux_2_17_x86_64',
   'manylinux2014_x86_64', 'manylinux1_x86_64',
 )  # fmt: skip
+CARRY_LIMIT = 64 * 2**20  # bytes a device command carries: the checkout and the bundle
+
+
+def canonical(name: str) -> str:
+  """A project name as pip compares it (PEP 503): runs of -, _ and . as one -, lower case
+  (ml_collections = ML-Collections, tensorboardX = tensorboardx, zope.interface =
+  zope-interface)."""
+  return re.sub(r'[-_.]+', '-', name).lower()
+
+
+def wheel_project(filename: str) -> str:
+  """The canonical project of a wheel file (PEP 427: NAME-VERSION[-BUILD]-PY-ABI-PLATFORM
+  .whl, the name's - written _)."""
+  return canonical(filename.split('-')[0])
+
+
+def check_wheels(folder: pathlib.Path, names) -> None:
+  """folder holds one wheel of each of `names` and no other wheel, or SystemExit naming the
+  missing and the extra ones (`install` installs whatever lies there)."""
+  found = sorted(path.name for path in folder.glob('*.whl'))
+  projects = [wheel_project(name) for name in found]
+  wanted = {canonical(name) for name in names}
+  missing = sorted(wanted - set(projects))
+  extra = [name for name, project in zip(found, projects, strict=True)
+           if project not in wanted or projects.count(project) > 1]  # fmt: skip
+  if missing or extra:
+    raise SystemExit(f'{folder}: no wheel of {missing}; not wanted or a second version: '
+                     f'{extra}. One wheel of each of {", ".join(names)} belongs there: '
+                     'delete the others and build again')  # fmt: skip
+
+
+def checkout_bytes(repo: pathlib.Path) -> int | None:
+  """The bytes a device command copies from the checkout besides bundle/: the files git
+  tracks and the untracked ones it does not ignore; None outside a git checkout."""
+  command = ['git', 'ls-files', '-z', '--cached', '--others', '--exclude-standard']
+  try:
+    listed = subprocess.run(command, cwd=repo, capture_output=True, check=True).stdout
+  except (OSError, subprocess.CalledProcessError):
+    return None
+  paths = {repo / name for name in listed.decode().split('\0') if name}
+  return sum(path.stat().st_size for path in paths if path.is_file())
+
+
+def check_carry(bundle_bytes: int, tree_bytes: int | None) -> str:
+  """What a device command would carry (the bundle and the checkout), or SystemExit above
+  CARRY_LIMIT, where the device tool would refuse to start it."""
+  if tree_bytes is None:
+    return f'bundle {bundle_bytes / 2**20:.1f} MiB (not in a git checkout: the rest not counted)'
+  total, mib = bundle_bytes + tree_bytes, lambda n: f'{n / 2**20:.1f} MiB'
+  if total > CARRY_LIMIT:
+    raise SystemExit(f'the bundle ({mib(bundle_bytes)}) and the checkout ({mib(tree_bytes)}) '
+                     f'are {total} bytes, over the {mib(CARRY_LIMIT)} a device command '
+                     'carries: drop a data set (build without --tin100_zip) or clean the '
+                     'checkout')  # fmt: skip
+  return f'carried with the checkout: {mib(total)} of {mib(CARRY_LIMIT)}'
 
 
 def pinned(names, constraints: pathlib.Path) -> list[str]:
   """NAME==VERSION for each name, from the constraints file (names compared as pip does)."""
-  canonical = lambda name: name.lower().replace('_', '-')
   versions = {}
   for line in constraints.read_text().splitlines():
     if '==' in line and not line.startswith('#'):
@@ -225,17 +284,26 @@ def add_tin100(
 def build(args) -> None:
   bundle = pathlib.Path(args.bundle)
   download_wheels(bundle / 'wheels', pathlib.Path(args.constraints))
+  check_wheels(bundle / 'wheels', WHEELS)
   pack_data(pathlib.Path(args.data), bundle / DATA_ARCHIVE)
   extra = {}
   if args.tin100_zip:
     extra[TIN100] = add_tin100(bundle, pathlib.Path(args.tin100_zip), args.tin100_folder)
-  write_manifest(bundle, **extra)
+  finish(bundle, **extra)
 
 
 def tin100(args) -> None:
   bundle = pathlib.Path(args.bundle)
   packed = add_tin100(bundle, pathlib.Path(args.zip), args.folder, args.classes)
-  write_manifest(bundle, **{TIN100: packed})
+  finish(bundle, **{TIN100: packed})
+
+
+def finish(bundle: pathlib.Path, **extra) -> None:
+  """The manifest written (`extra` merged into it), then what a device command would carry
+  checked against CARRY_LIMIT."""
+  manifest = write_manifest(bundle, **extra)
+  bundle_bytes = manifest['total_bytes'] + (bundle / 'manifest.json').stat().st_size
+  print(check_carry(bundle_bytes, checkout_bytes(REPO)))
 
 
 def install(args) -> None:
