@@ -32,6 +32,7 @@ ENTRY_POINTS = {
   'hscl_jax.experiments.compare': 'hscl_jax.experiments.compare',
   'hscl_jax.experiments.compare_graphs': 'hscl_jax.experiments.compare_graphs',
   'hscl_jax.experiments.compare_densities': 'hscl_jax.experiments.compare_densities',
+  'hscl_jax.experiments.compare_budgets': 'hscl_jax.experiments.compare_budgets',
 }
 SOURCE_DIRS = ('hscl_jax', 'tests', 'benchmarks', 'launch', 'configs')
 

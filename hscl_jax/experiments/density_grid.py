@@ -24,10 +24,11 @@ import numpy as np
 from hscl_jax import inspection
 from hscl_jax.experiments import image_grid
 from hscl_jax.experiments import significance
+from hscl_jax.experiments import sweep
 
 REPORT_FILE = 'report.md'
 PLOT_FILE = 'paired_differences.png'
-MAX_SEEDS = 20  # seeds looked for in a density's records
+MAX_SEEDS = sweep.MAX_SEEDS  # seeds looked for in a density's records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,35 +46,18 @@ class Density:
 
 def parse_densities(values: list[str]) -> list[Density]:
   """['0=DIR', '4=DIR', ...] -> Densities (a ValueError names a malformed item)."""
-  densities = []
-  for item in values:
-    m, sep, records = item.partition('=')
-    if not sep or not m.strip().isdigit() or not records:
-      raise ValueError(f"'{item}' is not M=REPORT_DIR (e.g. 4=docs/results/x/m4)")
-    densities.append(Density(int(m), records))
-  if len({d.samples_per_class for d in densities}) != len(densities):
-    raise ValueError('each samples_per_class may be given once')
-  return sorted(densities, key=lambda d: d.samples_per_class)
+  points = sweep.parse_points(values, 'samples_per_class', 'M', '4=docs/results/x/m4')
+  return [Density(m, records) for m, records in points]
 
 
 def density_config(base: ml_collections.ConfigDict, density: Density):
-  config = ml_collections.ConfigDict(base.to_dict())
-  config.samples_per_class = density.samples_per_class
-  return config
+  return sweep.point_config(base, 'samples_per_class', density.samples_per_class)
 
 
 def recorded_runs(base, density: Density, protocol: str) -> list[dict]:
   """The density's finished runs, read from its records alone (every method, seeds
   0 to MAX_SEEDS - 1)."""
-  config = density_config(base, density)
-  no_workdir = os.path.join(density.records, 'runs', 'no-workdir')  # records only
-  runs = []
-  for setting in image_grid.settings(config, set()):
-    for seed in range(MAX_SEEDS):
-      run = image_grid.completed_run(config, setting, seed, no_workdir, protocol, density.records)
-      if run is not None:
-        runs.append(run)
-  return runs
+  return sweep.recorded_runs(density_config(base, density), density.records, protocol)
 
 
 @dataclasses.dataclass
@@ -108,26 +92,8 @@ def measure(base, density: Density, protocol: str, labels: np.ndarray) -> Measur
 
 def method_tables(measured: list[Measured]) -> list[str]:
   """Table I per density: linear and kNN top-1 of each method (mean ± std, seeds)."""
-  lines = []
-  for key, name in (('top1', 'Linear top-1'), ('knn', 'kNN top-1')):
-    header = ' | '.join(f'{m.density.label} ({m.same_class:.2f})' for m in measured)
-    lines += [
-      f'### {name} (%), per density (same-class samples per anchor)',
-      '',
-      f'| method | {header} |',
-      '|---|' + '---|' * len(measured),
-    ]
-    for method in image_grid.METHODS:
-      cells = []
-      for m in measured:
-        stats = m.summary.get(m.best.get(method))
-        cells.append(
-          '' if stats is None else f'{image_grid.mean_std(stats[key])} (n={len(stats[key])})'
-        )
-      if any(cells):
-        lines.append(f'| {method} | {" | ".join(cells)} |')
-    lines.append('')
-  return lines
+  columns = [(f'{m.density.label} ({m.same_class:.2f})', m.summary, m.best) for m in measured]
+  return sweep.method_tables(columns, 'density (same-class samples per anchor)')
 
 
 def pair_differences(m: Measured, first: str, second: str) -> dict[str, dict[int, float]]:

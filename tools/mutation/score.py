@@ -65,6 +65,7 @@ import tokenize
 import tomllib
 
 from mutation import handwritten  # its tree copy and its assertion/crash classifier
+from mutation import semantic
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -103,6 +104,8 @@ TESTS_OF = {
     'tests/test_compare_paired.py',
     _ENTRY,
   ),
+  'hscl_jax/experiments/budget_grid.py': ('tests/test_compare_budgets.py',),
+  'hscl_jax/experiments/compare_budgets.py': ('tests/test_compare_budgets.py', _ENTRY),
   'hscl_jax/experiments/compare_densities.py': ('tests/test_compare_densities.py', _ENTRY),
   'hscl_jax/experiments/compare_graphs.py': ('tests/test_graphs.py', _ENTRY),
   'hscl_jax/experiments/density_grid.py': ('tests/test_compare_densities.py',),
@@ -111,6 +114,7 @@ TESTS_OF = {
     'tests/test_compare.py',
     'tests/test_compare_paired.py',
     'tests/test_compare_densities.py',
+    'tests/test_compare_budgets.py',
     'tests/test_run_records.py',
   ),
   'hscl_jax/experiments/run_records.py': ('tests/test_run_records.py',),
@@ -118,6 +122,11 @@ TESTS_OF = {
     'tests/test_significance.py',
     'tests/test_compare_paired.py',
     'tests/test_compare_densities.py',
+    'tests/test_compare_budgets.py',
+  ),
+  'hscl_jax/experiments/sweep.py': (
+    'tests/test_compare_densities.py',
+    'tests/test_compare_budgets.py',
   ),
   'hscl_jax/export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py', _ENTRY),
   'hscl_jax/figures.py': ('tests/test_inspect.py', 'tests/test_figures.py'),
@@ -184,11 +193,13 @@ def allocate(lines: dict[str, int], total: int) -> dict[str, int]:
   return counts
 
 
-def all_plan(total: int, seed: int, *, stored: bool, store: bool) -> dict[str, int]:
+def all_plan(
+  total: int, seed: int, *, stored: bool, store: bool, operators: str = 'core'
+) -> dict[str, int]:
   """`--all`'s modules and sample sizes: allocated by today's lines when the sample is
   drawn and kept beside its sessions (`store`), so that a recheck (`stored`) reruns the
   sample as drawn even after code moved between modules."""
-  path = SESSIONS / f'all.seed{seed}.n{total}.plan.json'
+  path = SESSIONS / f'all{_kind(operators)}.seed{seed}.n{total}.plan.json'
   if stored and path.exists():
     return json.loads(path.read_text())
   lines = {m: code_lines(ROOT / m) for m in package_modules()}
@@ -506,31 +517,45 @@ def judge(result, equivalents: dict, module: str, source: str, mutation, reach=N
 EVERY_TEST = '[every test]\n'
 
 
-def fingerprint(module: str, tree: pathlib.Path = ROOT) -> str:
+def fingerprint(module: str, tree: pathlib.Path = ROOT, operators: str = 'core') -> str:
   """What a session's results depend on: the module, its tests, the conftest and how this
-  tool draws and runs mutants (DRAW_VERSION); read in `tree` (the copy, for what ran there)."""
+  tool draws and runs mutants (DRAW_VERSION; for the semantic operators, their source);
+  read in `tree` (the copy, for what ran there)."""
   digest = hashlib.sha256(f'draw {DRAW_VERSION}'.encode())
+  if operators == semantic.PROVIDER:
+    digest.update(pathlib.Path(semantic.__file__).read_bytes())
   for name in (module, 'tests/conftest.py', *TESTS_OF[module]):
     path = tree / name
     digest.update(name.encode() + (path.read_bytes() if path.exists() else b''))
   return digest.hexdigest()
 
 
-def session_path(module: str, size: int, seed: int) -> pathlib.Path:
-  return SESSIONS / f'{module.replace("/", "__")}.seed{seed}.n{size}.sqlite'
+# The operators a session's mutants come from: cosmic-ray's own ('core') or ours.
+OPERATORS = ('core', semantic.PROVIDER)
 
 
-def open_session(module: str, size: int, seed: int) -> pathlib.Path:
+def _kind(operators: str) -> str:
+  """How a session's file names tell its operators: nothing for cosmic-ray's (the names
+  the operator samples had before there were others), `.semantic` for ours."""
+  return '' if operators == 'core' else f'.{operators}'
+
+
+def session_path(module: str, size: int, seed: int, operators: str = 'core') -> pathlib.Path:
+  return SESSIONS / f'{module.replace("/", "__")}{_kind(operators)}.seed{seed}.n{size}.sqlite'
+
+
+def open_session(module: str, size: int, seed: int, operators: str = 'core') -> pathlib.Path:
   """The module's session: resumed when its code and tests are unchanged, else made anew
-  (cosmic-ray's mutants of the module, those in annotations and those not drawn skipped)."""
+  (the mutants of the module by `operators`' provider alone, those in annotations and those
+  not drawn skipped)."""
   from cosmic_ray.commands import init
   from cosmic_ray.work_db import use_db
   from cosmic_ray.work_item import WorkerOutcome
   from cosmic_ray.work_item import WorkResult
 
-  path = session_path(module, size, seed)
-  stamp = path.with_suffix('.json')
-  if path.exists() and stamp.exists() and json.loads(stamp.read_text()) == fingerprint(module):
+  path = session_path(module, size, seed, operators)
+  stamp, now = path.with_suffix('.json'), fingerprint(module, operators=operators)
+  if path.exists() and stamp.exists() and json.loads(stamp.read_text()) == now:
     return path
   if path.exists():
     print(f'{module}: changed since its session; starting it again', flush=True)
@@ -539,7 +564,7 @@ def open_session(module: str, size: int, seed: int) -> pathlib.Path:
   cwd = os.getcwd()
   os.chdir(ROOT)  # cosmic-ray records the module's path as given: relative to the tree
   try:
-    with use_db(str(path)) as db:
+    with use_db(str(path)) as db, semantic.only(operators):
       init([pathlib.Path(module)], db, {})
       never = never_drawn((ROOT / module).read_text())
       items = {item.job_id: item.mutations[0] for item in db.work_items}
@@ -553,7 +578,7 @@ def open_session(module: str, size: int, seed: int) -> pathlib.Path:
       db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
   finally:
     os.chdir(cwd)
-  stamp.write_text(json.dumps(fingerprint(module)))
+  stamp.write_text(json.dumps(now))
   return path
 
 
@@ -665,7 +690,7 @@ def results(module: str, path: pathlib.Path):
   return drawable, ran
 
 
-def report(plan: dict[str, int], seed: int, equivalents: dict) -> Tally:
+def report(plan: dict[str, int], seed: int, equivalents: dict, operators: str = 'core') -> Tally:
   """The per-module table, the total, and every survivor as a diff."""
   header = (
     *('module', 'mutants', 'sampled', 'assert', 'crash', 'timeout', 'survived', 'equiv'),
@@ -674,7 +699,7 @@ def report(plan: dict[str, int], seed: int, equivalents: dict) -> Tally:
   print('\n{:42s}{:>8s}{:>8s}{:>8s}{:>7s}{:>9s}{:>10s}{:>7s}{:>10s}{:>7s}{:>10s}'.format(*header))
   total, all_mutants, survivors = Tally(), 0, []
   for module, size in plan.items():
-    mutants, done = results(module, session_path(module, size, seed))
+    mutants, done = results(module, session_path(module, size, seed, operators))
     source, reach = (ROOT / module).read_text(), load_reach(module)
     outcomes = [judge(r, equivalents, module, source, m, reach)[0] for m, r in done]
     survivors += [r.diff for (_, r), o in zip(done, outcomes) if o == 'survived']
@@ -702,6 +727,13 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument(
     '--all', action='store_true', help='--sample mutants over all of hscl_jax/, by lines'
+  )
+  parser.add_argument(
+    '--operators',
+    choices=OPERATORS,
+    default='core',
+    help="whose mutants: cosmic-ray's (core) or the semantic operators "
+    '(tools/mutation/semantic.py); their sessions are kept apart',
   )
   parser.add_argument('--plan', action='store_true', help='print mutants per module and exit')
   parser.add_argument(
@@ -751,7 +783,9 @@ def main() -> int:
     parser.error(f'give modules of hscl_jax/ (as hscl_jax/knn.py) or --all; unknown: {unknown}')
   if args.all:
     stored = args.recheck or args.report
-    plan = all_plan(args.sample, args.seed, stored=stored, store=not args.plan)
+    plan = all_plan(
+      args.sample, args.seed, stored=stored, store=not args.plan, operators=args.operators
+    )
   else:
     plan = dict.fromkeys(args.modules, args.sample)
   if args.plan:
@@ -759,14 +793,15 @@ def main() -> int:
       print(f'{module:42s}{size:5d}  {" ".join(TESTS_OF[module])}')
     return 0
   equivalents = load_equivalents()
+  semantic.register()  # cosmic-ray looks a mutant's operator up by name to plant it
   if args.recheck or args.report:
-    sessions = {m: session_path(m, size, args.seed) for m, size in plan.items()}
+    sessions = {m: session_path(m, size, args.seed, args.operators) for m, size in plan.items()}
     missing = [m for m, path in sessions.items() if not path.exists()]
     if missing:
       flag = '--recheck' if args.recheck else '--report'
       parser.error(f'{flag}: no stored sample of {", ".join(missing)}: run it first')
   else:
-    sessions = {module: open_session(module, size, args.seed) for module, size in plan.items()}
+    sessions = {m: open_session(m, size, args.seed, args.operators) for m, size in plan.items()}
   signal.signal(signal.SIGTERM, stop_on_signal)
   signal.signal(signal.SIGINT, stop_on_signal)
   with tempfile.TemporaryDirectory(prefix='hscl_mutation_score_') as copy:
@@ -779,7 +814,7 @@ def main() -> int:
       if needs_reach(module, path, equivalents):
         measure_reach(module)
     os.chdir(ROOT)
-  report(plan, args.seed, equivalents)
+  report(plan, args.seed, equivalents, args.operators)
   return 0
 
 
