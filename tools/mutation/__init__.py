@@ -4,7 +4,8 @@ One entry point, `python tools/mutation COMMAND ...` (`__main__.py`):
 
   * ``score``: a seeded sample of mutants nobody chose (cosmic-ray's operators), planted
     one at a time in a copy of the tree and run against the module's tests (`score.py`;
-    also `python tools/mutation_score.py ...`);
+    also `python tools/mutation_score.py ...`), or with `--operators=semantic` of the
+    semantic operators (`semantic.py`);
   * ``handwritten``: the suite's hand-written regression mutants (`handwritten.py`; also
     `python tools/mutation_test.py ...`).
 

@@ -42,6 +42,11 @@ changed since (or DRAW_VERSION) starts its session again.
     python tools/mutation_score.py --all --sample 200 --plan     # its mutants per module
     python tools/mutation_score.py --all --sample 200 --recheck  # after new tests
     python tools/mutation_score.py --all --sample 200 --report   # the stored table
+    python tools/mutation_score.py --operators=semantic --all --sample 200 --seed 0
+
+`--operators=semantic` samples the semantic operators' mutants instead (semantic.py: the
+first for the last, randomness removed, a name for another of the same kind), in sessions
+of their own.
 """
 
 from __future__ import annotations
