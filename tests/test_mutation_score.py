@@ -16,17 +16,128 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / 'tools'))
+from mutation import coverage_map
 from mutation import score as mutation_score
+
+GPU_PROGRAMS = [
+  'benchmarks/accelerator.py',
+  'benchmarks/torch_reference.py',
+  'tools/first_light.py',
+  'tools/gpu_bundle.py',
+]
 
 
 def test_every_module_of_the_package_has_its_existing_test_files():
+  """hscl_jax/ and the programs outside it that spend GPU time, each by hand and in the
+  map the tool uses."""
   modules = sorted(str(p.relative_to(REPO)) for p in (REPO / 'hscl_jax').rglob('*.py'))
-  assert sorted(mutation_score.TESTS_OF) == modules
+  modules = sorted(modules + GPU_PROGRAMS)
+  assert sorted(mutation_score.HAND_TESTS_OF) == sorted(mutation_score.TESTS_OF) == modules
   assert mutation_score.package_modules() == modules
   for module, tests in mutation_score.TESTS_OF.items():
     assert tests, module
+    assert (
+      tests[: len(mutation_score.HAND_TESTS_OF[module])] == mutation_score.HAND_TESTS_OF[module]
+    )
     for test in tests:
       assert (REPO / test).is_file(), (module, test)
+
+
+def test_all_samples_the_gpu_programs_too():
+  plan = mutation_score.allocate(
+    {m: mutation_score.code_lines(REPO / m) for m in mutation_score.package_modules()}, 200
+  )
+  assert all(plan[m] >= 1 for m in GPU_PROGRAMS)
+
+
+def test_the_map_takes_the_hand_listed_files_first_then_the_measured_ones():
+  hand = {'a.py': ('tests/t2.py',), 'b.py': ('tests/t1.py',)}
+  measured = {
+    'a.py': {'tests': {'tests/t3.py': '1', 'tests/t1.py': '2', 'tests/t2.py': '3'}},
+    'c.py': {'tests': {'tests/t9.py': '1'}},
+  }
+  assert mutation_score.merged(hand, measured) == {
+    'a.py': ('tests/t2.py', 'tests/t1.py', 'tests/t3.py'),
+    'b.py': ('tests/t1.py',),  # not measured: the hand's alone
+    'c.py': ('tests/t9.py',),
+  }
+
+
+def test_lines_are_stored_as_ranges():
+  lines = [1, 2, 3, 7, 9, 10]
+  assert coverage_map.ranges(lines[::-1]) == '1-3,7,9-10'
+  assert coverage_map.parse_ranges('1-3,7,9-10') == set(lines)
+  assert coverage_map.ranges([]) == '' and coverage_map.parse_ranges('') == set()
+
+
+def test_a_mutant_runs_the_files_that_execute_its_statement(monkeypatch):
+  """Those of the module's files the measured map finds executing the mutated statement
+  (in the map's order); all of them where the map cannot tell."""
+  import hashlib
+
+  source = 'def f(x):\n  y = (x +\n       1)\n  return y\n'
+  module = 'hscl_jax/m.py'
+  entry = {
+    'sha256': hashlib.sha256(source.encode()).hexdigest(),
+    'tests': {'tests/a.py': '1-4', 'tests/b.py': '1,4', 'tests/c.py': '3'},
+  }
+  monkeypatch.setitem(mutation_score.TESTS_OF, module, ('tests/c.py', 'tests/b.py', 'tests/a.py'))
+  monkeypatch.setattr(mutation_score, 'MEASURED', {module: entry})
+  at = lambda line: type('Mutation', (), {'start_pos': (line, 0), 'operator_name': 'core/X'})
+  tests_for = lambda line: mutation_score.tests_for(module, source, at(line))
+  assert tests_for(2) == ('tests/c.py', 'tests/a.py')  # the statement spans lines 2-3
+  assert tests_for(4) == ('tests/b.py', 'tests/a.py')
+  entry['tests'] = {'tests/a.py': '1'}
+  assert tests_for(4) == mutation_score.TESTS_OF[module]  # no file runs it: all of them
+  entry['sha256'] = 'the module changed since'
+  assert tests_for(1) == mutation_score.TESTS_OF[module]
+  command = mutation_score.test_command(module, files=('tests/b.py',)).split()
+  assert command[-1] == 'tests/b.py' and 'tests/a.py' not in command
+
+
+def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path, monkeypatch):
+  """Two test files of a probe: one runs errors.fail, the other disk_full_message and
+  workdir_lock's import only (at collection: no test's). Every measured module gets an
+  entry with its source's digest."""
+  (tmp_path / 'test_fails.py').write_text(
+    'import pytest\nfrom hscl_jax import errors\n\n'
+    'def test_fails():\n  with pytest.raises(errors.ConfigError):\n'
+    "    errors.fail('x', 'bad', 'fix')\n"
+  )
+  (tmp_path / 'test_message.py').write_text(
+    'from hscl_jax import errors, workdir_lock\n\n'
+    "def test_message():\n  assert '/w.' in errors.disk_full_message('/w')\n"
+  )
+  (tmp_path / 'pytest.ini').write_text((REPO / 'pytest.ini').read_text())
+  probes = [str(tmp_path / 'test_fails.py'), str(tmp_path / 'test_message.py')]
+  record = coverage_map.measure(['-n', '0', '--dist=no', *probes])  # one process: quicker
+  modules = record['modules']
+  assert sorted(modules) == mutation_score.package_modules()
+  errors = modules['hscl_jax/errors.py']
+  assert sorted(errors['tests']) == ['test_fails.py', 'test_message.py']
+  raised = _raise_line('hscl_jax/errors.py')
+  fail_lines = coverage_map.parse_ranges(errors['tests']['test_fails.py'])
+  assert raised in fail_lines
+  assert raised not in coverage_map.parse_ranges(errors['tests']['test_message.py'])
+  assert modules['hscl_jax/workdir_lock.py']['tests'] == {}  # imported, never called
+  assert modules['hscl_jax/knn.py']['tests'] == {}
+  digest = __import__('hashlib').sha256((REPO / 'hscl_jax/errors.py').read_bytes()).hexdigest()
+  assert errors['sha256'] == digest and record['outcome'].startswith('2 passed')
+
+
+def test_the_stored_map_agrees_with_the_hand_map():
+  """The measured map (tools/mutation/map.json) covers every module, names only test files
+  that exist, and finds every hand-listed file executing its module, except those the
+  module reaches only through a program the test starts (no test's context there)."""
+  if not coverage_map.MAP.exists():
+    pytest.skip('tools/mutation/map.json is not measured yet: python tools/mutation map')
+  measured = coverage_map.load()
+  assert sorted(measured) == mutation_score.package_modules()
+  for module, entry in measured.items():
+    for test in entry['tests']:
+      assert (REPO / test).is_file(), (module, test)
+    missing = set(mutation_score.HAND_TESTS_OF[module]) - set(entry['tests'])
+    assert missing <= set(mutation_score.BY_PROGRAM.get(module, ())), (module, missing)
 
 
 def test_the_sample_is_seeded_and_independent_of_the_listing_order():

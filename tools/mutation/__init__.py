@@ -7,7 +7,9 @@ One entry point, `python tools/mutation COMMAND ...` (`__main__.py`):
     also `python tools/mutation_score.py ...`), or with `--operators=semantic` of the
     semantic operators (`semantic.py`);
   * ``handwritten``: the suite's hand-written regression mutants (`handwritten.py`; also
-    `python tools/mutation_test.py ...`).
+    `python tools/mutation_test.py ...`);
+  * ``map``: which test files execute each module, measured under coverage
+    (`coverage_map.py`, stored in `map.json`): the tests `score` runs a mutant against.
 
 `equivalents.toml` lists, by hand, the sampled mutants that cannot change behaviour.
 """

@@ -12,10 +12,11 @@ import sys
 # The folder's modules import each other as `mutation.X`: its parent on the path.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
+from mutation import coverage_map  # noqa: E402
 from mutation import handwritten  # noqa: E402
 from mutation import score  # noqa: E402
 
-COMMANDS = {'score': score.main, 'handwritten': handwritten.main}
+COMMANDS = {'score': score.main, 'handwritten': handwritten.main, 'map': coverage_map.main}
 
 
 def main(argv: list[str]) -> int:

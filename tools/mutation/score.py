@@ -69,6 +69,7 @@ import time
 import tokenize
 import tomllib
 
+from mutation import coverage_map
 from mutation import handwritten  # its tree copy and its assertion/crash classifier
 from mutation import semantic
 
@@ -83,9 +84,10 @@ SESSIONS = ROOT / '.mutation_sessions'
 _DATA = ('tests/test_data_sources.py', 'tests/test_data_loaders.py')
 _ENTRY = 'tests/test_entry_points.py'  # a program's argv check and its thinness
 _LOSSES = ('tests/test_losses.py', 'tests/test_loss_properties.py', 'tests/test_losses_queue.py')
-# Each module of hscl_jax/ -> the test files that test it (whole files, never a -k chosen
-# for a mutant). tests/test_mutation_score.py checks that every module has an entry.
-TESTS_OF = {
+# Each measured module -> the test files written for it, by hand (whole files, never a -k
+# chosen for a mutant). TESTS_OF adds the files the measured map (coverage_map.py) finds
+# executing the module; tests/test_mutation_score.py checks that the two agree.
+HAND_TESTS_OF = {
   'hscl_jax/__init__.py': ('tests/test_package.py',),
   'hscl_jax/augment.py': ('tests/test_augment.py',),
   'hscl_jax/checkpointing.py': ('tests/test_errors.py', 'tests/test_train.py'),
@@ -174,12 +176,32 @@ TESTS_OF = {
     'tests/test_queue_training.py',  # the queue's and key encoder's steps and log lines
   ),
   'hscl_jax/workdir_lock.py': ('tests/test_workdir_lock.py',),
+  # The code outside the package that spends GPU time (issue 48 item 3).
+  'benchmarks/accelerator.py': ('tests/test_benchmarks.py',),
+  'benchmarks/torch_reference.py': ('tests/test_benchmarks.py',),
+  'tools/first_light.py': ('tests/test_first_light.py', 'tests/test_benchmarks.py'),
+  'tools/gpu_bundle.py': ('tests/test_gpu_bundle.py', 'tests/test_benchmarks.py'),
 }
+# The measured map: {module: {'sha256': ..., 'tests': {test file: the lines it executes}}}.
+MEASURED = coverage_map.load()
+# Hand-listed test files that reach their module only through a program they start (a
+# subprocess: coverage sees it run, but in no test's context), so the map cannot find them.
+BY_PROGRAM: dict[str, tuple[str, ...]] = {}
+
+
+def merged(hand: dict[str, tuple], measured: dict[str, dict]) -> dict[str, tuple[str, ...]]:
+  """Each module's hand-listed test files, then those the measured map adds (by name)."""
+  modules = sorted(set(hand) | set(measured))
+  found = {m: tuple(measured.get(m, {}).get('tests', ())) for m in modules}
+  return {m: (*hand.get(m, ()), *sorted(set(found[m]) - set(hand.get(m, ())))) for m in modules}
+
+
+TESTS_OF = merged(HAND_TESTS_OF, MEASURED)
 
 
 def package_modules() -> list[str]:
-  """Every module of hscl_jax/, as repository-relative paths."""
-  return sorted(str(p.relative_to(ROOT)) for p in (ROOT / 'hscl_jax').rglob('*.py'))
+  """Every measured module: hscl_jax/ and the GPU programs outside it, repository-relative."""
+  return coverage_map.measured_modules(ROOT)
 
 
 def code_lines(path: pathlib.Path) -> int:
@@ -587,20 +609,30 @@ def open_session(module: str, size: int, seed: int, operators: str = 'core') -> 
   return path
 
 
-def test_command(module: str, first_failure: bool = True) -> str:
-  """One pytest process over the module's whole test files, stopping at the first failure
-  (-x) or not (-rfE: the summary classify reads)."""
-  tests = ' '.join(TESTS_OF[module])
+def test_command(module: str, first_failure: bool = True, files: tuple = ()) -> str:
+  """One pytest process over whole test files (`files`, else all the module's), stopping
+  at the first failure (-x) or not (-rfE: the summary classify reads)."""
+  tests = ' '.join(files or TESTS_OF[module])
   stop = ' -x' if first_failure else ''
   return f'{sys.executable} -m pytest -n 0{stop} -q -rfE -p no:cacheprovider {tests}'
 
 
-def baseline_seconds(module: str) -> float:
-  """The module's tests on the unmutated copy (cwd): they must pass; their time."""
+def tests_for(module: str, source: str, mutation) -> tuple[str, ...]:
+  """The module's test files that execute the mutant's statement (by the measured map);
+  all of them where the map cannot tell: the module not measured or changed since, or no
+  test file executes it (reached only by a program a test starts, or by no test)."""
+  lines = reach_lines(source, mutation.start_pos[0], mutation.operator_name)
+  running = coverage_map.files_running(MEASURED.get(module), source.encode(), lines) or ()
+  return tuple(f for f in TESTS_OF[module] if f in running) or TESTS_OF[module]
+
+
+def baseline_seconds(module: str, files: tuple = ()) -> float:
+  """The tests (`files`, else all the module's) on the unmutated copy (cwd): they must
+  pass; their time."""
   import subprocess
 
   start = time.time()
-  result = subprocess.run(test_command(module).split(), capture_output=True, text=True)
+  result = subprocess.run(test_command(module, files=files).split(), capture_output=True, text=True)
   if result.returncode != 0:
     tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
     sys.exit(f'{module}: its tests fail before any mutant: ' + ' | '.join(tail))
@@ -625,15 +657,17 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
     pending = sorted(items, key=lambda item: item.mutations[0].start_pos)
     if not pending:
       return
-    timeout = 3 * baseline_seconds(module) + 60
-    reach = load_reach(module)
+    timeouts, reach = {}, load_reach(module)  # a timeout per set of test files
     for item in pending:
       start = time.time()
       m = item.mutations[0]
-      lines = statement_lines(source, m.start_pos[0])
-      result = mutate_and_test(item.mutations, test_command(module), timeout)
+      lines, files = statement_lines(source, m.start_pos[0]), tests_for(module, source, m)
+      if files not in timeouts:
+        timeouts[files] = 3 * baseline_seconds(module, files) + 60
+      command = test_command(module, files=files)
+      result = mutate_and_test(item.mutations, command, timeouts[files])
       if outcome_of(result, equivalents, module, lines)[0] == 'crash':
-        result = run_every_test(item, module, timeout)
+        result = run_every_test(item, module, timeouts[files], files)
       db.set_result(item.job_id, result)
       outcome, detail = judge(result, equivalents, module, source, m, reach)
       where = f'{module}:{m.start_pos[0]} {m.operator_name.removeprefix("core/")}'
@@ -657,12 +691,13 @@ def rechecked(db, module: str, source: str, equivalents: dict) -> set[str]:
   }
 
 
-def run_every_test(item, module: str, timeout: float):
+def run_every_test(item, module: str, timeout: float, files: tuple = ()):
   """A crash's second run, without -x; its output marked as such (EVERY_TEST)."""
   import attrs  # cosmic-ray's WorkResult is an attrs class
   from cosmic_ray.mutating import mutate_and_test
 
-  result = mutate_and_test(item.mutations, test_command(module, first_failure=False), timeout)
+  command = test_command(module, first_failure=False, files=files)
+  result = mutate_and_test(item.mutations, command, timeout)
   return attrs.evolve(result, output=EVERY_TEST + (result.output or ''))
 
 
