@@ -5,6 +5,7 @@ named by their lines."""
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 import re
 import signal
@@ -73,8 +74,6 @@ def test_lines_are_stored_as_ranges():
 def test_a_mutant_runs_the_files_that_execute_its_statement(monkeypatch):
   """Those of the module's files the measured map finds executing the mutated statement
   (in the map's order); all of them where the map cannot tell."""
-  import hashlib
-
   source = 'def f(x):\n  y = (x +\n       1)\n  return y\n'
   module = 'hscl_jax/m.py'
   entry = {
@@ -95,10 +94,10 @@ def test_a_mutant_runs_the_files_that_execute_its_statement(monkeypatch):
   assert command[-1] == 'tests/b.py' and 'tests/a.py' not in command
 
 
-def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path, monkeypatch):
+def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
   """Two test files of a probe: one runs errors.fail, the other disk_full_message and
-  workdir_lock's import only (at collection: no test's). Every measured module gets an
-  entry with its source's digest."""
+  workdir_lock's import only (at collection: no test's). Measured in a copy of the last
+  commit: every measured module gets an entry with the digest of its committed source."""
   (tmp_path / 'test_fails.py').write_text(
     'import pytest\nfrom hscl_jax import errors\n\n'
     'def test_fails():\n  with pytest.raises(errors.ConfigError):\n'
@@ -115,14 +114,20 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path, m
   assert sorted(modules) == mutation_score.package_modules()
   errors = modules['hscl_jax/errors.py']
   assert sorted(errors['tests']) == ['test_fails.py', 'test_message.py']
-  raised = _raise_line('hscl_jax/errors.py')
-  fail_lines = coverage_map.parse_ranges(errors['tests']['test_fails.py'])
-  assert raised in fail_lines
+  committed = subprocess.run(
+    ['git', 'show', 'HEAD:hscl_jax/errors.py'], cwd=REPO, capture_output=True, check=True
+  ).stdout
+  raised = next(
+    n
+    for n, line in enumerate(committed.decode().splitlines(), 1)
+    if line.strip().startswith('raise ')
+  )
+  assert raised in coverage_map.parse_ranges(errors['tests']['test_fails.py'])
   assert raised not in coverage_map.parse_ranges(errors['tests']['test_message.py'])
   assert modules['hscl_jax/workdir_lock.py']['tests'] == {}  # imported, never called
   assert modules['hscl_jax/knn.py']['tests'] == {}
-  digest = __import__('hashlib').sha256((REPO / 'hscl_jax/errors.py').read_bytes()).hexdigest()
-  assert errors['sha256'] == digest and record['outcome'].startswith('2 passed')
+  assert errors['sha256'] == hashlib.sha256(committed).hexdigest()
+  assert record['outcome'].startswith('2 passed') and len(record['commit']) == 40
 
 
 def test_the_stored_map_agrees_with_the_hand_map():

@@ -5,7 +5,9 @@ by a file the map did not list for its module). This runs the tests under covera
 context per test (`--cov-context=test`), and keeps, for each measured module, the test
 files whose tests execute its lines (code run outside a test, at collection or in a
 program a test starts as a subprocess, has no test to credit), with the lines each
-executes. Stored in map.json beside this file with the date, the commit and the command:
+executes. Measured on a copy of the last commit, as the mutants run (a test that needs
+a file outside the tree skips there as it does for them); stored in map.json beside this
+file with the date, the commit and the command:
 
     python tools/mutation map                        # the whole suite (long: run it niced)
     python tools/mutation map tests/test_knn.py      # these test files' map alone
@@ -44,11 +46,13 @@ def measured_modules(root: pathlib.Path = ROOT) -> list[str]:
 
 def command(tests: list[str]) -> list[str]:
   """The tests under coverage, a context per test; in a fixed order (-p no:randomly), with
-  pytest.ini's workers (xdist records each test's context)."""
+  pytest.ini's workers (xdist records each test's context); a file that fails to import
+  does not stop the others."""
   cover = [f'--cov={folder}' for folder in ('hscl_jax', 'tools', 'benchmarks')]
   return [
     *(sys.executable, '-m', 'pytest', '-q', '-p', 'no:randomly'),
-    *(*cover, '--cov-context=test', '--cov-report=', *tests),
+    *(*cover, '--cov-context=test', '--cov-report=', '--continue-on-collection-errors'),
+    *tests,
   ]
 
 
@@ -95,34 +99,37 @@ def derive(data, root: pathlib.Path, modules: list[str]) -> dict[str, dict]:
   return derived
 
 
-def measure(tests: list[str], cwd: pathlib.Path = ROOT) -> dict:
-  """Run `tests` under coverage (from `cwd`, where the pytest.ini that names the tests
-  is) and derive the map of every measured module of the tree."""
+def measure(tests: list[str], ref: str = 'HEAD') -> dict:
+  """Run `tests` (pytest's arguments) under coverage in a copy of commit `ref` (as the
+  mutants run: PYTHONPATH on the copy), and derive the map of its every measured module."""
   import coverage
 
+  from mutation import handwritten  # its copy of a tree
+
   with tempfile.TemporaryDirectory(prefix='hscl_map_') as scratch:
-    data_file = pathlib.Path(scratch) / '.coverage'
-    argv = command(tests)
-    env = dict(os.environ, COVERAGE_FILE=str(data_file))
-    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    tree, data_file = pathlib.Path(scratch) / 'tree', pathlib.Path(scratch) / '.coverage'
+    tree.mkdir()
+    handwritten.copy_tree(str(tree), ref)
+    env = dict(os.environ, COVERAGE_FILE=str(data_file), PYTHONPATH=str(tree))
+    result = subprocess.run(command(tests), cwd=tree, env=env, capture_output=True, text=True)
     if result.returncode not in (0, 1):  # 1: some test failed; the map is still measured
       tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
       sys.exit(f'the tests under coverage did not run: {" | ".join(tail)}')
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
-    modules = derive(data, ROOT, measured_modules(ROOT))
+    modules = derive(data, tree, measured_modules(tree))
   summary = result.stdout.strip().splitlines()[-1:] or ['']
   return {
     'measured': datetime.date.today().isoformat(),
-    'commit': _commit(ROOT),
+    'commit': _commit(ref),
     'command': ' '.join(['python tools/mutation map', *tests]),
     'outcome': summary[0],
     'modules': modules,
   }
 
 
-def _commit(root: pathlib.Path) -> str:
-  head = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=root, capture_output=True, text=True)
+def _commit(ref: str) -> str:
+  head = subprocess.run(['git', 'rev-parse', ref], cwd=ROOT, capture_output=True, text=True)
   return head.stdout.strip()
 
 
