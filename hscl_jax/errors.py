@@ -122,9 +122,24 @@ def unknown_override(argv: list[str], config: Any) -> str | None:
           f'Fix: --{value}=NEW_VALUE'
         )
       if key not in node.keys():
+        if depth < len(path) - 1:  # a section misspelt: about it, not about the leaf
+          return _no_such_section(path, depth, node)
         return _no_such_field(path[: depth + 1], sorted(node.keys()), _field_paths(config))
       node = node[key]
   return None
+
+
+def _no_such_section(path: list[str], depth: int, node: Any) -> str:
+  """`--config.optimiser.learning_rate`: the unknown section named, and the override
+  respelt with the closest section that has the rest of the path."""
+  parent = '.'.join(['config', *path[:depth]])
+  sections = sorted(k for k in node.keys() if hasattr(node[k], 'keys'))
+  close = difflib.get_close_matches(path[depth], sections, n=1)
+  problem = f'--config.{".".join(path)}: {parent} has no section {path[depth]!r}.'
+  if not close:
+    return f'{problem} Fix: spell one of the sections of {parent}: {", ".join(sections) or "none"}'
+  fixed = [*path[:depth], close[0], *path[depth + 1 :]]
+  return f'{problem} Fix: did you mean --config.{".".join(fixed)}?'
 
 
 def _field_paths(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -156,6 +156,22 @@ def _config():
       "--config.zzz: config has no field 'zzz'. Fix: spell one of the fields of config: beta, "
       'dataset, linear_eval, model, optimizer',
     ),
+    # A misspelt section: named, and the whole override respelt (not a leaf's complaint).
+    (
+      '--config.optimiser.learning_rate=0.3',
+      "--config.optimiser.learning_rate: config has no section 'optimiser'. Fix: did you mean "
+      '--config.optimizer.learning_rate?',
+    ),
+    (
+      '--config.linear_evl.num_epochs=3',
+      "--config.linear_evl.num_epochs: config has no section 'linear_evl'. Fix: did you mean "
+      '--config.linear_eval.num_epochs?',
+    ),
+    (
+      '--config.zzz.name=x',
+      "--config.zzz.name: config has no section 'zzz'. Fix: spell one of the sections of "
+      'config: linear_eval, model, optimizer',
+    ),
     # Below a value.
     (
       '--config.dataset.name=x',

@@ -152,6 +152,13 @@ def test_second_run_on_a_live_workdir_names_the_holder(tmp_path):
       '--config.linear_eval.learning_rate or --config.optimizer.learning_rate?',
     ),
     (
+      'hscl_jax.main',
+      DIGITS,
+      '--config.optimiser.learning_rate=0.3',
+      "--config.optimiser.learning_rate: config has no section 'optimiser'. Fix: did you mean "
+      '--config.optimizer.learning_rate?',
+    ),
+    (
       'hscl_jax.graphs',
       str(REPO / 'configs' / 'graphs.py'),
       '--config.betta=2',

@@ -159,6 +159,27 @@ except ModuleNotFoundError as error:
   ], out.stderr[-2000:]
 
 
+def test_a_missing_trainer_dependency_names_the_program_run_not_the_importing_module():
+  """`python -m hscl_jax.main` (run as `-m` runs it) without optax: optax is imported by a
+  library module several imports down (hscl_jax.optim), but the line names the program the
+  user ran, the missing module and the extra, and nothing else."""
+  code = """
+for program in ('hscl_jax.main', 'hscl_jax.linear_eval'):
+  try:
+    runpy.run_module(program, run_name='__main__', alter_sys=True)
+  except SystemExit as error:
+    print(repr(error.code))
+  else:
+    print(program, 'ran')
+"""
+  out = _without({'optax'}, code)
+  fix = f'Fix: {hscl_jax.INSTALL_TRAINER}'
+  assert out.stdout.splitlines() == [
+    repr(f"{program} needs the trainer's dependencies (optax is not installed). {fix}")
+    for program in ('hscl_jax.main', 'hscl_jax.linear_eval')
+  ], out.stdout + out.stderr[-2000:]
+
+
 def _extras() -> set[str]:
   """The keys of setup.py's extras_require."""
   tree = ast.parse((REPO / 'setup.py').read_text())
