@@ -133,9 +133,14 @@ def test_a_test_split_missing_a_middle_class_keeps_the_train_splits_labels(tmp_p
   for split, names in [('train', 'abc'), ('test', 'ac')]:
     for name in names:
       save_image(str(tmp_path / split / name / '0.bmp'), 'RGB', (8, 8), (ord(name), 0, 0))
-  test = data.get_source('image_folder', 'test', folder=str(tmp_path), folder_image_size=8)
+  with accepted('a test split missing one of the training classes'):
+    test = data.get_source('image_folder', 'test', folder=str(tmp_path), folder_image_size=8)
   np.testing.assert_array_equal(test.labels(), [0, 2])
   assert [int(test[i]['image'][0, 0, 0]) for i in range(2)] == [ord('a'), ord('c')]
+  # The other way round, a test class the training split lacks has no label: refused.
+  save_image(str(tmp_path / 'test' / 'd' / '0.bmp'), 'RGB', (8, 8), (ord('d'), 0, 0))
+  with refused(r"test has classes missing from .*train: \['d'\]", data.ImageFolderError):
+    data.get_source('image_folder', 'test', folder=str(tmp_path), folder_image_size=8)
 
 
 def test_wide_and_tall_images_keep_their_centre_square(tmp_path):
@@ -469,6 +474,19 @@ def test_run_sources_cache_budget_is_the_configs_or_the_default(monkeypatch, gib
     del config['decode_cache_gib']
   data.run_sources(config)
   assert len(budgets) >= 2 and set(budgets) == {budget}  # the train split's and the test's
+
+
+@pytest.mark.parametrize('num_examples', [10, 1438])
+def test_run_sources_accept_train_examples_at_their_bounds(num_examples):
+  """One example per class (10), and the whole training split (1438: equal to its size,
+  the same as 0 or None)."""
+  with accepted(f'train_examples={num_examples}'):
+    train, _ = data.run_sources(_digits_config(train_examples=num_examples))
+  full_train, _ = data.run_sources(_digits_config())
+  expected = [1] * 10 if num_examples == 10 else np.bincount(full_train.labels())
+  np.testing.assert_array_equal(np.bincount(train.labels()), expected)
+  if num_examples == 1438:
+    np.testing.assert_array_equal(_pixels(train), _pixels(full_train))
 
 
 @pytest.mark.parametrize('num_examples', [9, 1439])
