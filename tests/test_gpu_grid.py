@@ -23,9 +23,11 @@ import numpy as np
 from PIL import Image
 import pytest
 
+from hscl_jax import metrics
 from hscl_jax import schema
 from hscl_jax.data import image_folder
 from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import run_records
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / 'tools'), str(REPO)]  # the tools are scripts, imported as such
@@ -176,6 +178,109 @@ def test_calibration_fits_a_run_to_its_target_and_a_run_starts_only_if_it_fits()
   assert {seed for _, seed in gpu_grid.GRID[:9]} == {0, 1, 2} and len(set(gpu_grid.GRID)) == 15
 
 
+def write_record(results: pathlib.Path, config, setting, seed: int) -> pathlib.Path:
+  """A finished run's record as `run` returns it: config.json, every epoch's metrics, the
+  linear evaluation of the last step with the config's settings."""
+  run = image_grid.run_config(config, setting, seed, config.linear_eval.protocol)
+  directory = pathlib.Path(run_records.record_dir(str(results), setting.slug, seed))
+  directory.mkdir(parents=True)
+  (directory / 'config.json').write_text(json.dumps(metrics.config_as_json(run)))
+  epochs = range(1, run.num_epochs + 1)
+  lines = [json.dumps(dict(epoch=epoch, step=3 * epoch)) for epoch in epochs]
+  (directory / 'metrics.jsonl').write_text('\n'.join(lines) + '\n')
+  linear = {key: run.linear_eval[key] for key in image_grid.LINEAR_EVAL_KEYS}
+  linear.update(checkpoint_step=3 * run.num_epochs, top1=0.5)
+  (directory / 'linear_eval.json').write_text(json.dumps(linear))
+  return directory
+
+
+def test_a_session_starts_the_unrecorded_runs_in_the_grids_order(tmp_path):
+  """Runs 1 and 3 recorded: 0 (recorded at another E), 2 (a record without its linear
+  evaluation) and 4-14 are the runs to start, in GRID's order."""
+  config = gpu_grid.grid_config('/data/tin100', gpu_grid.SMOKE_EPOCHS, smoke=True)
+  plan = gpu_grid.grid_plan(config)
+  for index in (1, 3):
+    write_record(tmp_path, config, *plan[index])
+  other_e = gpu_grid.grid_config('/data/tin100', gpu_grid.SMOKE_EPOCHS + 1, smoke=True)
+  write_record(tmp_path, other_e, *plan[0])
+  (write_record(tmp_path, config, *plan[2]) / 'linear_eval.json').unlink()
+  done, pending = gpu_grid.split_recorded(config, plan, tmp_path)
+  assert done == [plan[1], plan[3]]
+  assert pending == [plan[0], plan[2], *plan[4:]] and len(pending) == 13
+
+
+def fake_runs(monkeypatch, work: pathlib.Path, durations: list, clock: list):
+  """first_light.run_step for the grid's runs: the i-th takes durations[i] = (seconds,
+  writes its record) off the clock, ends 'ok'; returns the (run, limit) of each start."""
+  started = []
+
+  def run_step(name, command, limit_s, log, env):
+    started.append((name, limit_s))
+    seconds, writes = durations[len(started) - 1]
+    clock[0] += seconds
+    flags = dict(word[2:].split('=', 1) for word in command if word.startswith('--'))
+    if writes:
+      records = str(work / 'records')
+      directory = pathlib.Path(run_records.record_dir(records, flags['slug'], int(flags['seed'])))
+      directory.mkdir(parents=True)
+      (directory / 'linear_eval.json').write_text('{}')
+    return dict(step=name, status='ok', seconds=seconds), ['{"top1": 0.5}\n']
+
+  monkeypatch.setattr(gpu_grid.first_light, 'run_step', run_step)
+  return started
+
+
+def test_a_run_starts_only_while_the_slowest_run_so_far_fits(tmp_path, monkeypatch):
+  """500 s, 10 kept back, margin 1.25, predicted 200 s: the first run (250 s planned) starts
+  with 490 s; it takes 180: the second (225) with 310; it takes 150: the third (225 still,
+  the slowest's) would not finish in 160, and nothing after it starts."""
+  config = gpu_grid.grid_config('/data/tin100', gpu_grid.SMOKE_EPOCHS, smoke=True)
+  plan = gpu_grid.grid_plan(config)
+  args = gpu_grid.parse_args(
+    ['run', '--out=x', f'--results={tmp_path / "results"}', '--margin=1.25', '--reserve_s=10']
+  )
+  log = gpu_grid.first_light.Log(tmp_path / 'gpu_grid.log')
+  clock = [0.0]
+  started = fake_runs(monkeypatch, tmp_path, [(180.0, True), (150.0, True)], clock)
+  calibration = dict(epochs=2, predicted_run_s=200.0)
+  pending = plan[3:]
+  runs = gpu_grid.run_pending(args, tmp_path, calibration, pending, log, {}, lambda: 500 - clock[0])
+  assert [(r['slug'], r['seed'], r['estimate_s'], r['status'], r['seconds']) for r in runs] == [
+    (pending[0][0].slug, pending[0][1], 250, 'ok', 180.0),
+    (pending[1][0].slug, pending[1][1], 225, 'ok', 150.0),
+    (pending[2][0].slug, pending[2][1], 225, 'not started: would not finish', 0.0),
+  ]
+  assert [limit for _, limit in started] == [490.0, 310.0]
+
+
+def test_a_run_that_exactly_fits_starts_and_a_run_without_its_record_sets_no_estimate(
+  tmp_path, monkeypatch
+):
+  """A merged session's finished run took 160 s (its failed one, 400 s, counts for
+  nothing): 1.25 x 160 = 200 s planned, 210 - 10 left: it starts. It ends 'ok' after 170 s
+  without writing its record: failed, and no estimate; the next (200 s still) does not
+  fit in 40 - 10."""
+  sessions = tmp_path / 'results' / gpu_grid.SESSIONS_DIR
+  sessions.mkdir(parents=True)
+  ran = [dict(status='ok', seconds=160.0), dict(status='failed: exit status 1', seconds=400.0)]
+  (sessions / '2026-12-01_1000_UTC.json').write_text(json.dumps(dict(runs=ran)))
+  config = gpu_grid.grid_config('/data/tin100', gpu_grid.SMOKE_EPOCHS, smoke=True)
+  plan = gpu_grid.grid_plan(config)
+  args = gpu_grid.parse_args(
+    ['run', '--out=x', f'--results={tmp_path / "results"}', '--margin=1.25', '--reserve_s=10']
+  )
+  log = gpu_grid.first_light.Log(tmp_path / 'gpu_grid.log')
+  clock = [0.0]
+  started = fake_runs(monkeypatch, tmp_path, [(170.0, False)], clock)
+  calibration = dict(epochs=2, predicted_run_s=1000.0)  # the measured run's time comes first
+  runs = gpu_grid.run_pending(args, tmp_path, calibration, plan, log, {}, lambda: 210 - clock[0])
+  assert [(r['estimate_s'], r['status']) for r in runs] == [
+    (200, 'failed: no record written'),
+    (200, 'not started: would not finish'),
+  ]
+  assert started == [(f'{plan[0][0].label} seed 0', 200.0)]
+
+
 @pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
 def test_an_unmeasured_epoch_count_is_calibrated_from_first_lights_step_rate(tmp_path, monkeypatch):
   """While configs/tin100.py has no E, `run` takes it from the ResNet-18 bfloat16 rate
@@ -187,10 +292,11 @@ def test_an_unmeasured_epoch_count_is_calibrated_from_first_lights_step_rate(tmp
   environment = dict(device_kind='NVIDIA H100 80GB HBM3', jax='0.11.0')
   first_light = dict(environment=environment, train_step=steps)
   (tmp_path / 'gpu' / 'accelerator.json').write_text(json.dumps(first_light))
-  for label in range(3):
-    (tmp_path / 'tin100' / 'train' / f'c{label}').mkdir(parents=True)
-    for i in range(1000):
-      (tmp_path / 'tin100' / 'train' / f'c{label}' / f'{i}.jpg').touch()
+  for split, per_class in (('train', 1000), ('test', 600)):  # the training split's count
+    for label in range(3):
+      (tmp_path / 'tin100' / split / f'c{label}').mkdir(parents=True)
+      for i in range(per_class):
+        (tmp_path / 'tin100' / split / f'c{label}' / f'{i}.jpg').touch()
   monkeypatch.setattr(gpu_grid, 'FIRST_LIGHT', tmp_path / 'gpu')
   monkeypatch.setattr(tin100, 'EPOCHS', None)
   args = gpu_grid.parse_args(['run', '--out=x', f'--data={tmp_path / "tin100"}'])

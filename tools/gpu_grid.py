@@ -110,6 +110,13 @@ def recorded(config, plan, results: pathlib.Path) -> list:
   return done
 
 
+def split_recorded(config, plan, results: pathlib.Path) -> tuple[list, list]:
+  """(the pairs of `plan` recorded in results/runs/, the others in plan's order: the runs
+  a session starts)."""
+  done = recorded(config, plan, results)
+  return done, [pair for pair in plan if pair not in done]
+
+
 def epochs_for(samples_per_s: float, examples: int, args) -> dict:
   """E from a step rate: the epochs of `examples` (uniform batches of 512, the remainder
   dropped) at --efficiency of the rate that fit --run_target_s once the start-up, the
@@ -268,8 +275,7 @@ def run(args) -> None:
   session['calibration'] = calibration = calibrate(args, log, env, steps, left)
   config = grid_config(args.data, (calibration or {}).get('epochs', 1), args.smoke)
   plan = grid_plan(config)
-  done = recorded(config, plan, pathlib.Path(args.results))
-  pending = [pair for pair in plan if pair not in done]
+  done, pending = split_recorded(config, plan, pathlib.Path(args.results))
   session.update(recorded_before=len(done), pending_before=len(pending))
   if calibration is None:
     log.line('no step rate measured: E cannot be fixed, no run started')
