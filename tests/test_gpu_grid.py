@@ -230,21 +230,28 @@ def fake_runs(monkeypatch, work: pathlib.Path, durations: list, clock: list):
   return started
 
 
-def test_a_run_starts_only_while_the_slowest_run_so_far_fits(tmp_path, monkeypatch):
-  """500 s, 10 kept back, margin 1.25, predicted 200 s: the first run (250 s planned) starts
-  with 490 s; it takes 180: the second (225) with 310; it takes 150: the third (225 still,
-  the slowest's) would not finish in 160, and nothing after it starts."""
+def run_pending_faked(tmp_path, monkeypatch, durations, predicted_s, budget_s, first=0):
+  """run_pending over GRID's runs from `first` on (margin 1.25, 10 s kept back, budget_s
+  on a clock the faked runs advance); returns (those runs, their entries, the starts)."""
   config = gpu_grid.grid_config('/data/tin100', gpu_grid.SMOKE_EPOCHS, smoke=True)
-  plan = gpu_grid.grid_plan(config)
+  pending = gpu_grid.grid_plan(config)[first:]
   args = gpu_grid.parse_args(
     ['run', '--out=x', f'--results={tmp_path / "results"}', '--margin=1.25', '--reserve_s=10']
   )
   log = gpu_grid.first_light.Log(tmp_path / 'gpu_grid.log')
   clock = [0.0]
-  started = fake_runs(monkeypatch, tmp_path, [(180.0, True), (150.0, True)], clock)
-  calibration = dict(epochs=2, predicted_run_s=200.0)
-  pending = plan[3:]
-  runs = gpu_grid.run_pending(args, tmp_path, calibration, pending, log, {}, lambda: 500 - clock[0])
+  started = fake_runs(monkeypatch, tmp_path, durations, clock)
+  calibration = dict(epochs=2, predicted_run_s=predicted_s)
+  left = lambda: budget_s - clock[0]
+  return pending, gpu_grid.run_pending(args, tmp_path, calibration, pending, log, {}, left), started
+
+
+def test_a_run_starts_only_while_the_slowest_run_so_far_fits(tmp_path, monkeypatch):
+  """500 s, 10 kept back, margin 1.25, predicted 200 s: the first run (250 s planned) starts
+  with 490 s; it takes 180: the second (225) with 310; it takes 150: the third (225 still,
+  the slowest's) would not finish in 160, and nothing after it starts."""
+  durations = [(180.0, True), (150.0, True)]
+  pending, runs, started = run_pending_faked(tmp_path, monkeypatch, durations, 200.0, 500, 3)
   assert [(r['slug'], r['seed'], r['estimate_s'], r['status'], r['seconds']) for r in runs] == [
     (pending[0][0].slug, pending[0][1], 250, 'ok', 180.0),
     (pending[1][0].slug, pending[1][1], 225, 'ok', 150.0),
@@ -257,28 +264,19 @@ def test_a_run_that_exactly_fits_starts_and_a_run_without_its_record_sets_no_est
   tmp_path, monkeypatch
 ):
   """A merged session's finished run took 160 s (its failed one, 400 s, counts for
-  nothing): 1.25 x 160 = 200 s planned, 210 - 10 left: it starts. It ends 'ok' after 170 s
-  without writing its record: failed, and no estimate; the next (200 s still) does not
-  fit in 40 - 10."""
+  nothing): 1.25 x 160 = 200 s planned (before the prediction), 210 - 10 left: it starts.
+  It ends 'ok' after 170 s without writing its record: failed, and no estimate; the next
+  (200 s still) does not fit in 40 - 10."""
   sessions = tmp_path / 'results' / gpu_grid.SESSIONS_DIR
   sessions.mkdir(parents=True)
   ran = [dict(status='ok', seconds=160.0), dict(status='failed: exit status 1', seconds=400.0)]
   (sessions / '2026-12-01_1000_UTC.json').write_text(json.dumps(dict(runs=ran)))
-  config = gpu_grid.grid_config('/data/tin100', gpu_grid.SMOKE_EPOCHS, smoke=True)
-  plan = gpu_grid.grid_plan(config)
-  args = gpu_grid.parse_args(
-    ['run', '--out=x', f'--results={tmp_path / "results"}', '--margin=1.25', '--reserve_s=10']
-  )
-  log = gpu_grid.first_light.Log(tmp_path / 'gpu_grid.log')
-  clock = [0.0]
-  started = fake_runs(monkeypatch, tmp_path, [(170.0, False)], clock)
-  calibration = dict(epochs=2, predicted_run_s=1000.0)  # the measured run's time comes first
-  runs = gpu_grid.run_pending(args, tmp_path, calibration, plan, log, {}, lambda: 210 - clock[0])
+  pending, runs, started = run_pending_faked(tmp_path, monkeypatch, [(170.0, False)], 1000.0, 210)
   assert [(r['estimate_s'], r['status']) for r in runs] == [
     (200, 'failed: no record written'),
     (200, 'not started: would not finish'),
   ]
-  assert started == [(f'{plan[0][0].label} seed 0', 200.0)]
+  assert started == [(f'{pending[0][0].label} seed 0', 200.0)]
 
 
 @pytest.mark.filterwarnings('ignore:the load_module:DeprecationWarning')
