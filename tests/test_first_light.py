@@ -17,6 +17,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / 'tools')]  # a script, imported as such
 
 import first_light  # noqa: E402
+import gpu_bundle  # noqa: E402
 
 # Exact in binary floating point: reserves 10 + 20 + 5 x 2 = 40 s, half the rate planned.
 EXACT = ['--out=x', '--startup_s=10', '--linear_eval_s=20', '--knn_s=2', '--efficiency=0.5',
@@ -115,6 +116,7 @@ def test_the_program_plans_from_the_resnet18_bfloat16_samples_and_the_training_s
   assert plan['loader_samples_per_s'] == loader
   assert (plan['epoch_s'], plan['epochs'], plan['every_epochs']) == (epoch_s, epochs, every_epochs)
   assert 'step rate' not in commands  # measured: bench_train_step.py is not run
+  assert 'install' not in commands  # no bundle
   train = commands['train']
   for flag in (f'--config.folder={tmp_path / "data"}', f'--config.num_epochs={epochs}',
                f'--config.knn.every_epochs={every_epochs}',
@@ -140,3 +142,26 @@ def test_without_a_measured_step_the_plan_takes_bench_train_steps_samples(tmp_pa
     '--models=resnet18' in commands['step rate'] and '--dtype=bfloat16' in commands['step rate']
   )
   assert '--config.num_epochs=174' in commands['train']
+
+
+@pytest.mark.parametrize(('data', 'data_sets'), [(None, 'cifar10'), ('/images', '')])
+def test_the_bundle_is_installed_and_its_data_unpacked_unless_data_names_a_folder(
+  tmp_path, monkeypatch, data, data_sets
+):
+  """With --data the install puts in the wheels alone (unpacking CIFAR-10 takes half a
+  minute of the node's time) and the run reads --data's folder."""
+  (tmp_path / 'bundle').mkdir()
+  commands = []
+
+  def fake_step(name, command, limit_s, log, env):
+    commands.append(command)
+    return dict(step=name, status='ok', seconds=0.0), []
+
+  monkeypatch.setattr(first_light, 'run_step', fake_step)
+  given = [f'--data={data}'] if data else []
+  args = first_light.parse_args(['--out=x', f'--bundle={tmp_path / "bundle"}', *given])
+  folder = first_light.unpack(args, tmp_path / 'work', None, {}, [])
+  assert folder == (data or str(tmp_path / 'work' / 'data'))
+  (command,) = commands
+  assert command[1:4] == ['tools/gpu_bundle.py', f'--bundle={tmp_path / "bundle"}', 'install']
+  assert gpu_bundle.parse_args(command[2:]).data_sets == ([data_sets] if data_sets else [])

@@ -160,3 +160,21 @@ def test_build_packs_the_wheels_and_the_splits_and_checks_both(tmp_path, monkeyp
   with pytest.raises(SystemExit, match=r"no wheel of \['grain'\]"):
     gpu_bundle.main([f'--bundle={bundle}', 'build', f'--data={tmp_path / "images"}'])
   assert not (bundle / gpu_bundle.DATA_ARCHIVE).exists()  # refused before packing
+
+
+def test_install_unpacks_the_data_sets_named_and_none_when_none_is(tmp_path):
+  image_folder(tmp_path / 'images')
+  (tmp_path / 'bundle').mkdir()
+  gpu_bundle.pack_data(tmp_path / 'images', tmp_path / 'bundle' / gpu_bundle.DATA_ARCHIVE)
+  install = lambda target, *words: gpu_bundle.main([
+    f'--bundle={tmp_path / "bundle"}', 'install', f'--site={tmp_path / "site"}',
+    f'--data_to={tmp_path / target}', *words,
+  ])  # fmt: skip
+  install('none', '--data_sets=')  # the wheels alone (here none)
+  assert not (tmp_path / 'none').exists()
+  install('cifar10', '--data_sets=cifar10')
+  assert sorted(p.name for p in (tmp_path / 'cifar10' / 'train' / 'cat').iterdir()) == [
+    '0.jpg', '1.jpg', '2.jpg'
+  ]  # fmt: skip
+  with pytest.raises(SystemExit):
+    install('other', '--data_sets=cifar100')

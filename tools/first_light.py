@@ -6,9 +6,9 @@
 Each step runs in a process of its own, under its own time limit, and none needs the one
 before it to have succeeded:
 
-1. install: `tools/gpu_bundle.py install` when bundle/ is there (its wheels into a target
-   folder that the later steps get on PYTHONPATH; CIFAR-10 unpacked), unless --data names
-   the image folder already;
+1. install: `tools/gpu_bundle.py install` when bundle/ is there: its wheels into a target
+   folder that the later steps get on PYTHONPATH, and CIFAR-10 unpacked unless --data
+   names the image folder already;
 2. devices: jax.devices() and nvidia-smi;
 3. accelerator: `benchmarks/accelerator.py --out=OUT` in full (its figures are saved as
    they come, so a step cut at its limit keeps what it measured);
@@ -254,12 +254,13 @@ def environment(site: pathlib.Path) -> dict:
 
 
 def unpack(args, work: pathlib.Path, log: Log, env: dict, steps: list) -> str:
-  """The bundle's wheels and data installed (where there is a bundle); the data folder."""
+  """The bundle's wheels installed (where there is a bundle) and its CIFAR-10 unpacked,
+  unless --data names the folder (unpacking it costs half a minute); the data folder."""
   data = args.data or str(work / 'data')
   if pathlib.Path(args.bundle).is_dir():
     command = [sys.executable, 'tools/gpu_bundle.py', f'--bundle={args.bundle}', 'install',
                f'--site={work / "site"}', f'--data_to={work / "data"}',
-               '--data_sets=cifar10']  # fmt: skip
+               f'--data_sets={"" if args.data else "cifar10"}']  # fmt: skip
     steps.append(run_step('install', command, 120, log, env)[0])
   return data
 

@@ -354,8 +354,9 @@ def parse_args(argv=None):
   install_parser.add_argument('--site', default='/tmp/hscl_site', help='the wheels go here')
   install_parser.add_argument('--data_to', default='/tmp/hscl_data', help='the data goes here')
   install_parser.add_argument(
-    '--data_sets', type=lambda text: text.split(','), default=list(DATA_SETS),
-    help=f'which of {",".join(DATA_SETS)} to unpack (those the bundle holds)',
+    '--data_sets', type=lambda text: [name for name in text.split(',') if name],
+    default=list(DATA_SETS),
+    help=f'which of {",".join(DATA_SETS)} to unpack (those the bundle holds; empty: none)',
   )  # fmt: skip
   args = parser.parse_args(argv)
   unknown = sorted(set(getattr(args, 'data_sets', ())) - set(DATA_SETS))
