@@ -172,6 +172,11 @@ def test_calibration_fits_a_run_to_its_target_and_a_run_starts_only_if_it_fits()
   assert measured['epochs'] == int(train_s // epoch_s) == 15
   assert measured['predicted_run_s'] == round(230 - train_s + 15 * epoch_s, 1)
   assert gpu_grid.epochs_for(1.0, 25_000, args)['epochs'] == 1  # never 0
+  # An exact fit is taken: 1,100 images are 2 full batches, 0.5 s an epoch at half of
+  # 4,096 samples/s; 95 s hold 190 epochs exactly.
+  half = gpu_grid.parse_args(['run', '--out=x', '--efficiency=0.5'])
+  exact = gpu_grid.epochs_for(4096.0, 1100, half)
+  assert (exact['epoch_s'], exact['epochs'], exact['predicted_run_s']) == (0.5, 190, 230.0)
   assert gpu_grid.run_estimate_s([100.0, 130.0], 240.0, 1.15) == pytest.approx(149.5)
   assert gpu_grid.run_estimate_s([], 240.0, 1.15) == pytest.approx(276.0)
   assert [method for method, seed in gpu_grid.GRID[:3]] == ['H-SCL(β)', 'H-UCL', 'SCL']
