@@ -279,6 +279,9 @@ def linear_evaluate(
     'protocol': cfg.protocol,
     **evaluate(classifier, test_x, test_y),
     'checkpoint_step': step,
+    # Which data: the splits by name, and their sizes (num_train after train_examples).
+    'train_split': config.train_split,
+    'test_split': config.test_split,
     'num_train': int(len(train_y)),
     'num_test': int(len(test_y)),
     'num_epochs': cfg.num_epochs,

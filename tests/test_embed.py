@@ -41,6 +41,24 @@ def _trained_variables(result):
   return jax.device_get({'params': result.state.params, 'batch_stats': result.state.batch_stats})
 
 
+def test_the_runs_epoch_counts_the_training_split(digits_run):
+  """The run these tests read (digits, batch 256, no step limit): an epoch is the training
+  split's full batches (1438 examples: 5 steps), counted independently here from the 80/20
+  per-class split, not the test split's (359: 1 step) nor all 1797 (7)."""
+  from sklearn.datasets import load_digits
+
+  workdir, config, result = digits_run
+  assert config.steps_per_epoch_limit is None and config.samples_per_class == 0
+  sizes = np.bincount(load_digits().target)
+  num_train = int(sum(n - round(0.2 * n) for n in sizes))
+  steps = num_train // config.batch_size
+  assert (num_train, steps) == (1438, 5)
+  records = metrics.read_metrics(str(workdir))
+  assert [(r['epoch'], r['step']) for r in records] == [(1, steps)]
+  assert int(result.state.step) == steps
+  assert checkpointing.finished_steps(str(workdir)) == [steps]
+
+
 def test_split_features_are_the_monitors(digits_run, tmp_path):
   """Embedding the test split (restored from the checkpoint) gives exactly what the kNN
   monitor computes from the trained state, in the split's order, normalised, labelled."""

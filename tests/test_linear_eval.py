@@ -103,12 +103,30 @@ def _recomputed_accuracies(config, workdir, step, classifier, source):
   return np.mean(ranked[:, 0] == labels), np.mean(np.any(ranked[:, :5] == labels[:, None], axis=1))
 
 
+def add_untrained_checkpoint(workdir, config, step: int) -> None:
+  """An older checkpoint beside the run's: the encoder at its random initialisation."""
+  size = config.augment.image_size
+  variables = models.initialize(
+    models.create_model(config.model), jax.random.key(7), (size, size, 3)
+  )
+  elsewhere = workdir.parent / 'untrained'
+  checkpointer = checkpointing.Checkpointer(str(elsewhere), keep=1)
+  checkpointer.save(step, jax.device_get(dict(variables)), iterator_state={})
+  checkpointer.close()
+  shutil.move(elsewhere / checkpointing.CHECKPOINT_DIR / str(step), workdir / 'checkpoints')
+
+
 def test_reported_accuracy_is_recomputed_on_the_test_split(trained, tmp_path, monkeypatch):
   """The report's top-1/top-5 are the trained classifier's on the test split, every
-  example once: recomputed independently from the checkpoint and the classifier."""
+  example once: recomputed independently from the checkpoint and the classifier. Beside
+  the trained checkpoint lies an older, untrained one: the newest is the one evaluated
+  (and named), where the oldest would give other figures."""
   workdir, _ = trained
   copy = tmp_path / 'run'
   shutil.copytree(workdir, copy)
+  (newest,) = checkpointing.finished_steps(str(copy))
+  add_untrained_checkpoint(copy, one_epoch_config(), step=1)
+  assert checkpointing.finished_steps(str(copy)) == [1, newest] and newest > 1
   config = one_epoch_config()
   config.linear_eval.num_epochs = 5
   classifiers = []
@@ -124,14 +142,17 @@ def test_reported_accuracy_is_recomputed_on_the_test_split(trained, tmp_path, mo
   (classifier,) = classifiers
   train_source, test_source = data.run_sources(config)
   assert (result['num_train'], result['num_test']) == (len(train_source), len(test_source))
-  step = result['checkpoint_step']
-  top1, top5 = _recomputed_accuracies(config, copy, step, classifier, test_source)
+  assert result['checkpoint_step'] == newest
+  top1, top5 = _recomputed_accuracies(config, copy, newest, classifier, test_source)
   tolerance = 1.5 / len(test_source)  # one example on a float32 tie at most
   assert abs(result['top1'] - top1) <= tolerance, (result, top1)
   assert abs(result['top5'] - top5) <= tolerance, (result, top5)
   assert top5 > top1  # top-5 is its own figure here, not a copy of top-1
-  train_top1, _ = _recomputed_accuracies(config, copy, step, classifier, train_source)
+  train_top1, _ = _recomputed_accuracies(config, copy, newest, classifier, train_source)
   assert abs(train_top1 - top1) > tolerance  # the splits are told apart by the figure
+  oldest_top1, _ = _recomputed_accuracies(config, copy, 1, classifier, test_source)
+  assert abs(oldest_top1 - top1) > tolerance  # the checkpoints are told apart by it
+  assert (result['train_split'], result['test_split']) == (config.train_split, config.test_split)
 
 
 def test_augmented_protocol(trained, tmp_path):
