@@ -333,3 +333,67 @@ def test_linear_probe_minibatches_are_shuffled_every_epoch_and_seed():
     'seeds 0 and 1 start alike', first_example_matches(runs[0], runs[1]), epochs, 1 / num_examples
   )
   checks.assert_all()
+
+
+# The graph trainer's batches (one stream for every epoch and vmapped encoder) and the
+# inspection's seeded batches of the test split.
+
+
+@property_test
+@given(
+  sizes=st.lists(st.integers(6, 20), min_size=2, max_size=3),
+  batch=st.integers(2, 6),
+  seed=st.integers(0, 2**20),
+)
+def test_graph_epochs_shuffle_each_index_set_anew_every_epoch(sizes, batch, seed):
+  """Index sets of `sizes` graphs (the second the first's graphs when as large, as the
+  encoders of a cross-validation share graphs): each graph leads its set's epoch and sits
+  in its first batch alike, every epoch and every set drawing its own order."""
+  from hscl_jax.graphs import train as graph_train
+
+  sets = [np.arange(n) for n in sizes]
+  plan = graph_train.epoch_plan(sets, batch, EPOCHS, seed)
+  assert len(plan) == EPOCHS and all(len(groups) == len(sets) for groups in plan)
+  checks = Checks()
+  for k, members in enumerate(sets):
+    orders = [np.concatenate(groups[k]) for groups in plan]
+    assert all(np.array_equal(np.sort(o), members) for o in orders)  # each graph once
+    n = len(members)
+    first = np.bincount([o[0] for o in orders], minlength=n)
+    first_batch = np.bincount(np.concatenate([o[:batch] for o in orders]), minlength=n)
+    checks.binomial(f'set {k}: graph first of its epoch', first, EPOCHS, 1 / n)
+    checks.binomial(f'set {k}: graph in the first batch', first_batch, EPOCHS, min(batch, n) / n)
+    checks.binomial(
+      f'set {k}: epochs 2k and 2k+1 start alike',
+      first_example_matches(orders[0::2], orders[1::2]),
+      EPOCHS // 2,
+      1 / n,
+    )
+  if sizes[0] == sizes[1]:  # the same graphs: the two sets' orders drawn apart
+    checks.binomial(
+      'sets 0 and 1 start alike',
+      first_example_matches(*([np.concatenate(g[k]) for g in plan] for k in (0, 1))),
+      EPOCHS,
+      1 / sizes[0],
+    )
+  checks.assert_all()
+
+
+def test_inspection_batches_are_a_seeded_shuffle_of_the_test_split():
+  """`inspect`'s batches of the test split: each example leads them and fills the first
+  batch alike over seeds (a seed's batches are not the split in its stored order)."""
+  from hscl_jax import inspection
+
+  num_examples, batch = 23, 5
+  first = np.zeros(num_examples, np.int64)
+  first_batch = np.zeros_like(first)
+  for seed in range(SEEDS):
+    batches = inspection.seeded_batches(num_examples, batch, seed)
+    visited = np.concatenate(batches)
+    assert np.array_equal(np.sort(visited), np.arange(num_examples))  # 23 = 4 x 5 + 3
+    first[visited[0]] += 1
+    first_batch[batches[0]] += 1
+  checks = Checks(ALPHA)
+  checks.binomial('example first', first, SEEDS, 1 / num_examples)
+  checks.binomial('example in the first batch', first_batch, SEEDS, batch / num_examples)
+  checks.assert_all()

@@ -193,6 +193,18 @@ def compiled(model: model_lib.InfoGraph, learning_rate: float, supervised: bool,
   )
 
 
+def epoch_plan(train_sets, batch_size: int, num_epochs: int, seed: int) -> list[list]:
+  """[epoch][index set] -> that set's batches of graph indices: every set shuffled anew
+  each epoch, all from one stream seeded by `seed`; as many batches for every set (the
+  largest set's count), so the vmapped encoders step together."""
+  num_batches = -(-max(len(s) for s in train_sets) // batch_size)
+  rng = np.random.default_rng(seed)
+  return [
+    [data.epoch_batches(s, batch_size, num_batches, rng) for s in train_sets]
+    for _ in range(num_epochs)
+  ]
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _encoder_keys(seed: int, count: int) -> jax.Array:
   """The encoders' initialisation keys, made on the device (no transfer of the seed)."""
@@ -227,12 +239,7 @@ def train_encoders(
   """
   init, epoch, _ = compiled_for(config, dataset)
   batch_size = config.batch_size
-  num_batches = -(-max(len(s) for s in train_sets) // batch_size)
-  rng = np.random.default_rng(config.seed)
-  plan = [
-    [data.epoch_batches(s, batch_size, num_batches, rng) for s in train_sets]
-    for _ in range(config.num_epochs)
-  ]
+  plan = epoch_plan(train_sets, batch_size, config.num_epochs, config.seed)
   budget = data.budget_for(dataset, [b for groups in plan for g in groups for b in g], batch_size)
   keys = _encoder_keys(config.seed, len(train_sets))
   first = host_batches(dataset, [[train_sets[0][:batch_size]]], budget)
