@@ -250,7 +250,7 @@ class Progress:
     return (
       f'epoch {epoch}/{num_epochs}  step {step}/{self._total_steps} '
       f'({100 * step / self._total_steps:.0f}%)  loss {loss:.4f}  '
-      f'{rate:.0f} img/s  ETA {format_duration(self.eta_seconds(step))}'
+      f'{rate:.0f} views/s  ETA {format_duration(self.eta_seconds(step))}'
     )
 
   def log(self, step: int, loss: float) -> None:

@@ -483,7 +483,10 @@ def epoch_summary(record: dict[str, Any], *, compile_seconds: float = 0.0) -> st
   if 'assumption1_fraction' in record:
     parts.append(f'Assumption 1 {record["assumption1_fraction"]:.3f}')
   parts.append(f'lr {record["learning_rate"]:.3g}')
-  parts.append(f'{record["images_per_second"]:.0f} img/s')
+  # Samples (the batch's images) apart from views (two per sample, what the encoder sees).
+  parts.append(
+    f'{record["samples_per_second"]:.0f} samples/s ({record["images_per_second"]:.0f} views/s)'
+  )
   epoch_time = f'{record["epoch_time"]:.1f} s'
   if compile_seconds:
     epoch_time += f' ({compile_seconds:.1f} s of it compiling the step)'

@@ -386,7 +386,8 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
   other_steps = first['epoch_time'] - tiny_config().batch_size * 2 / first['samples_per_second']
   assert abs(float(compiling.group(1)) - other_steps) <= 0.051, (epoch_lines[0], other_steps)
   assert epoch_lines[1] == train.epoch_summary(second)  # no compilation in epoch 2
-  assert f'{first["images_per_second"]:.0f} img/s' in epoch_lines[0]
+  rates = f'{first["samples_per_second"]:.0f} samples/s ({first["images_per_second"]:.0f} views/s)'
+  assert rates in epoch_lines[0]
   head, *commands = lines[-1].split('\n')
   closing = re.fullmatch(
     rf'Finished 2 epochs in (\S+), final kNN top-1 {second["knn_top1"]:.4f}; '

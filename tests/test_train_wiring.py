@@ -164,14 +164,18 @@ def test_the_epoch_log_line_shows_the_records_values():
     'knn_top1': 0.71234,
     'assumption1_fraction': 0.0456,
     'learning_rate': 0.00123456,
-    'images_per_second': 1234.4,
+    'images_per_second': 1234.4,  # views: two per sample
+    'samples_per_second': 617.2,
     'epoch_time': 12.34,
   }
   assert train.epoch_summary(record) == (
-    'epoch 3: loss 4.5679, kNN top-1 0.7123, Assumption 1 0.046, lr 0.00123, 1234 img/s, 12.3 s'
+    'epoch 3: loss 4.5679, kNN top-1 0.7123, Assumption 1 0.046, lr 0.00123, '
+    '617 samples/s (1234 views/s), 12.3 s'
   )
   del record['knn_top1'], record['assumption1_fraction']
-  assert train.epoch_summary(record) == 'epoch 3: loss 4.5679, lr 0.00123, 1234 img/s, 12.3 s'
+  assert train.epoch_summary(record) == (
+    'epoch 3: loss 4.5679, lr 0.00123, 617 samples/s (1234 views/s), 12.3 s'
+  )
 
 
 def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():
