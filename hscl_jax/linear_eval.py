@@ -38,12 +38,7 @@ _NUM_EPOCHS = flags.DEFINE_integer('num_epochs', None, 'Override config.linear_e
 
 def _evaluate_from_flags() -> dict[str, Any]:
   num_epochs = _NUM_EPOCHS.value
-  if num_epochs is not None and num_epochs < 1:
-    raise linear_probe.LinearEvalError(
-      f'--num_epochs must be >= 1, got {num_epochs} (the classifier would stay at its '
-      'initialisation). Fix: pass e.g. --num_epochs=100, or leave it out for the '
-      "config's value."
-    )
+  linear_probe.check_num_epochs_flag(num_epochs)
   workdir = _WORKDIR.value
   config = _CONFIG.value if _CONFIG.value is not None else linear_probe.load_run_config(workdir)
   if _PROTOCOL.value is not None:

@@ -46,6 +46,16 @@ class LinearEvalError(errors.UserError, RuntimeError):
   """A workdir, config or checkpoint that linear evaluation cannot use (names the path)."""
 
 
+def check_num_epochs_flag(num_epochs: int | None) -> None:
+  """`linear_eval --num_epochs`: None (the config's value) or at least 1."""
+  if num_epochs is not None and num_epochs < 1:
+    raise LinearEvalError(
+      f'--num_epochs must be >= 1, got {num_epochs} (the classifier would stay at its '
+      'initialisation). Fix: pass e.g. --num_epochs=100, or leave it out for the '
+      "config's value."
+    )
+
+
 # ----------------------------------------------------------------------------------------
 # Reading the run.
 

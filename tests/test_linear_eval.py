@@ -19,6 +19,8 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
+from acceptance import accepted  # noqa: E402
+from acceptance import refused  # noqa: E402
 from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
@@ -193,6 +195,14 @@ def test_clear_errors_name_the_path(trained, tmp_path):
   with pytest.raises(linear_probe.LinearEvalError, match=str(state_dir)):
     linear_probe.linear_evaluate(config, str(corrupt))
   assert not (corrupt / linear_probe.RESULT_FILE).exists()
+
+
+def test_the_num_epochs_flag_accepts_one_and_none_and_refuses_zero():
+  for value in (1, None):
+    with accepted(f'--num_epochs={value}'):
+      linear_probe.check_num_epochs_flag(value)
+  with refused(r'^--num_epochs must be >= 1, got 0 .* Fix: ', linear_probe.LinearEvalError):
+    linear_probe.check_num_epochs_flag(0)
 
 
 def test_unknown_protocol(trained):
