@@ -178,9 +178,9 @@ def embed(
   checkpoint_step: int | None = None,
 ) -> dict[str, Any]:
   """Writes OUT.npz: `features` (float32 [N, D], L2-normalised), `labels` (int32 [N]; -1
-  where unknown), `class_names`, and `paths` (folder) or `indices` (split: row i is example
-  i of the split as the run reads it). Inputs are checked before any work. Returns a
-  summary."""
+  where unknown), `class_names`, `checkpoint_step`, and `paths` (folder) or `indices` and
+  `split` (split: row i is example i of the split as the run reads it). Inputs are checked
+  before any work. Returns a summary."""
   _check_request(out, folder, split)
   config = linear_probe.load_run_config(workdir)
   linear_probe.resolve_step(workdir, checkpoint_step)  # no checkpoint: one line, now
@@ -198,10 +198,13 @@ def embed(
       source.class_names if folder is not None else data.class_names(config.dataset, source), str
     ),
   }
+  # What the file was made from: the checkpoint, and the images (their paths, or the split).
+  arrays['checkpoint_step'] = np.int64(encoder.step)
   if folder is not None:
     arrays['paths'] = np.asarray(source.paths, str)
   else:
     arrays['indices'] = np.arange(len(source), dtype=np.int64)
+    arrays['split'] = np.asarray(split, str)
   if jax.process_index() == 0:
     _write_npz(out, arrays)
   return {

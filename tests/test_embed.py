@@ -66,7 +66,18 @@ def test_split_features_are_the_monitors(digits_run, tmp_path):
   out = tmp_path / 'test.npz'
   summary = embedding.embed(str(workdir), str(out), split='test')
   saved = np.load(out)
-  assert set(saved.files) == {'features', 'labels', 'class_names', 'indices'}
+  assert set(saved.files) == {
+    'features',
+    'labels',
+    'class_names',
+    'indices',
+    'checkpoint_step',
+    'split',
+  }
+  # What it was made from: the run's newest (its only) checkpoint, and the test split.
+  newest = max(checkpointing.finished_steps(str(workdir)))
+  assert int(saved['checkpoint_step']) == summary['checkpoint_step'] == newest
+  assert str(saved['split']) == 'test'
   _, test = data.run_sources(config)
   mesh = parallel.make_mesh()
   assert mesh.size == 4
