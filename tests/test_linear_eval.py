@@ -197,6 +197,31 @@ def test_clear_errors_name_the_path(trained, tmp_path):
   assert not (corrupt / linear_probe.RESULT_FILE).exists()
 
 
+def test_augmented_views_are_drawn_anew_for_each_epoch_batch_and_seed(trained):
+  """The augmented protocol's crops and flips: the same for the same (seed, epoch, batch),
+  drawn anew for another epoch, another batch of the epoch and another seed (a key that
+  ignored one of them would show the classifier the same views every epoch)."""
+  workdir, config = trained
+  model = models.create_model(config.model)
+  params = augment.AugmentParams.from_config(config.augment)
+  size = params.image_size
+  step = max(checkpointing.finished_steps(str(workdir)))
+  variables = linear_probe.restore_encoder(str(workdir), step, model, (size, size, 3))
+  source = data.SubsetSource(data.run_sources(config)[0], np.arange(64))
+  batches = {
+    seed: linear_probe._augmented_batches(model, variables, source, params, seed) for seed in (0, 1)
+  }
+  indices = np.arange(5, 37)
+  views = lambda seed, epoch, i: np.asarray(jax.device_get(batches[seed](indices, epoch, i)[0]))
+  first = views(0, 1, 0)
+  labels = jax.device_get(batches[0](indices, 1, 0)[1])
+  np.testing.assert_array_equal(labels, source.labels()[indices])
+  np.testing.assert_array_equal(views(0, 1, 0), first)  # a function of its key
+  for other in (views(0, 2, 0), views(0, 1, 1), views(1, 1, 0)):
+    changed = np.any(np.abs(other - first) > 1e-6, axis=1)
+    assert changed.mean() > 0.5, changed  # most of the 32 images seen otherwise
+
+
 def test_the_num_epochs_flag_accepts_one_and_none_and_refuses_zero():
   for value in (1, None):
     with accepted(f'--num_epochs={value}'):
