@@ -19,7 +19,7 @@ from acceptance import accepted  # noqa: E402
 from acceptance import refused  # noqa: E402
 from test_compare_densities import PROTOCOL  # noqa: E402
 from test_compare_densities import base_config  # noqa: E402
-from test_compare_densities import write_record  # noqa: E402
+from test_compare_densities import write_grid  # noqa: E402
 from test_significance import expected_rows  # noqa: E402
 
 from hscl_jax.experiments import budget_grid  # noqa: E402
@@ -45,12 +45,7 @@ MEASURES = ((0, 'linear'), (1, 'kNN'))
 
 
 def write_budget(records, epochs, grid):
-  config = base_config()
-  config.num_epochs = epochs
-  by_method = {s.method: s for s in image_grid.settings(config, set())}
-  for method, seeds in grid.items():
-    for seed, values in seeds.items():
-      write_record(records, config, by_method[method], seed, *values)
+  write_grid(records, grid, num_epochs=epochs)
 
 
 def diff(grid, first, second, seeds, column):

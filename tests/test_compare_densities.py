@@ -74,8 +74,13 @@ def write_record(records, config, setting, seed, top1, knn):
 
 
 def write_density(records, samples_per_class, grid):
+  write_grid(records, grid, samples_per_class=samples_per_class)
+
+
+def write_grid(records, grid, **fields):
+  """Records of `grid` (method -> seed -> (linear, kNN)) for base_config() with `fields`."""
   config = base_config()
-  config.samples_per_class = samples_per_class
+  config.update(fields)
   by_method = {s.method: s for s in image_grid.settings(config, set())}
   for method, seeds in grid.items():
     for seed, values in seeds.items():
