@@ -185,8 +185,9 @@ HAND_TESTS_OF = {
 # The measured map: {module: {'sha256': ..., 'tests': {test file: the lines it executes}}}.
 MEASURED = coverage_map.load()
 # Hand-listed test files that reach their module only through a program they start (a
-# subprocess: coverage sees it run, but in no test's context), so the map cannot find them.
-BY_PROGRAM: dict[str, tuple[str, ...]] = {}
+# subprocess: coverage sees it run, but in no test's context), so the map cannot find them:
+# tests/test_entry_points.py runs every program as a subprocess (nothing imports one).
+BY_PROGRAM = {m: (_ENTRY,) for m, files in HAND_TESTS_OF.items() if _ENTRY in files}
 
 
 def merged(hand: dict[str, tuple], measured: dict[str, dict]) -> dict[str, tuple[str, ...]]:
