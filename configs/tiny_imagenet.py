@@ -37,6 +37,20 @@ then one report across the three:
 4=docs/results/tiny_imagenet_density/m4,16=docs/results/tiny_imagenet_density/m16 \
         --report_dir=docs/results/tiny_imagenet_density
 
+At three times the budget (9 epochs) at 4 per class, the three methods of the open
+question on seeds 0-2, then the report that sets them beside the 3-epoch runs of the
+same seeds (docs/results/tiny_imagenet_density/budgets/):
+
+    python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
+        --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 \
+        --config.num_epochs=9 --seeds=3 --seeds_for=ucl=0,hscl_tau=0 --workdir=ROOT_M4_E9 \
+        --report_dir=docs/results/tiny_imagenet_density/m4_e9
+    python -m hscl_jax.experiments.compare_budgets --config=configs/tiny_imagenet.py:cpu \
+        --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 \
+        --budgets=3=docs/results/tiny_imagenet_density/m4,\
+9=docs/results/tiny_imagenet_density/m4_e9 \
+        --report_dir=docs/results/tiny_imagenet_density/budgets
+
   * 32 px (a run costs what a CIFAR-10 run costs; 64 px costs about four times as much);
   * model small_cnn (a ResNet-18 step costs ~20x as much on a CPU);
   * train_examples 20,000: a class-balanced subset, 100 images per class (the kNN bank
