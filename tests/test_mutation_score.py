@@ -413,7 +413,8 @@ def test_the_second_run_has_every_test_and_the_first_stops_at_one():
   every = mutation_score.test_command('hscl_jax/knn.py', first_failure=False).split()
   assert '-x' in first and '-x' not in every
   assert [a for a in first if a != '-x'] == every
-  assert every[-1] == 'tests/test_knn.py' and '-rfE' in every
+  # The module's own test file among those run (the measured map may add files after it).
+  assert 'tests/test_knn.py' in every and '-rfE' in every
 
 
 def test_every_command_the_docs_show_parses():

@@ -106,6 +106,7 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
 
   from mutation import handwritten  # its copy of a tree
 
+  commit = _commit(ref)  # read now: HEAD may move while the suite runs
   with tempfile.TemporaryDirectory(prefix='hscl_map_') as scratch:
     tree, data_file = pathlib.Path(scratch) / 'tree', pathlib.Path(scratch) / '.coverage'
     tree.mkdir()
@@ -121,7 +122,7 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
   summary = result.stdout.strip().splitlines()[-1:] or ['']
   return {
     'measured': datetime.date.today().isoformat(),
-    'commit': _commit(ref),
+    'commit': commit,
     'command': ' '.join(['python tools/mutation map', *tests]),
     'outcome': summary[0],
     'modules': modules,
