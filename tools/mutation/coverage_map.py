@@ -50,7 +50,7 @@ def command(tests: list[str]) -> list[str]:
   does not stop the others."""
   cover = [f'--cov={folder}' for folder in ('hscl_jax', 'tools', 'benchmarks')]
   return [
-    *(sys.executable, '-m', 'pytest', '-q', '-p', 'no:randomly'),
+    *(sys.executable, '-m', 'pytest', '-q', '-rf', '-p', 'no:randomly'),
     *(*cover, '--cov-context=test', '--cov-report=', '--continue-on-collection-errors'),
     *tests,
   ]
@@ -119,14 +119,20 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
     modules = derive(data, tree, measured_modules(tree))
-  summary = result.stdout.strip().splitlines()[-1:] or ['']
+  lines = result.stdout.strip().splitlines()
   return {
     'measured': datetime.date.today().isoformat(),
     'commit': commit,
     'command': ' '.join(['python tools/mutation map', *tests]),
-    'outcome': summary[0],
+    'outcome': (lines or [''])[-1],
+    'failed': failed_tests(lines),  # a test failing under coverage: its lines may be missing
     'modules': modules,
   }
+
+
+def failed_tests(lines: list[str]) -> list[str]:
+  """The ids of the tests pytest's `-rf` summary names (`FAILED tests/x.py::t - why`)."""
+  return sorted(line.split()[1] for line in lines if line.startswith('FAILED '))
 
 
 def _commit(ref: str) -> str:
