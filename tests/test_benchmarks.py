@@ -318,3 +318,22 @@ def test_accelerator_records_a_failed_measurement_and_goes_on():
   assert accelerator.jax_over_torch([measured_step], skipped, 'gpu') == []
   table = accelerator.markdown(dict(environment=environment, torch=skipped))
   assert 'PyTorch: skipped (no CUDA device visible to PyTorch).' in table
+
+
+@pytest.mark.parametrize(
+  'name', ['accelerator', 'torch_reference', 'first_light', 'gpu_bundle', 'gpu_grid']
+)
+def test_each_gpu_program_help_opens_with_its_docstring_first_line(name, capsys, monkeypatch):
+  """What a user reads first in --help is what the program is: its docstring's first line
+  (not another of its lines), read here from the file's source, not from the module."""
+  if name == 'torch_reference':
+    pytest.importorskip('torch')  # imported at its top: the `bench` extra
+  script = importlib.import_module(name)
+  source = pathlib.Path(script.__file__).read_text()
+  first = ast.get_docstring(ast.parse(source)).splitlines()[0]
+  monkeypatch.setenv('COLUMNS', '1000')  # one line: argparse wraps at the terminal's width
+  with pytest.raises(SystemExit) as exit_:
+    script.parse_args(['--help'])
+  assert exit_.value.code == 0
+  usage, description = capsys.readouterr().out.split('\n\n')[:2]
+  assert usage.startswith('usage:') and description == first
