@@ -8,6 +8,7 @@ PyTorch's process: its command, its rows, and how it ended. No accelerator, no t
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 
@@ -88,8 +89,9 @@ def test_jax_over_torch_pairs_each_step_with_pytorch_on_the_same_model_and_dtype
     model=model, dtype=dtype, images_per_s=rate, images_per_step=1024, step_s_best=1024 / rate,
     augment_ms=0.0,
   )  # fmt: skip
-  steps = [step('resnet18', 'bfloat16', 3000.0), step('resnet18', 'float32', 1200.0),
-           step('resnet50', 'bfloat16', 800.0)]  # fmt: skip
+  # The step without a PyTorch row sits between two with one: it is skipped, not the end.
+  steps = [step('resnet18', 'bfloat16', 3000.0), step('resnet50', 'bfloat16', 800.0),
+           step('resnet18', 'float32', 1200.0)]  # fmt: skip
   row = lambda model, dtype, variant, rate, **extra: dict(
     model=model, dtype=dtype, variant=variant, images_per_s=rate, **extra
   )
@@ -106,6 +108,14 @@ def test_jax_over_torch_pairs_each_step_with_pytorch_on_the_same_model_and_dtype
     ('resnet18', 'bfloat16', 'compile', 1.5),
     ('resnet18', 'float32', 'eager', 1.2),
   ]
+
+
+def test_the_environment_records_the_one_minute_load_average(monkeypatch):
+  """The 1-minute load average of os.getloadavg() (1, 5, 15 minutes), not another."""
+  monkeypatch.setattr(accelerator.os, 'getloadavg', lambda: (1.25, 5.5, 15.75))
+  environment = accelerator.environment(accelerator.parse_args(['--out=/x', '--smoke']))
+  assert environment['load_average_1min'] == 1.25
+  assert environment['host_cpus'] == os.cpu_count() and environment['smoke'] is True
 
 
 class FakePopen:
