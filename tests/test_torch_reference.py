@@ -234,3 +234,19 @@ def test_images_per_second_count_both_views(monkeypatch):
   assert row['images_per_s'] == 2 * 8 / 0.25 == 64
   assert (row['step_s_best'], row['batch_size'], row['image_size']) == (0.25, 8, 16)
   assert torch_reference.step_images_per_second('small_cnn', 8, 16, 2, 1) == (64, 1.0)
+
+
+def test_time_step_reports_the_warmup_the_best_and_the_upper_median(monkeypatch):
+  """On a scripted clock: two warm-up steps timed together, then each step alone; the best
+  is the shortest step, the median the upper one of an even count (sorted ascending),
+  rounded to 10 µs; the loss is the last step's."""
+  durations = [0.4, 0.1234567, 0.3, 0.2]  # sorted: 0.1234567, 0.2, 0.3, 0.4
+  clock = [0.0, 3.14159]  # the warm-up's start and end
+  for i, seconds in enumerate(durations):
+    clock += [10.0 * (i + 1), 10.0 * (i + 1) + seconds]
+  ticks = iter(clock)
+  monkeypatch.setattr(torch_reference.time, 'perf_counter', lambda: next(ticks))
+  losses_left = iter(torch.tensor(x) for x in (9.0, 9.0, 5.0, 4.0, 3.0, 1.23456789))
+  timed = torch_reference.time_step(lambda: next(losses_left), len(durations), 'cpu')
+  assert timed == dict(warmup_s=3.14, step_s_best=0.12346, step_s_median=0.3, loss=1.2346)
+  assert next(ticks, None) is None  # every tick read: no step left untimed
