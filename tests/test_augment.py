@@ -303,8 +303,12 @@ def test_params_from_config_accepts_lists_and_rejects_unknown_keys():
     {'image_size': 32, 'crop_scale': [0.2, 1.0], 'mean': [0.5, 0.5, 0.5]}
   )
   assert params.crop_scale == (0.2, 1.0) and hash(params)
-  with pytest.raises(ValueError, match='unknown augment fields'):
-    augment.AugmentParams.from_config({'image_size': 32, 'flip_probability': 0.5})
+  with pytest.raises(ValueError) as refusal:
+    augment.AugmentParams.from_config({'image_size': 32, 'zoom': 2, 'flip_probability': 0.5})
+  # The unknown keys, then every valid field, each list in alphabetical order.
+  valid = sorted(field.name for field in dataclasses.fields(augment.AugmentParams))
+  message = f"unknown augment fields ['flip_probability', 'zoom']; valid: {valid}"
+  assert str(refusal.value) == message
   with pytest.raises(ValueError, match='flip_prob'):
     augment.AugmentParams(image_size=32, flip_prob=1.5)
 

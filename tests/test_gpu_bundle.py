@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 import tarfile
+import types
 
 from packaging.utils import canonicalize_name
 import pytest
@@ -178,3 +179,21 @@ def test_install_unpacks_the_data_sets_named_and_none_when_none_is(tmp_path):
   ]  # fmt: skip
   with pytest.raises(SystemExit):
     install('other', '--data_sets=cifar100')
+
+
+def test_install_refuses_wheels_on_another_python_naming_the_version_running(tmp_path, monkeypatch):
+  """The wheels are CPython 3.12's: another Python is refused before pip, by a message that
+  names the version running (sys.version's first word, not its compiler's)."""
+  (tmp_path / 'bundle' / 'wheels').mkdir(parents=True)
+  (tmp_path / 'bundle' / 'wheels' / 'grain-0.2.16-py3-none-any.whl').write_bytes(b'')
+  running = types.SimpleNamespace(
+    version_info=(3, 13, 1, 'final', 0),
+    version='3.13.1 (main, Dec  3 2024, 17:59:52) [GCC 14.2.0]',
+    executable='/nowhere/python3.13',  # pip is never started
+  )
+  monkeypatch.setattr(gpu_bundle, 'sys', running)
+  message = r'for CPython 3\.12, this is 3\.13\.1: run this with the Python 3\.12'
+  with pytest.raises(SystemExit, match=message):
+    gpu_bundle.main([f'--bundle={tmp_path / "bundle"}', 'install', '--data_sets=',
+                     f'--site={tmp_path / "site"}', f'--data_to={tmp_path / "data"}'])  # fmt: skip
+  assert not (tmp_path / 'site').exists()

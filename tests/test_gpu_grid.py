@@ -405,3 +405,17 @@ def test_the_merge_records_the_runs_and_writes_the_report(smoke_chain):
   jax_version = json.loads((smoke_chain['out'] / 'gpu_grid.json').read_text())['jax']
   assert f'| cpu | {jax_version} | 2 |' in report
   assert len(list((results / 'sessions').glob('*.json'))) == 1
+
+
+def test_the_pack_reads_the_shallowest_wnids_txt(tmp_path):
+  """A zip that also holds a deeper wnids.txt (another folder's, listing other classes):
+  the dataset is the one whose wnids.txt lies nearest the zip's root."""
+  fake_tin_zip(tmp_path / 'tin.zip', train=1, val=1)
+  with zipfile.ZipFile(tmp_path / 'tin.zip', 'a') as archive:
+    nested = 'tiny-imagenet-200/backup/'
+    archive.writestr(nested + 'wnids.txt', 'n00000001\nn00000002\n')
+    archive.writestr(nested + 'val/val_annotations.txt', '')
+  with zipfile.ZipFile(tmp_path / 'tin.zip') as archive:
+    wnids, root, members = gpu_bundle.tin_members(archive, 2)
+  assert (wnids, root) == (WNIDS[:2], 'tiny-imagenet-200/')
+  assert sorted(wnid for _, wnid in members['train']) == sorted(WNIDS[:2])

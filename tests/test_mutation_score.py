@@ -86,6 +86,10 @@ def test_a_mutant_runs_the_files_that_execute_its_statement(monkeypatch):
   tests_for = lambda line: mutation_score.tests_for(module, source, at(line))
   assert tests_for(2) == ('tests/c.py', 'tests/a.py')  # the statement spans lines 2-3
   assert tests_for(4) == ('tests/b.py', 'tests/a.py')
+  # A file that reaches the module through a program it starts runs with those that
+  # execute the statement: the program may run it too (the map cannot tell).
+  monkeypatch.setitem(mutation_score.UNCREDITED, module, ('tests/c.py',))
+  assert tests_for(4) == ('tests/c.py', 'tests/b.py', 'tests/a.py')
   entry['tests'] = {'tests/a.py': '1'}
   assert tests_for(4) == mutation_score.TESTS_OF[module]  # no file runs it: all of them
   entry['sha256'] = 'the module changed since'

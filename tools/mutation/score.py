@@ -632,12 +632,17 @@ def test_command(module: str, first_failure: bool = True, files: tuple = ()) -> 
 
 
 def tests_for(module: str, source: str, mutation) -> tuple[str, ...]:
-  """The module's test files that execute the mutant's statement (by the measured map);
-  all of them where the map cannot tell: the module not measured or changed since, or no
-  test file executes it (reached only by a program a test starts, or by no test)."""
+  """The module's test files that execute the mutant's statement (by the measured map),
+  with those that reach the module where the map cannot credit them (UNCREDITED: a
+  program the file starts runs the statement too); all of them where the map cannot tell:
+  the module not measured or changed since, or no test file executes it (reached only by
+  a program a test starts, or by no test)."""
   lines = reach_lines(source, mutation.start_pos[0], mutation.operator_name)
-  running = coverage_map.files_running(MEASURED.get(module), source.encode(), lines) or ()
-  return tuple(f for f in TESTS_OF[module] if f in running) or TESTS_OF[module]
+  running = coverage_map.files_running(MEASURED.get(module), source.encode(), lines)
+  if not running:
+    return TESTS_OF[module]
+  chosen = {*running, *UNCREDITED.get(module, ())}
+  return tuple(f for f in TESTS_OF[module] if f in chosen)
 
 
 def baseline_seconds(module: str, files: tuple = ()) -> float:
