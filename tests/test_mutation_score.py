@@ -686,3 +686,26 @@ def test_the_old_names_run_the_one_entry_point():
   assert alias.stdout == entry.stdout and 'threshold_strict' in names
   wrong = run('tools/mutation', 'scores')
   assert wrong.returncode != 0 and 'score, handwritten' in wrong.stderr and 'scores' in wrong.stderr
+
+
+def test_each_test_files_baseline_runs_once_and_a_set_sums_them(monkeypatch):
+  """A set of files' baseline (the mutants' timeout) is the sum of its files' times, each
+  file run alone once per process, however many sets share it; a failing file stops."""
+  runs, seconds = [], {'tests/a.py': 2.0, 'tests/b.py': 3.0, 'tests/c.py': 5.0}
+  clock = [0.0]
+
+  def run(command, **kwargs):
+    runs.append(command[-1])
+    clock[0] += seconds[command[-1]]
+    return subprocess.CompletedProcess(command, 1 if command[-1] == 'tests/c.py' else 0, '', '')
+
+  monkeypatch.setattr(mutation_score, '_BASELINES', {})
+  monkeypatch.setattr(mutation_score.subprocess, 'run', run)
+  monkeypatch.setattr(mutation_score.time, 'time', lambda: clock[0])
+  monkeypatch.setitem(mutation_score.TESTS_OF, 'm.py', ('tests/b.py', 'tests/a.py'))
+  assert mutation_score.baseline_seconds('m.py', ('tests/a.py', 'tests/b.py')) == 5.0
+  assert mutation_score.baseline_seconds('m.py', ('tests/b.py',)) == 3.0
+  assert mutation_score.baseline_seconds('m.py') == 5.0  # the module's files
+  assert runs == ['tests/a.py', 'tests/b.py']
+  with pytest.raises(SystemExit, match='m.py: tests/c.py fails before any mutant'):
+    mutation_score.baseline_seconds('m.py', ('tests/a.py', 'tests/c.py'))
