@@ -690,9 +690,11 @@ def test_the_old_names_run_the_one_entry_point():
   assert wrong.returncode != 0 and 'score, handwritten' in wrong.stderr and 'scores' in wrong.stderr
 
 
-def test_each_test_files_baseline_runs_once_and_a_set_sums_them(monkeypatch):
+def test_each_test_files_baseline_runs_once_per_tree_and_a_set_sums_them(monkeypatch, tmp_path):
   """A set of files' baseline (the mutants' timeout) is the sum of its files' times, each
-  file run alone once per process, however many sets share it; a failing file stops."""
+  file run alone once per copied tree, however many sets and processes share it (stored
+  beside the sessions); another tree measures again; a failing file stops; a mutant's
+  files run the quickest first."""
   runs, seconds = [], {'tests/a.py': 2.0, 'tests/b.py': 3.0, 'tests/c.py': 5.0}
   clock = [0.0]
 
@@ -701,13 +703,28 @@ def test_each_test_files_baseline_runs_once_and_a_set_sums_them(monkeypatch):
     clock[0] += seconds[command[-1]]
     return subprocess.CompletedProcess(command, 1 if command[-1] == 'tests/c.py' else 0, '', '')
 
+  tree = tmp_path / 'copy'
+  tree.mkdir()
+  (tree / 'x.py').write_text('one')
+  monkeypatch.chdir(tree)
+  monkeypatch.setattr(mutation_score, 'SESSIONS', tmp_path / 'sessions')
+  monkeypatch.setattr(mutation_score, 'BASELINES', tmp_path / 'sessions' / 'baselines.json')
   monkeypatch.setattr(mutation_score, '_BASELINES', {})
   monkeypatch.setattr(mutation_score.subprocess, 'run', run)
   monkeypatch.setattr(mutation_score.time, 'time', lambda: clock[0])
   monkeypatch.setitem(mutation_score.TESTS_OF, 'm.py', ('tests/b.py', 'tests/a.py'))
-  assert mutation_score.baseline_seconds('m.py', ('tests/a.py', 'tests/b.py')) == 5.0
+  assert mutation_score.baseline_seconds('m.py', ('tests/b.py', 'tests/a.py')) == 5.0
   assert mutation_score.baseline_seconds('m.py', ('tests/b.py',)) == 3.0
   assert mutation_score.baseline_seconds('m.py') == 5.0  # the module's files
-  assert runs == ['tests/a.py', 'tests/b.py']
+  assert runs == ['tests/b.py', 'tests/a.py']
+  assert mutation_score.fastest_first(('tests/b.py', 'tests/a.py')) == ('tests/a.py', 'tests/b.py')
+  mutation_score._BASELINES.clear()  # another process on the same tree: stored
+  assert mutation_score.baseline_seconds('m.py') == 5.0 and len(runs) == 2
+  mutation_score._BASELINES.clear()
+  mutation_score.tree_digest.cache_clear()
+  (tree / 'x.py').write_text('two')  # another tree: measured again
+  assert mutation_score.baseline_seconds('m.py', ('tests/a.py',)) == 2.0
+  assert runs[2:] == ['tests/a.py']
   with pytest.raises(SystemExit, match='m.py: tests/c.py fails before any mutant'):
     mutation_score.baseline_seconds('m.py', ('tests/a.py', 'tests/c.py'))
+  mutation_score.tree_digest.cache_clear()

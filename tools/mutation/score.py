@@ -646,16 +646,48 @@ def tests_for(module: str, source: str, mutation) -> tuple[str, ...]:
   return tuple(f for f in TESTS_OF[module] if f in chosen)
 
 
-# Each test file's seconds on the unmutated copy, measured once per process: a module's
+# Each test file's seconds on the unmutated copy, measured once per copied tree: a module's
 # mutants run many overlapping sets of files (those executing each statement), and a set's
-# baseline run would repeat its files' for every set.
+# baseline run would repeat its files' for every set, and every module's process again.
+# Kept beside the sessions for the tree they were measured on (the copy's digest).
 _BASELINES: dict[str, float] = {}
+BASELINES = SESSIONS / 'baselines.json'
+
+
+@functools.cache
+def tree_digest(tree: str) -> str:
+  """The copied tree's files (names and contents): what a test file's time is measured on."""
+  digest = hashlib.sha256()
+  for path in sorted(pathlib.Path(tree).rglob('*')):
+    if path.is_file() and '__pycache__' not in path.parts:
+      digest.update(str(path.relative_to(tree)).encode() + b'\0' + path.read_bytes())
+  return digest.hexdigest()
+
+
+def stored_baselines(tree: str) -> dict[str, float]:
+  """The stored seconds of the test files, where measured on this tree; else none."""
+  if BASELINES.exists():
+    stored = json.loads(BASELINES.read_text())
+    if stored.get('tree') == tree_digest(tree):
+      return stored['seconds']
+  return {}
+
+
+def store_baselines(tree: str, seconds: dict[str, float]) -> None:
+  """Adds `seconds` to the stored ones of this tree (replacing another tree's), atomically:
+  two processes of one sample may write it."""
+  merged = {**stored_baselines(tree), **seconds}
+  SESSIONS.mkdir(exist_ok=True)
+  scratch = BASELINES.with_suffix(f'.{os.getpid()}.tmp')
+  scratch.write_text(json.dumps({'tree': tree_digest(tree), 'seconds': merged}, indent=1))
+  os.replace(scratch, BASELINES)
 
 
 def baseline_seconds(module: str, files: tuple = ()) -> float:
   """The tests (`files`, else all the module's) on the unmutated copy (cwd), each file alone
-  and once per process: they must pass; the sum of their times."""
+  and once per copied tree: they must pass; the sum of their times."""
   files = files or TESTS_OF[module]
+  _BASELINES.update({**stored_baselines(os.getcwd()), **_BASELINES})
   for name in files:
     if name in _BASELINES:
       continue
@@ -666,7 +698,14 @@ def baseline_seconds(module: str, files: tuple = ()) -> float:
       tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
       sys.exit(f'{module}: {name} fails before any mutant: ' + ' | '.join(tail))
     _BASELINES[name] = time.time() - start
+    store_baselines(os.getcwd(), {name: _BASELINES[name]})
   return sum(_BASELINES[name] for name in files)
+
+
+def fastest_first(files: tuple[str, ...]) -> tuple[str, ...]:
+  """The files in the order of their baseline times, shortest first: a mutant's run stops
+  at its first failure (-x), which comes soonest when the quick files go first."""
+  return tuple(sorted(files, key=lambda name: _BASELINES[name]))
 
 
 def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: bool = False):
@@ -694,7 +733,7 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
       lines, files = statement_lines(source, m.start_pos[0]), tests_for(module, source, m)
       if files not in timeouts:
         timeouts[files] = 3 * baseline_seconds(module, files) + 60
-      command = test_command(module, files=files)
+      command = test_command(module, files=fastest_first(files))
       result = mutate_and_test(item.mutations, command, timeouts[files])
       if outcome_of(result, equivalents, module, lines)[0] == 'crash':
         result = run_every_test(item, module, timeouts[files], files)
