@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import pathlib
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -82,6 +83,7 @@ def test_a_mutant_runs_the_files_that_execute_its_statement(monkeypatch):
   }
   monkeypatch.setitem(mutation_score.TESTS_OF, module, ('tests/c.py', 'tests/b.py', 'tests/a.py'))
   monkeypatch.setattr(mutation_score, 'MEASURED', {module: entry})
+  monkeypatch.setattr(mutation_score, 'MEASURED_TESTS', {})  # no map by test here
   at = lambda line: type('Mutation', (), {'start_pos': (line, 0), 'operator_name': 'core/X'})
   tests_for = lambda line: mutation_score.tests_for(module, source, at(line))
   assert tests_for(2) == ('tests/c.py', 'tests/a.py')  # the statement spans lines 2-3
@@ -133,11 +135,19 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
   assert modules['hscl_jax/workdir_lock.py']['tests'] == {}  # imported, never called
   assert modules['hscl_jax/knn.py']['tests'] == {}
   assert errors['sha256'] == hashlib.sha256(committed).hexdigest()
+  # The map by test: each test's lines (without xdist's group in its id) and its seconds.
+  by_test = record['by_test']
+  tests = by_test['modules']['hscl_jax/errors.py']['tests']
+  assert sorted(tests) == ['test_fails.py::test_fails', 'test_message.py::test_message']
+  assert raised in coverage_map.parse_ranges(tests['test_fails.py::test_fails'])
+  assert sorted(by_test['seconds']) == sorted(tests) and min(by_test['seconds'].values()) > 0
   assert record['outcome'].startswith('2 passed') and len(record['commit']) == 40
   assert record['failed'] == []
-  assert coverage_map.failed_tests(
-    ['x', 'FAILED tests/test_b.py::test_y[1] - AssertionError: no', 'FAILED tests/a.py::t']
-  ) == ['tests/a.py::t', 'tests/test_b.py::test_y[1]']
+  summary = ['x', 'FAILED tests/test_b.py::test_y[a b]@test_b.py - AssertionError: no - b']
+  assert coverage_map.failed_tests([*summary, 'FAILED tests/a.py::t']) == [
+    'tests/a.py::t',
+    'tests/test_b.py::test_y[a b]',
+  ]
 
 
 def names_module(text: str, module: str) -> bool:
@@ -728,3 +738,44 @@ def test_each_test_files_baseline_runs_once_per_tree_and_a_set_sums_them(monkeyp
   with pytest.raises(SystemExit, match='m.py: tests/c.py fails before any mutant'):
     mutation_score.baseline_seconds('m.py', ('tests/a.py', 'tests/c.py'))
   mutation_score.tree_digest.cache_clear()
+
+
+def test_a_mutant_runs_the_tests_that_execute_its_statement_quickest_first(monkeypatch):
+  """With the map by test: the tests executing the statement, less those failing under
+  coverage, grouped by file (files by their quickest test), quickest first, then the
+  module's UNCREDITED files whole; quoted for cosmic-ray's split; timed by the map."""
+  source = 'def f(x):\n  y = x + 1\n  return y\n'
+  module = 'hscl_jax/m.py'
+  by_test = {
+    'modules': {
+      module: {
+        'sha256': hashlib.sha256(source.encode()).hexdigest(),
+        'tests': {
+          'tests/a.py::t[a b]': '2',
+          'tests/a.py::slow': '1-3',
+          'tests/b.py::t': '2-3',
+          'tests/b.py::broken': '2',
+          'tests/c.py::elsewhere': '3',
+        },
+      }
+    },
+    'seconds': {'tests/a.py::t[a b]': 4.0, 'tests/a.py::slow': 9.0, 'tests/b.py::t': 1.0},
+    'failed': ['tests/b.py::broken'],
+  }
+  monkeypatch.setattr(mutation_score, 'MEASURED_TESTS', by_test)
+  monkeypatch.setitem(mutation_score.UNCREDITED, module, ('tests/e.py',))
+  at = type('Mutation', (), {'start_pos': (2, 0), 'operator_name': 'core/X'})
+  chosen = mutation_score.tests_for(module, source, at)
+  assert chosen == ('tests/b.py::t', 'tests/a.py::t[a b]', 'tests/a.py::slow', 'tests/e.py')
+  command = shlex.split(mutation_score.test_command(module, files=chosen))
+  assert command[-4:] == list(chosen) and '-x' in command
+  assert mutation_score.fastest_first(chosen[:3]) == chosen[:3]  # ordered already
+  # Their time bound: the recorded seconds, and each file's start; no run.
+  monkeypatch.setattr(mutation_score, 'stored_baselines', lambda tree: {})
+  monkeypatch.setattr(mutation_score.subprocess, 'run', None)  # a run would fail here
+  startup = mutation_score.STARTUP_SECONDS
+  assert mutation_score.baseline_seconds(module, chosen[:3]) == 14.0 + 2 * startup
+  # A changed module: the map by test cannot tell; the file map decides.
+  monkeypatch.setattr(mutation_score, 'MEASURED', {})
+  monkeypatch.setitem(mutation_score.TESTS_OF, module, ('tests/a.py',))
+  assert mutation_score.tests_for(module, source + '\n', at) == ('tests/a.py',)

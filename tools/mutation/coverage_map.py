@@ -23,12 +23,18 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
 
+from mutation import timings
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAP = pathlib.Path(__file__).with_name('map.json')
+# The map by test (each test's lines, its seconds): a mutant runs the tests that execute its
+# statement, not whole files. Large and measured here: kept beside the sessions, not committed.
+TESTS_MAP = ROOT / '.mutation_sessions' / 'map_tests.json'
 # Code outside hscl_jax/ that spends GPU time: measured too (issue 48 item 3).
 OUTSIDE_PACKAGE = (
   'benchmarks/accelerator.py',
@@ -50,7 +56,7 @@ def command(tests: list[str]) -> list[str]:
   does not stop the others."""
   cover = [f'--cov={folder}' for folder in ('hscl_jax', 'tools', 'benchmarks')]
   return [
-    *(sys.executable, '-m', 'pytest', '-q', '-rf', '-p', 'no:randomly'),
+    *(sys.executable, '-m', 'pytest', '-q', '-rf', '-p', 'no:randomly', '-p', 'mutation.timings'),
     *(*cover, '--cov-context=test', '--cov-report=', '--continue-on-collection-errors'),
     *tests,
   ]
@@ -75,26 +81,42 @@ def parse_ranges(text: str) -> set[int]:
   return lines
 
 
-def test_files(data, path: pathlib.Path) -> dict[str, set[int]]:
-  """{test file: the lines of `path` its tests execute} from coverage data with contexts
-  `tests/test_x.py::test_y|run` (the empty context, code outside any test, is left out)."""
-  files: dict[str, set[int]] = {}
+def node_id(name: str) -> str:
+  """A test's id as pytest takes it on the command line: without the `@group` that xdist's
+  loadgroup appends (tests/conftest.py groups each file's tests)."""
+  return re.sub(r'@[\w.-]+$', '', name)
+
+
+def test_contexts(data, path: pathlib.Path) -> dict[str, set[int]]:
+  """{test id: the lines of `path` it executes} from coverage data with contexts
+  `tests/test_x.py::test_y[p]|run` (setup, run and teardown together; the empty context,
+  code outside any test, is left out)."""
+  tests: dict[str, set[int]] = {}
   for line, contexts in (data.contexts_by_lineno(str(path)) or {}).items():
     for context in contexts:
       if '::' in context:
-        files.setdefault(context.split('::', 1)[0], set()).add(line)
+        tests.setdefault(node_id(context.rsplit('|', 1)[0]), set()).add(line)
+  return tests
+
+
+def test_files(data, path: pathlib.Path) -> dict[str, set[int]]:
+  """{test file: the lines of `path` its tests execute}."""
+  files: dict[str, set[int]] = {}
+  for test, lines in test_contexts(data, path).items():
+    files.setdefault(test.split('::', 1)[0], set()).update(lines)
   return files
 
 
-def derive(data, root: pathlib.Path, modules: list[str]) -> dict[str, dict]:
-  """{module: {'sha256': its source's, 'tests': {test file: its lines as ranges}}}."""
+def derive(data, root: pathlib.Path, modules: list[str], by=test_files) -> dict[str, dict]:
+  """{module: {'sha256': its source's, 'tests': {test file (or test, `by=test_contexts`):
+  its lines as ranges}}}."""
   derived = {}
   for module in modules:
     path = (root / module).resolve()
-    files = test_files(data, path)
+    found = by(data, path)
     derived[module] = {
       'sha256': hashlib.sha256(path.read_bytes()).hexdigest(),
-      'tests': {name: ranges(lines) for name, lines in sorted(files.items())},
+      'tests': {name: ranges(lines) for name, lines in sorted(found.items())},
     }
   return derived
 
@@ -111,7 +133,13 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
     tree, data_file = pathlib.Path(scratch) / 'tree', pathlib.Path(scratch) / '.coverage'
     tree.mkdir()
     handwritten.copy_tree(str(tree), ref)
-    env = dict(os.environ, COVERAGE_FILE=str(data_file), PYTHONPATH=str(tree))
+    seconds_file = pathlib.Path(scratch) / 'seconds.json'
+    env = dict(
+      os.environ,
+      COVERAGE_FILE=str(data_file),
+      PYTHONPATH=os.pathsep.join([str(tree), str(tree / 'tools')]),  # and the timings plugin
+      **{timings.ENV: str(seconds_file)},
+    )
     result = subprocess.run(command(tests), cwd=tree, env=env, capture_output=True, text=True)
     if result.returncode not in (0, 1):  # 1: some test failed; the map is still measured
       tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
@@ -119,6 +147,9 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
     modules = derive(data, tree, measured_modules(tree))
+    by_test = derive(data, tree, measured_modules(tree), by=test_contexts)
+    timed = json.loads(seconds_file.read_text()) if seconds_file.exists() else {}
+    seconds = {node_id(test): time for test, time in timed.items()}
   lines = result.stdout.strip().splitlines()
   return {
     'measured': datetime.date.today().isoformat(),
@@ -127,12 +158,14 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
     'outcome': (lines or [''])[-1],
     'failed': failed_tests(lines),  # a test failing under coverage: its lines may be missing
     'modules': modules,
+    'by_test': {'modules': by_test, 'seconds': seconds},  # main() keeps it apart
   }
 
 
 def failed_tests(lines: list[str]) -> list[str]:
   """The ids of the tests pytest's `-rf` summary names (`FAILED tests/x.py::t - why`)."""
-  return sorted(line.split()[1] for line in lines if line.startswith('FAILED '))
+  failed = (line.removeprefix('FAILED ').split(' - ', 1)[0] for line in lines)
+  return sorted(node_id(test) for test, line in zip(failed, lines) if line.startswith('FAILED '))
 
 
 def _commit(ref: str) -> str:
@@ -155,9 +188,37 @@ def files_running(entry: dict | None, source: bytes, lines: range) -> list[str] 
   return [name for name, text in entry['tests'].items() if wanted & parse_ranges(text)]
 
 
+def load_tests(path: pathlib.Path = TESTS_MAP) -> dict:
+  """The stored map by test ({} where none is stored here)."""
+  return json.loads(path.read_text()) if path.exists() else {}
+
+
+def tests_running(by_test: dict, module: str, source: bytes, lines: range) -> tuple[str, ...]:
+  """The tests that execute any of `lines` of `module` by the map by test (none where it
+  cannot tell: not measured here, or the module changed since), less those that failed
+  under coverage; grouped by file (a file's module fixtures are set up once), the files
+  in the order of their quickest test, each file's tests quickest first."""
+  entry = by_test.get('modules', {}).get(module)
+  if not entry or entry['sha256'] != hashlib.sha256(source).hexdigest():
+    return ()
+  wanted, failed, seconds = set(lines), set(by_test.get('failed', ())), by_test['seconds']
+  tests = [
+    t for t, text in entry['tests'].items() if t not in failed and wanted & parse_ranges(text)
+  ]
+  time_of = lambda test: seconds.get(test, float('inf'))
+  by_file: dict[str, list[str]] = {}
+  for test in sorted(tests, key=lambda t: (time_of(t), t)):
+    by_file.setdefault(test.split('::', 1)[0], []).append(test)
+  return tuple(test for group in by_file.values() for test in group)
+
+
 def main() -> int:
   tests = sys.argv[1:] or ['tests']
   record = measure(tests)
+  by_test = record.pop('by_test')
+  TESTS_MAP.parent.mkdir(exist_ok=True)
+  kept = {key: record[key] for key in ('measured', 'commit', 'command', 'failed')}
+  TESTS_MAP.write_text(json.dumps({**kept, **by_test}, sort_keys=True) + '\n')
   MAP.write_text(json.dumps(record, indent=1, sort_keys=True) + '\n')
   reached = sum(bool(m['tests']) for m in record['modules'].values())
   print(f'{MAP.relative_to(ROOT)}: {reached} of {len(record["modules"])} modules reached')

@@ -62,6 +62,7 @@ import os
 import pathlib
 import random
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -185,6 +186,8 @@ HAND_TESTS_OF = {
 }
 # The measured map: {module: {'sha256': ..., 'tests': {test file: the lines it executes}}}.
 MEASURED = coverage_map.load()
+# The map by test, where measured here (not committed): each test's lines and seconds.
+MEASURED_TESTS = coverage_map.load_tests()
 # Hand-listed test files the measured map cannot credit, and why: a program the file starts
 # (a subprocess: coverage sees it run, but in no test's context) or what the module makes
 # at import (outside any test). tests/test_entry_points.py runs every program. A module no
@@ -483,7 +486,7 @@ def _tests_by_line(
   # --dist=no: with pytest.ini's `--dist loadgroup`, pytest-cov takes even `-n 0` for
   # xdist's controller and records no test's context.
   options = ['--dist=no', '--cov=hscl_jax', '--cov-context=test', '--cov-report=']
-  command = test_command(module, first_failure=False).split() + options
+  command = shlex.split(test_command(module, first_failure=False)) + options
   env = dict(os.environ, COVERAGE_FILE=str(data_file))
   print(f'{", ".join(modules)}: which tests run each line (their tests under coverage)', flush=True)
   result = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -625,9 +628,10 @@ def open_session(module: str, size: int, seed: int, operators: str = 'core') -> 
 
 
 def test_command(module: str, first_failure: bool = True, files: tuple = ()) -> str:
-  """One pytest process over whole test files (`files`, else all the module's), stopping
-  at the first failure (-x) or not (-rfE: the summary classify reads)."""
-  tests = ' '.join(files or TESTS_OF[module])
+  """One pytest process over test files or tests (`files`, else all the module's files) in
+  their order, stopping at the first failure (-x) or not (-rfE: the summary classify
+  reads); quoted, as cosmic-ray splits it (a test's parameters may hold spaces)."""
+  tests = ' '.join(shlex.quote(name) for name in files or TESTS_OF[module])
   stop = ' -x' if first_failure else ''
   return f'{sys.executable} -m pytest -n 0{stop} -q -rfE -p no:cacheprovider {tests}'
 
@@ -639,6 +643,9 @@ def tests_for(module: str, source: str, mutation) -> tuple[str, ...]:
   the module not measured or changed since, or no test file executes it (reached only by
   a program a test starts, or by no test)."""
   lines = reach_lines(source, mutation.start_pos[0], mutation.operator_name)
+  tests = coverage_map.tests_running(MEASURED_TESTS, module, source.encode(), lines)
+  if tests:  # the map by test: those tests, then the files the map cannot credit, whole
+    return (*tests, *UNCREDITED.get(module, ()))
   running = coverage_map.files_running(MEASURED.get(module), source.encode(), lines)
   if not running:
     return TESTS_OF[module]
@@ -652,6 +659,9 @@ def tests_for(module: str, source: str, mutation) -> tuple[str, ...]:
 # Kept beside the sessions for the tree they were measured on (the copy's digest).
 _BASELINES: dict[str, float] = {}
 BASELINES = SESSIONS / 'baselines.json'
+# A run of single tests: each of their files' collection and imports (JAX's, the
+# package's), which the tests' own times leave out; a test the map did not time.
+STARTUP_SECONDS, UNTIMED_SECONDS = 20.0, 30.0
 
 
 @functools.cache
@@ -688,24 +698,32 @@ def baseline_seconds(module: str, files: tuple = ()) -> float:
   and once per copied tree: they must pass; the sum of their times."""
   files = files or TESTS_OF[module]
   _BASELINES.update({**stored_baselines(os.getcwd()), **_BASELINES})
+  tests = [name for name in files if '::' in name]  # timed by the map by test: not run
+  files = [name for name in files if '::' not in name]
   for name in files:
     if name in _BASELINES:
       continue
     start = time.time()
-    command = test_command(module, files=(name,)).split()
+    command = shlex.split(test_command(module, files=(name,)))
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
       tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
       sys.exit(f'{module}: {name} fails before any mutant: ' + ' | '.join(tail))
     _BASELINES[name] = time.time() - start
     store_baselines(os.getcwd(), {name: _BASELINES[name]})
-  return sum(_BASELINES[name] for name in files)
+  recorded = MEASURED_TESTS.get('seconds', {})
+  started = {test.split('::', 1)[0] for test in tests}  # each file's collection and imports
+  untimed = sum(recorded.get(test, UNTIMED_SECONDS) for test in tests)
+  return sum(_BASELINES[name] for name in files) + untimed + STARTUP_SECONDS * len(started)
 
 
 def fastest_first(files: tuple[str, ...]) -> tuple[str, ...]:
   """The files in the order of their baseline times, shortest first: a mutant's run stops
-  at its first failure (-x), which comes soonest when the quick files go first."""
-  return tuple(sorted(files, key=lambda name: _BASELINES[name]))
+  at its first failure (-x), which comes soonest when the quick files go first. Tests (of
+  the map by test) come ordered already, then the whole files after them."""
+  tests = tuple(name for name in files if '::' in name)
+  rest = sorted((name for name in files if '::' not in name), key=lambda name: _BASELINES[name])
+  return (*tests, *rest)
 
 
 def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: bool = False):
