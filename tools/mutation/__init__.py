@@ -9,7 +9,9 @@ One entry point, `python tools/mutation COMMAND ...` (`__main__.py`):
   * ``handwritten``: the suite's hand-written regression mutants (`handwritten.py`; also
     `python tools/mutation_test.py ...`);
   * ``map``: which test files execute each module, measured under coverage
-    (`coverage_map.py`, stored in `map.json`): the tests `score` runs a mutant against.
+    (`coverage_map.py`, stored in `map.json`), and which tests execute each line, with
+    their seconds (`timings.py`; kept in .mutation_sessions/map_tests.json): the tests
+    `score` runs a mutant against.
 
 `equivalents.toml` lists, by hand, the sampled mutants that cannot change behaviour.
 """

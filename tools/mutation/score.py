@@ -5,8 +5,9 @@ cosmic-ray (the `[mutation]` extra) lists every mutant of a module (an operator 
 a comparison flipped, a number changed, a condition negated, a loop skipped, a decorator
 removed...). This script draws a seeded random sample of them per module, plants each, one
 at a time, in a copy of the working tree (the real files are never touched; cosmic-ray
-restores the file after each), runs that module's test files (`TESTS_OF`, the one map of
-module -> tests) in a fresh `python -m pytest -n 0 -x` process with PYTHONPATH on the copy,
+restores the file after each), runs that module's tests that execute the mutated statement
+(`tests_for`: by the measured maps, else the module's test files, `TESTS_OF`) in a fresh
+`python -m pytest -n 0 -x` process with PYTHONPATH on the copy,
 so the mutated file and not the editable install is imported, and classifies the result:
 
   * ``assertion``: a test failed on an assertion about the behaviour (AssertionError,
