@@ -199,6 +199,8 @@ UNCREDITED = {
   **{m: (_ENTRY,) for m, files in HAND_TESTS_OF.items() if _ENTRY in files},
   'hscl_jax/__init__.py': ('tests/test_package.py',),  # imports it in fresh interpreters
   'hscl_jax/data/errors.py': ('tests/test_prepare.py', 'tests/test_data_sources.py'),  # classes
+  # Its lazy attributes run once per process: credited to whichever test asks first.
+  'hscl_jax/data/__init__.py': _DATA,
   'hscl_jax/data/tfds_prepare.py': ('tests/test_prepare_offline.py',),  # without TensorFlow
   'hscl_jax/errors.py': (_STARTS_PROGRAMS,),
   'hscl_jax/linear_eval.py': (_STARTS_PROGRAMS, _ENTRY),
