@@ -225,6 +225,22 @@ def test_crop_without_fitting_candidate_falls_back_to_centre():
   np.testing.assert_allclose([top, left, crop_h, crop_w], [3.75, 0, 2.5, 10], atol=1e-5)
 
 
+@pytest.mark.parametrize(
+  'height, width, expected',
+  [
+    (40, 10, [(40 - 10 / 0.75) / 2, 0, 10 / 0.75, 10]),  # tall: height at the lower ratio
+    (10, 40, [0, (40 - 10 * 4 / 3) / 2, 10, 10 * 4 / 3]),  # wide: width at the upper ratio
+    (10, 12, [0, 0, 10, 12]),  # its aspect 1.2 within the range: the whole image
+  ],
+)
+def test_the_fallback_crop_clips_the_aspect_into_the_ratio_range(height, width, expected):
+  # Full area at a ratio in [3/4, 4/3] fits neither image: the centred fallback box takes
+  # the image's aspect clipped into the range (the bound nearer the image's own).
+  u = jnp.full((22,), 0.5)
+  box = augment.sample_crop_box(height, width, (1.0, 1.0), (3 / 4, 4 / 3), u[:10], u[10:20], u[20:])
+  np.testing.assert_allclose(box, expected, atol=1e-4)
+
+
 def test_crop_and_resize_picks_the_box():
   image = jnp.tile(jnp.arange(16.0)[None, :, None], (16, 1, 3))  # Value = column.
   out = augment.crop_and_resize(

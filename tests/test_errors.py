@@ -211,3 +211,11 @@ def test_overrides_that_name_fields_pass():
 )
 def test_flag_argument_reads_both_forms(argv, value):
   assert errors.flag_argument(argv, 'config') == value
+
+
+def test_a_checkpoint_error_is_quoted_by_its_type_and_first_line():
+  """What the restore refusal and the moved-aside warning quote of Orbax's error: its type
+  and its first non-empty line (Orbax's messages run over many lines)."""
+  error = ValueError('\n  the first line\nthe second line\nthe last line\n')
+  assert checkpointing._first_line(error) == 'ValueError: the first line'
+  assert checkpointing._first_line(OSError()) == 'OSError: '

@@ -130,6 +130,15 @@ def test_annotations_naming_an_unknown_class_are_refused(tiny):
     data.get_source('image_folder', 'test', folder=str(root), folder_image_size=8)
 
 
+def test_annotations_naming_missing_files_name_the_first_of_them(tiny):
+  """Two annotated images gone: the refusal names the first, in the annotations' order."""
+  root, _ = tiny
+  for name in ('val_1.JPEG', 'val_4.JPEG'):
+    (root / 'val' / 'images' / name).unlink()
+  with pytest.raises(data.ImageFolderError, match=r'names missing image files: .*/val_1\.JPEG$'):
+    data.get_source('image_folder', 'test', folder=str(root), folder_image_size=8)
+
+
 def _main(workdir, *overrides, config='configs/tiny_imagenet.py'):
   command = [sys.executable, '-m', 'hscl_jax.main', f'--config={config}', f'--workdir={workdir}']
   out = subprocess.run(
