@@ -219,3 +219,15 @@ def test_a_checkpoint_error_is_quoted_by_its_type_and_first_line():
   error = ValueError('\n  the first line\nthe second line\nthe last line\n')
   assert checkpointing._first_line(error) == 'ValueError: the first line'
   assert checkpointing._first_line(OSError()) == 'OSError: '
+
+
+def test_no_checkpoint_restoring_on_another_process_names_the_newest(tmp_path, monkeypatch):
+  """Here every checkpoint restores, on another process none does (`_all_processes` false):
+  the run stops naming the newest checkpoint, the first one tried."""
+  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=3)
+  steps = type('Manager', (), {'all_steps': lambda self: [3, 9, 6]})()
+  monkeypatch.setattr(checkpointer, '_manager', steps)
+  monkeypatch.setattr(checkpointer, 'restore', lambda step, target: ('state', 'iterator'))
+  monkeypatch.setattr(checkpointing, '_all_processes', lambda ok: False)
+  with pytest.raises(RuntimeError, match=r'^checkpoint 9 failed to restore on another process'):
+    checkpointer.restore_latest(target=None)
