@@ -719,3 +719,18 @@ def test_class_aware_batches_are_refused_for_graphs(toy_dir):
     timeout=300,
   )
   assert (proc.returncode, proc.stderr.strip()) == (1, train.CLASS_AWARE_REFUSAL)
+
+
+def test_table_iis_header_lists_its_protocols_estimators_and_epochs_in_order():
+  """Runs of two protocols, estimators and epoch counts, met in no order: the header names
+  each once, in ascending order."""
+  runs = [
+    dict(protocol='paper', num_epochs=20, estimator='jsd'),
+    dict(protocol='leak_free', num_epochs=5, estimator='infonce'),
+    dict(protocol='paper', num_epochs=5),  # written before the option: jsd
+  ]
+  config = graphs_config.get_config()
+  text = ' '.join(graph_grid._header(runs, [1.0, 2.0], 3, config))
+  assert 'Local–global estimator: infonce, jsd (' in text
+  assert 'InfoGraph GIN encoder, 5, 20 epochs,' in text
+  assert 'Protocols: leak_free, paper (' in text
