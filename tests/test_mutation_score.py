@@ -759,8 +759,12 @@ def test_a_mutant_runs_the_tests_that_execute_its_statement_quickest_first(monke
     },
     'seconds': {'tests/a.py::t[a b]': 4.0, 'tests/a.py::slow': 9.0, 'tests/b.py::t': 1.0},
     'failed': ['tests/b.py::broken'],
+    'files': {'tests/a.py': 'a as measured', 'tests/b.py': 'b as measured'},
   }
   monkeypatch.setattr(mutation_score, 'MEASURED_TESTS', by_test)
+  file_map = {'sha256': by_test['modules'][module]['sha256'], 'tests': {'tests/b.py': '2'}}
+  monkeypatch.setattr(mutation_score, 'MEASURED', {module: file_map})
+  monkeypatch.setattr(coverage_map, 'digest', lambda path: f'{path.stem} as measured')
   monkeypatch.setitem(mutation_score.UNCREDITED, module, ('tests/e.py',))
   at = type('Mutation', (), {'start_pos': (2, 0), 'operator_name': 'core/X'})
   chosen = mutation_score.tests_for(module, source, at)
@@ -768,6 +772,15 @@ def test_a_mutant_runs_the_tests_that_execute_its_statement_quickest_first(monke
   command = shlex.split(mutation_score.test_command(module, files=chosen))
   assert command[-4:] == list(chosen) and '-x' in command
   assert mutation_score.fastest_first(chosen[:3]) == chosen[:3]  # ordered already
+  # A test file changed since the map by test (new tests it cannot know): run whole, in
+  # place of its tests, where the file map finds it executing the statement.
+  monkeypatch.setattr(coverage_map, 'digest', lambda path: f'{path.stem} edited')
+  assert mutation_score.tests_for(module, source, at) == (
+    'tests/a.py::t[a b]',
+    'tests/a.py::slow',
+    'tests/b.py',
+    'tests/e.py',
+  )
   # Their time bound: the recorded seconds, and each file's start; no run.
   monkeypatch.setattr(mutation_score, 'stored_baselines', lambda tree: {})
   monkeypatch.setattr(mutation_score.subprocess, 'run', None)  # a run would fail here

@@ -188,6 +188,20 @@ def files_running(entry: dict | None, source: bytes, lines: range) -> list[str] 
   return [name for name, text in entry['tests'].items() if wanted & parse_ranges(text)]
 
 
+def digest(path: pathlib.Path) -> str | None:
+  return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def changed_files(by_test: dict, files, root: pathlib.Path = ROOT) -> list[str]:
+  """Those of `files` whose text changed since the map by test was measured (their new
+  tests are not in it: a recheck after tests were added must run them), or all of them
+  where it recorded no digests."""
+  recorded = by_test.get('files')
+  if recorded is None:
+    return list(files)
+  return [f for f in files if recorded.get(f) != digest(root / f)]
+
+
 def load_tests(path: pathlib.Path = TESTS_MAP) -> dict:
   """The stored map by test ({} where none is stored here)."""
   return json.loads(path.read_text()) if path.exists() else {}
@@ -218,7 +232,8 @@ def main() -> int:
   by_test = record.pop('by_test')
   TESTS_MAP.parent.mkdir(exist_ok=True)
   kept = {key: record[key] for key in ('measured', 'commit', 'command', 'failed')}
-  TESTS_MAP.write_text(json.dumps({**kept, **by_test}, sort_keys=True) + '\n')
+  files = {str(f.relative_to(ROOT)): digest(f) for f in sorted((ROOT / 'tests').glob('*.py'))}
+  TESTS_MAP.write_text(json.dumps({**kept, **by_test, 'files': files}, sort_keys=True) + '\n')
   MAP.write_text(json.dumps(record, indent=1, sort_keys=True) + '\n')
   reached = sum(bool(m['tests']) for m in record['modules'].values())
   print(f'{MAP.relative_to(ROOT)}: {reached} of {len(record["modules"])} modules reached')
