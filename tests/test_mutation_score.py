@@ -765,6 +765,7 @@ def test_a_mutant_runs_the_tests_that_execute_its_statement_quickest_first(monke
   file_map = {'sha256': by_test['modules'][module]['sha256'], 'tests': {'tests/b.py': '2'}}
   monkeypatch.setattr(mutation_score, 'MEASURED', {module: file_map})
   monkeypatch.setattr(coverage_map, 'digest', lambda path: f'{path.stem} as measured')
+  monkeypatch.setitem(mutation_score.TESTS_OF, module, ('tests/b.py',))
   monkeypatch.setitem(mutation_score.UNCREDITED, module, ('tests/e.py',))
   at = type('Mutation', (), {'start_pos': (2, 0), 'operator_name': 'core/X'})
   chosen = mutation_score.tests_for(module, source, at)
@@ -772,13 +773,17 @@ def test_a_mutant_runs_the_tests_that_execute_its_statement_quickest_first(monke
   command = shlex.split(mutation_score.test_command(module, files=chosen))
   assert command[-4:] == list(chosen) and '-x' in command
   assert mutation_score.fastest_first(chosen[:3]) == chosen[:3]  # ordered already
-  # A test file changed since the map by test (new tests it cannot know): run whole, in
-  # place of its tests, where the file map finds it executing the statement.
+  # A file of the module's changed since the map by test (new tests it cannot know, which
+  # may execute the statement where none of the file's did): run whole, in place of its
+  # tests.
+  monkeypatch.setitem(mutation_score.TESTS_OF, module, ('tests/b.py', 'tests/d.py'))
+  by_test['files']['tests/d.py'] = 'd as measured'
   monkeypatch.setattr(coverage_map, 'digest', lambda path: f'{path.stem} edited')
   assert mutation_score.tests_for(module, source, at) == (
     'tests/a.py::t[a b]',
     'tests/a.py::slow',
     'tests/b.py',
+    'tests/d.py',
     'tests/e.py',
   )
   # Their time bound: the recorded seconds, and each file's start; no run.
