@@ -141,6 +141,10 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
   assert sorted(tests) == ['test_fails.py::test_fails', 'test_message.py::test_message']
   assert raised in coverage_map.parse_ranges(tests['test_fails.py::test_fails'])
   assert sorted(by_test['seconds']) == sorted(tests) and min(by_test['seconds'].values()) > 0
+  head_knn = subprocess.run(
+    ['git', 'show', 'HEAD:tests/test_knn.py'], cwd=REPO, capture_output=True, check=True
+  ).stdout  # the test files' digests are the measured commit's
+  assert by_test['files']['tests/test_knn.py'] == hashlib.sha256(head_knn).hexdigest()
   assert record['outcome'].startswith('2 passed') and len(record['commit']) == 40
   assert record['failed'] == []
   summary = ['x', 'FAILED tests/test_b.py::test_y[a b]@test_b.py - AssertionError: no - b']

@@ -107,6 +107,10 @@ def test_files(data, path: pathlib.Path) -> dict[str, set[int]]:
   return files
 
 
+def digest(path: pathlib.Path) -> str | None:
+  return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
 def derive(data, root: pathlib.Path, modules: list[str], by=test_files) -> dict[str, dict]:
   """{module: {'sha256': its source's, 'tests': {test file (or test, `by=test_contexts`):
   its lines as ranges}}}."""
@@ -115,7 +119,7 @@ def derive(data, root: pathlib.Path, modules: list[str], by=test_files) -> dict[
     path = (root / module).resolve()
     found = by(data, path)
     derived[module] = {
-      'sha256': hashlib.sha256(path.read_bytes()).hexdigest(),
+      'sha256': digest(path),
       'tests': {name: ranges(lines) for name, lines in sorted(found.items())},
     }
   return derived
@@ -150,6 +154,9 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
     by_test = derive(data, tree, measured_modules(tree), by=test_contexts)
     timed = json.loads(seconds_file.read_text()) if seconds_file.exists() else {}
     seconds = {node_id(test): time for test, time in timed.items()}
+    # The test files as measured (the copy's, not the working tree's): a file edited
+    # since holds tests the map does not know.
+    files = {str(f.relative_to(tree)): digest(f) for f in sorted((tree / 'tests').glob('*.py'))}
   lines = result.stdout.strip().splitlines()
   return {
     'measured': datetime.date.today().isoformat(),
@@ -158,7 +165,7 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
     'outcome': (lines or [''])[-1],
     'failed': failed_tests(lines),  # a test failing under coverage: its lines may be missing
     'modules': modules,
-    'by_test': {'modules': by_test, 'seconds': seconds},  # main() keeps it apart
+    'by_test': {'modules': by_test, 'seconds': seconds, 'files': files},  # main() keeps it apart
   }
 
 
@@ -179,17 +186,14 @@ def load(path: pathlib.Path = MAP) -> dict[str, dict]:
 
 
 def files_running(entry: dict | None, source: bytes, lines: range) -> list[str] | None:
-  """The test files that execute any of `lines` of a module whose map entry is `entry`;
+  """The test files (or, of the map by test, the tests) that execute any of `lines` of a
+  module whose map entry is `entry`;
   None where that cannot be told (no entry, or the module changed since it was measured:
   its lines moved)."""
   if not entry or entry['sha256'] != hashlib.sha256(source).hexdigest():
     return None
   wanted = set(lines)
   return [name for name, text in entry['tests'].items() if wanted & parse_ranges(text)]
-
-
-def digest(path: pathlib.Path) -> str | None:
-  return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 def changed_files(by_test: dict, files, root: pathlib.Path = ROOT) -> list[str]:
@@ -212,13 +216,9 @@ def tests_running(by_test: dict, module: str, source: bytes, lines: range) -> tu
   cannot tell: not measured here, or the module changed since), less those that failed
   under coverage; grouped by file (a file's module fixtures are set up once), the files
   in the order of their quickest test, each file's tests quickest first."""
-  entry = by_test.get('modules', {}).get(module)
-  if not entry or entry['sha256'] != hashlib.sha256(source).hexdigest():
-    return ()
-  wanted, failed, seconds = set(lines), set(by_test.get('failed', ())), by_test['seconds']
-  tests = [
-    t for t, text in entry['tests'].items() if t not in failed and wanted & parse_ranges(text)
-  ]
+  running = files_running(by_test.get('modules', {}).get(module), source, lines) or ()
+  failed, seconds = set(by_test.get('failed', ())), by_test.get('seconds', {})
+  tests = [test for test in running if test not in failed]
   time_of = lambda test: seconds.get(test, float('inf'))
   by_file: dict[str, list[str]] = {}
   for test in sorted(tests, key=lambda t: (time_of(t), t)):
@@ -232,8 +232,7 @@ def main() -> int:
   by_test = record.pop('by_test')
   TESTS_MAP.parent.mkdir(exist_ok=True)
   kept = {key: record[key] for key in ('measured', 'commit', 'command', 'failed')}
-  files = {str(f.relative_to(ROOT)): digest(f) for f in sorted((ROOT / 'tests').glob('*.py'))}
-  TESTS_MAP.write_text(json.dumps({**kept, **by_test, 'files': files}, sort_keys=True) + '\n')
+  TESTS_MAP.write_text(json.dumps({**kept, **by_test}, sort_keys=True) + '\n')
   MAP.write_text(json.dumps(record, indent=1, sort_keys=True) + '\n')
   reached = sum(bool(m['tests']) for m in record['modules'].values())
   print(f'{MAP.relative_to(ROOT)}: {reached} of {len(record["modules"])} modules reached')

@@ -647,11 +647,11 @@ def tests_for(module: str, source: str, mutation) -> tuple[str, ...]:
   a program a test starts, or by no test)."""
   lines = reach_lines(source, mutation.start_pos[0], mutation.operator_name)
   tests = coverage_map.tests_running(MEASURED_TESTS, module, source.encode(), lines)
-  running = coverage_map.files_running(MEASURED.get(module), source.encode(), lines)
   if tests:  # the map by test: those tests, then whole the module's files it cannot tell of
     changed = coverage_map.changed_files(MEASURED_TESTS, TESTS_OF[module])
     kept = tuple(t for t in tests if t.split('::', 1)[0] not in changed)
     return tuple(dict.fromkeys((*kept, *changed, *UNCREDITED.get(module, ()))))
+  running = coverage_map.files_running(MEASURED.get(module), source.encode(), lines)
   if not running:
     return TESTS_OF[module]
   chosen = {*running, *UNCREDITED.get(module, ())}
