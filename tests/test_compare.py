@@ -306,6 +306,21 @@ def test_table_cells_are_recomputed_from_the_runs():
     ]
 
 
+def test_the_report_names_the_training_subset_only_when_one_is_used():
+  """The header names `train_examples` (not another count) when a subset was trained on,
+  and no subset without one."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, set())
+  summary = image_grid.summarise(_grid_runs(plan))
+  best = image_grid.best_per_method(summary)
+  report = lambda: image_grid.markdown_report(summary, best, config, SEEDS, 'features', set(), [])
+  config.train_examples, config.num_epochs = None, 7
+  assert 'Seeds: 0, 1, 2; 7 epochs, batch' in report()
+  config.train_examples = 500
+  subset = 'Seeds: 0, 1, 2; a class-balanced subset of 500 training examples (bank of the kNN'
+  assert subset in report() and 'the test split whole), 7 epochs, batch' in report()
+
+
 def _first_epoch_reaching(curves, target):
   mean_curve = np.mean(np.asarray(curves, np.float64), axis=0)
   reached = np.flatnonzero(mean_curve >= target)
