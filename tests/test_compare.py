@@ -306,9 +306,9 @@ def test_table_cells_are_recomputed_from_the_runs():
     ]
 
 
-def test_the_report_names_the_training_subset_only_when_one_is_used():
+def test_the_report_header_names_the_training_subset_and_the_grids():
   """The header names `train_examples` (not another count) when a subset was trained on,
-  and no subset without one."""
+  no subset without one, and the grids searched in alphabetical order."""
   config = digits.get_config()
   plan = image_grid.settings(config, set())
   summary = image_grid.summarise(_grid_runs(plan))
@@ -316,6 +316,8 @@ def test_the_report_names_the_training_subset_only_when_one_is_used():
   report = lambda: image_grid.markdown_report(summary, best, config, SEEDS, 'features', set(), [])
   config.train_examples, config.num_epochs = None, 7
   assert 'Seeds: 0, 1, 2; 7 epochs, batch' in report()
+  grids = image_grid.markdown_report(summary, best, config, SEEDS, 'features', {'tau', 'beta'}, [])
+  assert 'Grids searched: beta, tau (best setting' in grids  # in alphabetical order
   config.train_examples = 500
   subset = 'Seeds: 0, 1, 2; a class-balanced subset of 500 training examples (bank of the kNN'
   assert subset in report() and 'the test split whole), 7 epochs, batch' in report()

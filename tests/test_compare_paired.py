@@ -35,6 +35,8 @@ def test_plan_gives_the_named_methods_their_own_seeds_seed_by_seed():
   assert image_grid.describe_seeds(image_grid.plan_runs(config, [0, 1], set())) == ['0', '1']
   with pytest.raises(ValueError, match=r"unknown methods \['h-scl'\]; use ucl, hucl, scl"):
     image_grid.plan_runs(config, [0], set(), {'h-scl': 5})
+  with pytest.raises(ValueError, match=r"unknown methods \['beta', 'scl2', 'ucl '\]; use"):
+    image_grid.plan_runs(config, [0], set(), {'ucl ': 2, 'scl': 3, 'scl2': 5, 'beta': 1})
 
 
 def test_compare_refuses_a_bad_seeds_for_in_one_line():

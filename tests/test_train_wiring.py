@@ -188,3 +188,18 @@ def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():
     match=r'^config\.batch_size: 64 exceeds the 63 training examples\. Fix: use at most 63\.$',
   ):
     train.check_batch_fits(config, 63)
+
+
+def test_a_refused_samples_per_class_suggests_a_batch_every_device_divides():
+  """The run's loader asks a suggested batch_size to be a multiple of the devices (4
+  here) and processes (1): with no m passing at 7, the largest such batch that has one."""
+  from hscl_jax import data
+
+  assert (jax.device_count(), jax.process_count()) == (4, 1)
+  labels = np.repeat(np.arange(6), [1, 1, 1, 1, 1, 3]).astype(np.int32)  # 6 classes
+  source = data.ArraySource(np.zeros((8, 4, 4, 3), np.uint8), labels, 6)
+  config = digits.get_config()
+  config.batch_size, config.samples_per_class = 7, 7
+  # Batch 6 would take one of each class; 4 is the largest multiple of 4 devices below 7.
+  with pytest.raises(errors.ConfigError, match=r'use --config\.batch_size=4 with samples_per'):
+    train.make_train_loader(config, source)
