@@ -221,6 +221,27 @@ def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
   assert image_grid.inspect_links(str(tmp_path / 'gone'), best, 0, str(tmp_path / 'new')) == []
 
 
+
+def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monkeypatch):
+  """write_report links the inspect figures of the plan's lowest seed (here seed 0 has
+  them and seed 1 does not), whatever order the plan lists its seeds in."""
+  config = digits.get_config()
+  plan = [(s, seed) for seed in (1, 0) for s in image_grid.settings(config, set())]
+  fake = lambda base, s, seed, *_: _fake_run(s, seed, 0.5 + 0.001 * seed)
+  monkeypatch.setattr(image_grid, 'completed_run', fake)
+  monkeypatch.setattr(image_grid, 'raw_pixel_knn', lambda *_: None)
+  monkeypatch.setattr(image_grid, 'plot_report', lambda *_: [])
+  root = tmp_path / 'root'
+  for s, _ in plan[: len(plan) // 2]:  # each setting's seed-0 run has every figure
+    folder = pathlib.Path(image_grid.run_dir(str(root), s, 0)) / 'inspect'
+    folder.mkdir(parents=True)
+    for name in ('tsne.png', 'neighbours.png', 'hardest_negatives.png'):
+      (folder / name).write_bytes(b'png')
+    statistic = {'hucl_false_negative_fraction': 0.25, 'k': 8}
+    (folder / 'false_negatives.json').write_text(json.dumps(statistic))
+  report = image_grid.write_report(config, str(root), plan, set(), 'features')
+  assert '## What the encoders learned (seed 0;' in report
+
 # --------------------------------------------------------------------------------------
 # Every figure of the report recomputed from the runs, on runs whose seeds differ (so a
 # mean, a std, a wrong seed or a wrong epoch each show).
