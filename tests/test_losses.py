@@ -591,6 +591,8 @@ class InputValidationTest(parameterized.TestCase):
       losses.tau_schedule(1, start=np.nan, end=0.1, num_epochs=4)
     with self.assertRaisesRegex(ValueError, 'beta must be finite'):
       losses.beta_schedule(1, beta=np.nan, num_epochs=4, num_steps=2)
+    with self.assertRaisesRegex(ValueError, r'num_steps \(ℓ, the number of β changes\) .* got 0'):
+      losses.beta_schedule(1, beta=1.0, num_epochs=4, num_steps=0)
     # Valid concrete values of every type still work (and zero thresholds are allowed).
     expected = losses.scl(features, labels)
     for make in (np.float32, jnp.float32):
@@ -803,6 +805,9 @@ _DENSE_KEYS = loss_kernel.DENSE_MAX_ENTRIES // 4096  # with 4096 queries: the bo
   [
     (None, 4096, _DENSE_KEYS, None),  # DENSE_MAX_ENTRIES similarities: dense
     (None, 4096, _DENSE_KEYS + 1, loss_kernel.DEFAULT_BLOCK_SIZE),  # more: blockwise
+    # Queries times keys counts, not either side alone (nor its square).
+    (None, 2, loss_kernel.DENSE_MAX_ENTRIES // 2, None),
+    (None, loss_kernel.DENSE_MAX_ENTRIES // 2, 3, loss_kernel.DEFAULT_BLOCK_SIZE),
     (0, 10**5, 10**5, None),  # 0 asks for dense at any size
     (5, 8, 8, 5),  # a size given is kept, however small the batch
     (1, 10**5, 10**5, 1),
