@@ -75,16 +75,19 @@ def accelerator_report(out: pathlib.Path, resnet18_bfloat16: dict, loader: float
   (out / 'accelerator.json').write_text(json.dumps(report))
 
 
-def run_main(tmp_path, monkeypatch, resnet18_bfloat16: dict, loader=15.0, bench_lines=()):
+def run_main(
+  tmp_path, monkeypatch, resnet18_bfloat16: dict, loader=15.0, bench_lines=(), limits=None
+):
   """first_light.main on a folder of 24 training and 9 test images, every step faked (the
-  accelerator's writes accelerator.json); returns (first_light.json, {step: command})."""
+  accelerator's writes accelerator.json); returns (first_light.json, {step: command});
+  `limits`, where given, gets {step: its time limit}."""
   data, out = tmp_path / 'data', tmp_path / 'out'
   split_folder(data, 'train', (10, 8, 6))
   split_folder(data, 'test', (3, 3, 3))
-  commands = {}
+  commands, limits = {}, {} if limits is None else limits
 
   def fake_step(name, command, limit_s, log, env):
-    commands[name] = command
+    commands[name], limits[name] = command, limit_s
     if name == 'accelerator':
       accelerator_report(out, resnet18_bfloat16, loader)
     lines = list(bench_lines) if name == 'step rate' else []
@@ -134,7 +137,11 @@ def test_without_a_measured_step_the_plan_takes_bench_train_steps_samples(tmp_pa
   hold 174 epochs (no loader rate now)."""
   failed = dict(error='RuntimeError: RESOURCE_EXHAUSTED')
   printed = ['compiling\n', json.dumps(dict(model='resnet18', images_per_s=30.0)) + '\n']
-  summary, commands = run_main(tmp_path, monkeypatch, failed, bench_lines=printed)
+  limits = {}
+  summary, commands = run_main(tmp_path, monkeypatch, failed, bench_lines=printed, limits=limits)
+  # 540 s: the accelerator gets its 300 (not the 315 left after the reserves), the step's
+  # own measurement its 150 (not the 340 left after 200).
+  assert (limits['accelerator'], limits['step rate']) == (300, 150)
   plan = summary['plan']
   assert (plan['step_samples_per_s'], plan['source']) == (15.0, 'benchmarks/bench_train_step.py')
   assert (plan['epoch_s'], plan['epochs'], plan['every_epochs']) == (2.0, 174, 43)
@@ -165,3 +172,21 @@ def test_the_bundle_is_installed_and_its_data_unpacked_unless_data_names_a_folde
   (command,) = commands
   assert command[1:4] == ['tools/gpu_bundle.py', f'--bundle={tmp_path / "bundle"}', 'install']
   assert gpu_bundle.parse_args(command[2:]).data_sets == ([data_sets] if data_sets else [])
+
+
+def test_the_summary_reads_the_last_epoch_and_the_median_rate(tmp_path):
+  """metrics.jsonl's last record gives the epochs done and the last loss; the rates their
+  median (the middle of three), the epoch times their sum in minutes."""
+  records = [
+    dict(epoch=1, samples_per_second=50.0, epoch_time=60.0, train_loss=5.0, knn_top1=0.2),
+    dict(epoch=2, samples_per_second=90.0, epoch_time=30.0, train_loss=4.0),
+    dict(epoch=3, samples_per_second=70.0, epoch_time=30.0, train_loss=3.5, knn_top1=0.4),
+  ]
+  (tmp_path / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
+  assert first_light.run_summary(tmp_path) == dict(
+    epochs_done=3,
+    train_minutes=2.0,
+    median_samples_per_s=70.0,
+    knn_top1={1: 0.2, 3: 0.4},
+    last_train_loss=3.5,
+  )
