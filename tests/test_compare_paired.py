@@ -159,3 +159,13 @@ def test_labels_in_a_batch_table_has_every_setting_from_its_own_runs():
   config.samples_per_class = 16
   table = '\n'.join(image_grid.batch_composition(config, plan[:1]))
   assert '| UCL | 0 | 64 | class-aware, 16 per class | 15.00 | 100.0 % |' in table
+
+
+def test_compare_refuses_unknown_grids_naming_them_in_order():
+  out = subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.experiments.compare', '--config=configs/digits.py',
+     '--grid=zeta,beta,alpha', '--report_only'],
+    cwd=REPO, capture_output=True, text=True, timeout=300,
+  )  # fmt: skip
+  assert out.returncode != 0
+  assert "--grid takes beta, tau and/or queue, got ['alpha', 'zeta']." in out.stderr
