@@ -186,6 +186,16 @@ def test_ranking_marks_ties():
   assert image_grid._ranking(list(scores), scores.get) == 'SCL > UCL = H-UCL'
 
 
+def _write_inspect_figures(folder: pathlib.Path, fraction: float) -> dict:
+  """What `python -m hscl_jax.inspect` writes: the three figures and the statistic."""
+  folder.mkdir(parents=True)
+  for name in ('tsne.png', 'neighbours.png', 'hardest_negatives.png'):
+    (folder / name).write_bytes(b'png')
+  statistic = {'hucl_false_negative_fraction': fraction, 'k': 8}
+  (folder / 'false_negatives.json').write_text(json.dumps(statistic))
+  return statistic
+
+
 def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
   """The best H-SCL(β) run of seed 0 has every inspect figure: linked (relative to the
   report) with its false-negative fraction; UCL's has only one figure: not linked."""
@@ -195,11 +205,7 @@ def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
   best = image_grid.best_per_method(image_grid.summarise(runs))
   root, report_dir = tmp_path / 'root', tmp_path / 'report'
   hscl = pathlib.Path(image_grid.run_dir(str(root), best['H-SCL(β)'], 0)) / 'inspect'
-  hscl.mkdir(parents=True)
-  for name in ('tsne.png', 'neighbours.png', 'hardest_negatives.png'):
-    (hscl / name).write_bytes(b'png')
-  statistic = {'hucl_false_negative_fraction': 0.4567, 'k': 8}
-  (hscl / 'false_negatives.json').write_text(json.dumps(statistic))
+  statistic = _write_inspect_figures(hscl, 0.4567)
   ucl = pathlib.Path(image_grid.run_dir(str(root), best['UCL'], 0)) / 'inspect'
   ucl.mkdir(parents=True)
   (ucl / 'tsne.png').write_bytes(b'png')
@@ -233,12 +239,7 @@ def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monke
   monkeypatch.setattr(image_grid, 'plot_report', lambda *_: [])
   root = tmp_path / 'root'
   for s, _ in plan[: len(plan) // 2]:  # each setting's seed-0 run has every figure
-    folder = pathlib.Path(image_grid.run_dir(str(root), s, 0)) / 'inspect'
-    folder.mkdir(parents=True)
-    for name in ('tsne.png', 'neighbours.png', 'hardest_negatives.png'):
-      (folder / name).write_bytes(b'png')
-    statistic = {'hucl_false_negative_fraction': 0.25, 'k': 8}
-    (folder / 'false_negatives.json').write_text(json.dumps(statistic))
+    _write_inspect_figures(pathlib.Path(image_grid.run_dir(str(root), s, 0)) / 'inspect', 0.25)
   report = image_grid.write_report(config, str(root), plan, set(), 'features')
   assert '## What the encoders learned (seed 0;' in report
 
@@ -341,7 +342,8 @@ def test_the_report_header_names_the_training_subset_and_the_grids():
   assert 'Grids searched: beta, tau (best setting' in grids  # in alphabetical order
   config.train_examples = 500
   subset = 'Seeds: 0, 1, 2; a class-balanced subset of 500 training examples (bank of the kNN'
-  assert subset in report() and 'the test split whole), 7 epochs, batch' in report()
+  with_subset = report()
+  assert subset in with_subset and 'the test split whole), 7 epochs, batch' in with_subset
 
 
 def _first_epoch_reaching(curves, target):

@@ -25,6 +25,7 @@ from acceptance import accepted  # noqa: E402
 
 from configs import digits  # noqa: E402
 from hscl_jax import checkpointing  # noqa: E402
+from hscl_jax import data  # noqa: E402
 from hscl_jax import errors  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax import models  # noqa: E402
@@ -193,8 +194,6 @@ def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():
 def test_a_refused_samples_per_class_suggests_a_batch_every_device_divides():
   """The run's loader asks a suggested batch_size to be a multiple of the devices (4
   here) and processes (1): with no m passing at 7, the largest such batch that has one."""
-  from hscl_jax import data
-
   assert (jax.device_count(), jax.process_count()) == (4, 1)
   labels = np.repeat(np.arange(6), [1, 1, 1, 1, 1, 3]).astype(np.int32)  # 6 classes
   source = data.ArraySource(np.zeros((8, 4, 4, 3), np.uint8), labels, 6)
