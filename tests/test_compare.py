@@ -227,7 +227,6 @@ def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
   assert image_grid.inspect_links(str(tmp_path / 'gone'), best, 0, str(tmp_path / 'new')) == []
 
 
-
 def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monkeypatch):
   """write_report links the inspect figures of the plan's lowest seed (here seed 0 has
   them and seed 1 does not), whatever order the plan lists its seeds in."""
@@ -242,6 +241,7 @@ def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monke
     _write_inspect_figures(pathlib.Path(image_grid.run_dir(str(root), s, 0)) / 'inspect', 0.25)
   report = image_grid.write_report(config, str(root), plan, set(), 'features')
   assert '## What the encoders learned (seed 0;' in report
+
 
 # --------------------------------------------------------------------------------------
 # Every figure of the report recomputed from the runs, on runs whose seeds differ (so a
