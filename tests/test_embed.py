@@ -206,6 +206,19 @@ def test_bad_requests_are_one_line(digits_run, kwargs, message):
     embedding.embed(str(workdir), out, **kwargs)
 
 
+@pytest.mark.parametrize('split, size', [('train', 1438), ('test', 359)])
+def test_each_split_of_the_run_is_accepted_and_is_that_split(digits_run, split, size):
+  """Both splits the program offers are accepted (a refusal is a failed assertion naming
+  it, not a crash) and give that split: the sizes counted in the epoch test above."""
+  _, config, _ = digits_run
+  try:
+    source, refused = embedding.split_source(config, split), None
+  except embedding.EmbedError as error:
+    source, refused = None, error
+  assert refused is None, f'--split={split} refused: {refused}'
+  assert len(source) == size
+
+
 def _embed_program(*args):
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   return subprocess.run(

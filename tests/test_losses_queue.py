@@ -163,6 +163,18 @@ class IdentityTest(parameterized.TestCase):
       losses.scl(features, labels, queue=queue, queue_labels=queue_labels * 1.0)
     losses.ucl(features, queue=queue)  # unlabelled, all filled: fine for UCL
 
+  def test_every_valid_queue_length_is_accepted(self):
+    """One slot, fewer or more slots than the feature dimension (8): the labels and filled
+    flags of K slots are accepted as shape [K] (a refusal is a failed assertion naming K)."""
+    for slots in (1, 5, 13):
+      features, labels, *queue = random_batch(9, slots=slots)
+      try:
+        value, refused = losses.scl(features, labels, **queue_kwargs(*queue)), None
+      except ValueError as error:
+        value, refused = None, error
+      assert refused is None, f'a queue of K={slots} slots refused: {refused}'
+      assert np.isfinite(value)
+
 
 class BlockwiseTest(parameterized.TestCase):
   @parameterized.product(name=sorted(LOSSES), block_size=[3, 8])
