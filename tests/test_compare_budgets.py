@@ -100,6 +100,16 @@ def test_every_paired_row_is_by_seed_over_the_seeds_of_every_budget(report):
   assert 'UCL | ' not in text.replace('H-UCL', '')  # UCL has no seed at 4 epochs
 
 
+def test_the_header_names_each_methods_shared_seeds_in_ascending_order(report):
+  """The header's seeds are each method's seeds finished at every budget, lowest first
+  (H-SCL(β): 0, 2, 3; its seed 1 ran only at 2 epochs); UCL, with none, is not named."""
+  _, text = report
+  header = next(line for line in text.splitlines() if 'finished at every budget: ' in line)
+  named = header.split('finished at every budget: ', 1)[1].rstrip('.').split('; ')
+  want = {f'{method} {", ".join(map(str, seeds))}' for method, seeds in SHARED.items()}
+  assert set(named) == want
+
+
 def test_table_one_per_budget_is_over_the_shared_seeds(report):
   _, text = report
   for method, seeds in SHARED.items():
