@@ -288,7 +288,12 @@ def test_cross_process_hscl_gradient_equals_single_process(tmp_path):
   for result in multi:
     assert int(result['process_count']) == 2 and int(result['device_count']) == 4
   assert int(single['process_count']) == 1 and int(single['device_count']) == 4
-  info = ('process_count', 'process_index', 'device_count', 'local_device_count')
+  info = ('process_count', 'process_index', 'device_count', 'local_device_count', 'described')
+  # The start-up log line (main.py's 'JAX ...') names this process of how many, and the
+  # local and global devices: counts that differ here (2 processes x 2 of 4 devices).
+  for process, result in enumerate(multi):
+    assert str(result['described']) == f'explicit: process {process}/2, 2 local of 4 devices (cpu)'
+  assert str(single['described']) == 'single: process 0/1, 4 local of 4 devices (cpu)'
   # Both processes hold the same (replicated) values, equal to one process's.
   _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=info)
   _assert_same(
@@ -307,6 +312,7 @@ TRAIN_INFO = (
   'local_device_count',
   'knn_top1',
   'resumed_from',
+  'described',
 )
 
 
@@ -334,7 +340,7 @@ def test_two_processes_train_like_one_and_resume_with_one(tmp_path):
   )
   for result in multi:
     assert int(result['process_count']) == 2 and int(result['device_count']) == 4
-  _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=('process_index',))
+  _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=('process_index', 'described'))
   # Same global batches, synced BN, global negatives and gradients: same parameters.
   _assert_same(multi[0], single, rtol=1e-4, atol=1e-5, skip=TRAIN_INFO)
   np.testing.assert_allclose(multi[0]['knn_top1'], single['knn_top1'], atol=2e-3)
@@ -393,7 +399,7 @@ def test_two_processes_train_like_one_with_gradient_caching_and_a_queue(tmp_path
     ]
   )
   assert int(multi[0]['process_count']) == 2 and int(single['process_count']) == 1
-  _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=('process_index',))
+  _assert_same(multi[0], multi[1], rtol=0, atol=0, skip=('process_index', 'described'))
   _assert_same(multi[0], single, rtol=1e-4, atol=1e-5, skip=TRAIN_INFO)
   assert single['queue/filled'].all()
   assert any(name.startswith('key_encoder/params/') for name in single)
@@ -510,7 +516,7 @@ def _worker_main(spec: dict) -> None:
   from hscl_jax import distributed
 
   # Before any other JAX call: joins the other processes (gloo collectives on CPU).
-  distributed.initialize(
+  setup = distributed.initialize(
     spec['coordinator_address'],
     spec['num_processes'],
     spec['process_id'],
@@ -519,7 +525,7 @@ def _worker_main(spec: dict) -> None:
   import jax
 
   out = {'grad': _grad_worker, 'train': _train_worker}[spec['task']](spec)
-  out.update(_process_info(jax))
+  out.update(_process_info(jax), described=distributed.describe(setup))
   np.savez(spec['out'], **out)
 
 
