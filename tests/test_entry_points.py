@@ -156,6 +156,9 @@ def test_every_entry_point_help_lists_its_flags():
     tree = ast.parse((REPO / (module.replace('.', '/') + '.py')).read_text())
     for name, _ in _flag_definitions(tree):
       assert re.search(rf'^  --(\[no\])?{name}:', out, re.M), f'{module}: --{name} not in --help'
+  # A help that lists the choices lists them in order: prepare's TFDS datasets, A to Z.
+  prepare_help = ' '.join(outputs['hscl_jax.prepare'][0].split())
+  assert 'one of cifar10, cifar100, stl10 (digits and image_folder' in prepare_help
 
 
 _STRAY_ARGUMENTS = """
