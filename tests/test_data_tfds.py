@@ -201,6 +201,26 @@ def test_not_prepared_fails_fast_with_the_prepare_command(tmp_path):
   assert not any(tmp_path.iterdir())  # Nothing was downloaded or created.
 
 
+def test_every_split_of_each_dataset_is_accepted_up_to_preparation(tmp_path):
+  """Each dataset's own splits (written out here) get as far as its prepared files: not
+  prepared here, so the prepare command; a refusal of the split name fails an assertion."""
+  splits = {
+    'cifar10': ('train', 'test'),
+    'cifar100': ('train', 'test'),
+    'stl10': ('train', 'test', 'unlabelled'),
+  }
+  for name, names in splits.items():
+    for split in names:
+      try:
+        data.get_source(name, split, data_dir=str(tmp_path))
+        outcome = 'opened'
+      except data.DatasetNotPreparedError:
+        outcome = 'not prepared'
+      except ValueError as error:
+        outcome = f'refused: {error}'
+      assert outcome == 'not prepared', (name, split)
+
+
 def test_tfrecord_preparation_is_rejected(tmp_path):
   write_prepared(tmp_path, 'cifar10', file_format='tfrecord', with_records=False)
   with pytest.raises(data.DatasetNotPreparedError, match='prepared as tfrecord'):
