@@ -183,6 +183,17 @@ def test_invalid_configs_name_the_field_and_the_fix(path, value, expected):
   assert re.search(expected, message), message
 
 
+def test_a_batch_refusal_names_the_devices_and_the_processes():
+  """8 devices over 2 processes: the refusal counts each (not one for the other) and
+  suggests the next multiple of lcm(8, 2) = 8."""
+  config = default.get_config()
+  config.batch_size = 510
+  with pytest.raises(schema.ConfigError) as info:
+    schema.validate_config(config, num_devices=8, num_processes=2)
+  assert 'batch_size: 510 does not split evenly over the 8 devices (2 processes)' in str(info.value)
+  assert '--config.batch_size=512' in str(info.value)
+
+
 def _closure(function) -> dict:
   return dict(zip(function.__code__.co_freevars, (c.cell_contents for c in function.__closure__)))
 

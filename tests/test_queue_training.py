@@ -244,3 +244,13 @@ def test_bad_queue_settings_are_refused(field, value, message):
   ) as info:
     schema.validate_config(config, num_devices=4)
   assert 'Fix:' in str(info.value)
+
+
+@pytest.mark.parametrize('queue_size, suggested', [(100, 128), (30, 64), (200, 256)])
+def test_a_refused_queue_size_suggests_the_next_multiple_of_a_steps_rows(queue_size, suggested):
+  """64 rows a step (batch 32): above one step's rows the next multiple up, below it one step."""
+  config = tiny_config()
+  config.queue_size = queue_size
+  with pytest.raises(schema.ConfigError) as info:
+    schema.validate_config(config, num_devices=4)
+  assert f'--config.queue_size={suggested}' in str(info.value)
