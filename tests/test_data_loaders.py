@@ -115,8 +115,11 @@ def test_label_mode_singleton_class_pairs_with_itself():
   np.testing.assert_array_equal(batch['image'][singleton, 0], batch['image'][singleton, 1])
 
 
-def test_label_mode_rejects_unlabelled_data():
-  source = data.ArraySource(np.zeros((10, 2, 2, 3), np.uint8), np.full(10, -1), 10)
+@pytest.mark.parametrize('labels', [np.full(10, -1), np.array([0, 1, 2, -1, 3, 4, 5, 6, 7, 8])])
+def test_label_mode_rejects_unlabelled_data(labels):
+  """All unlabelled (STL-10's extra split) or one unlabelled example among labelled ones:
+  it would have no same-class partner."""
+  source = data.ArraySource(np.zeros((10, 2, 2, 3), np.uint8), labels, 10)
   with pytest.raises(ValueError, match='unlabelled'):
     loader(source, positive_mode='label')
 

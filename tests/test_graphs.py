@@ -198,6 +198,8 @@ def test_reader_remaps_labels_and_uses_one_hot_degrees(toy_dir):
   np.testing.assert_array_equal(ds.features.argmax(1), degrees)
   np.testing.assert_array_equal(ds.features.sum(1), 1.0)
   np.testing.assert_array_equal(ds.node_counts, [n for n, _, _ in graphs])
+  # One edge count per graph: its edges in both directions, as the file lists them.
+  np.testing.assert_array_equal(ds.edge_counts, [2 * len(edges) for _, edges, _ in graphs])
 
 
 def test_reader_uses_node_labels_when_present(tmp_path):
@@ -263,6 +265,21 @@ def test_batches_are_shuffled_by_seed_and_cover_every_graph(toy_dir):
   assert batch['node_mask'].sum() == ds.node_counts[a[2]].sum()
   real_edges = ds.edge_counts[a[2]].sum()
   assert np.all(batch['receivers'][real_edges:] == budget.nodes)  # dropped by segment sums
+
+
+def test_the_budget_fits_the_largest_planned_batch(toy_dir):
+  """The most nodes and the most edges of any batch of the plan (here 16, 16 and 8
+  graphs), counted from the toy graphs; rounded up to the multiples asked."""
+  graphs = toy_graphs()
+  ds = data.load_tu('TOY', toy_dir)
+  batches = data.epoch_batches(np.arange(40), 16, 3, np.random.default_rng(0))
+  nodes = [sum(graphs[g][0] for g in b) for b in batches]
+  edges = [sum(2 * len(graphs[g][1]) for g in b) for b in batches]
+  assert min(nodes) < max(nodes) and min(edges) < max(edges)
+  exact = data.budget_for(ds, batches, 16, node_multiple=1, edge_multiple=1)
+  assert exact == data.Budget(graphs=16, nodes=max(nodes), edges=max(edges))
+  rounded = data.budget_for(ds, batches, 16, node_multiple=64, edge_multiple=128)
+  assert rounded == data.Budget(16, -(-max(nodes) // 64) * 64, -(-max(edges) // 128) * 128)
 
 
 # --------------------------------------------------------------------------------------
