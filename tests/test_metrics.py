@@ -106,6 +106,21 @@ def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path, 
   assert _scalars(tmp_path) == pytest.approx({r['step']: r['train_loss'] for r in model})
 
 
+def test_a_resume_without_a_row_of_the_file_hides_that_rows_events(tmp_path, one_second):
+  """The file holds steps 10, 15 and 20; the checkpoint's rows are 10 and 20 (none at 15):
+  TensorBoard stops showing the events from step 15 on, the first step where they differ
+  (the checkpoint's row 20 logged again), not from 20, which would leave step 15 shown."""
+  writer = metrics.MetricWriter(str(tmp_path))
+  for step in (10, 15, 20):
+    writer.write(step, {'epoch': 1, 'train_loss': step / 100})
+  writer.close()
+  checkpoint_rows = [{'step': s, 'epoch': 1, 'train_loss': s / 100} for s in (10, 20)]
+  writer = metrics.MetricWriter(str(tmp_path), keep_through_step=20, records=checkpoint_rows)
+  writer.close()
+  assert metrics.read_metrics(str(tmp_path)) == checkpoint_rows
+  assert _scalars(tmp_path) == pytest.approx({10: 0.1, 20: 0.2})
+
+
 @pytest.mark.parametrize(
   'seconds, text',
   [
