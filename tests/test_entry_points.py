@@ -188,3 +188,15 @@ def test_every_entry_point_refuses_stray_arguments_and_only_them():
       'usage: Unexpected arguments: a b',
     ], (module, out, err[-2000:])
     assert len(lines) == 3 and not lines[2].startswith('usage:'), (module, out)
+
+
+def test_compare_graphs_refuses_unknown_methods_naming_them_in_order(tmp_path):
+  """Before any work: the unknown names of --methods, A to Z, and the methods to pick from."""
+  out = subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.experiments.compare_graphs', f'--data_dir={tmp_path}',
+     f'--workdir={tmp_path}', '--methods=zeta,ucl,alpha'],
+    cwd=REPO, env={**os.environ, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'},
+    capture_output=True, text=True, timeout=300,
+  )  # fmt: skip
+  assert out.returncode != 0 and os.listdir(tmp_path) == []
+  assert "--methods: unknown ['alpha', 'zeta']; use some of " in out.stderr
