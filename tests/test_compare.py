@@ -100,7 +100,15 @@ def _fake_run(setting, seed, top1):
   }
 
 
-def test_report_table_and_plots(tmp_path):
+def test_report_table_and_plots(tmp_path, monkeypatch):
+  figures = {}
+  original_save = image_grid._save
+
+  def keep(fig, out_dir, name):
+    figures[name] = fig
+    return original_save(fig, out_dir, name)
+
+  monkeypatch.setattr(image_grid, '_save', keep)
   config = digits.get_config()
   plan = image_grid.settings(config, {'beta'})
   runs = [
@@ -111,6 +119,19 @@ def test_report_table_and_plots(tmp_path):
   assert best['H-SCL(β)'].overrides[-1] == ('beta', 5.0)  # the highest top-1 of the grid
   plots = image_grid.plot_report(summary, best, str(tmp_path))
   assert all((tmp_path / p).stat().st_size > 1000 for p in plots)
+  # Fig. 1: a curve per method; Fig. 4: per H-SCL setting; Fig. 5: one row, a panel per
+  # H-SCL setting, each with the four losses.
+  assert plots == ['fig1_knn.png', 'fig4_assumption1.png', 'fig5_losses.png']
+  (fig1,) = figures['fig1_knn.png'].axes
+  assert [line.get_label() for line in fig1.lines] == [best[m].label for m in image_grid.METHODS]
+  (fig4,) = figures['fig4_assumption1.png'].axes
+  hard = [best['H-SCL(β)'], best['H-SCL(τ)']]
+  assert [line.get_label() for line in fig4.lines] == [s.label for s in hard]
+  panels = figures['fig5_losses.png'].axes
+  assert [ax.get_subplotspec().get_geometry()[:2] for ax in panels] == [(1, 2)] * 2
+  assert [ax.get_title() for ax in panels] == [f'{s.label} (Fig. 5)' for s in hard]
+  for ax in panels:
+    assert [line.get_label() for line in ax.lines] == ['UCL', 'HUCL', 'SCL', 'HSCL']
   report = image_grid.markdown_report(summary, best, config, [0, 1], 'features', {'beta'}, plots)
   values = 100 * np.array([0.5, 0.501])
   assert f'{values.mean():.2f} ± {values.std(ddof=1):.2f}' in _cells(report, 'UCL')
