@@ -124,6 +124,14 @@ def test_label_mode_rejects_unlabelled_data(labels):
     loader(source, positive_mode='label')
 
 
+def test_label_mode_names_the_label_out_of_range():
+  """Labels 0-2 and one 7 with 3 classes: the refusal names the 7, the largest label."""
+  labels = np.array([0, 1, 2, 7, 1, 0, 2, 1])
+  source = data.ArraySource(np.zeros((8, 2, 2, 3), np.uint8), labels, 3)
+  with pytest.raises(ValueError, match='^label 7 is out of range for 3 classes$'):
+    loader(source, positive_mode='label', num_classes=3)
+
+
 def test_invalid_arguments():
   with pytest.raises(ValueError, match='not divisible'):
     loader(global_batch_size=9, shard_count=2)
