@@ -128,6 +128,7 @@ def test_report_table_and_plots(tmp_path, monkeypatch):
   hard = [best['H-SCL(β)'], best['H-SCL(τ)']]
   assert [line.get_label() for line in fig4.lines] == [s.label for s in hard]
   panels = figures['fig5_losses.png'].axes
+  assert tuple(figures['fig5_losses.png'].get_size_inches()) == (12, 4)  # 6 x 4 a panel
   assert [ax.get_subplotspec().get_geometry()[:2] for ax in panels] == [(1, 2)] * 2
   assert [ax.get_title() for ax in panels] == [f'{s.label} (Fig. 5)' for s in hard]
   for ax in panels:
@@ -262,6 +263,16 @@ def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monke
     _write_inspect_figures(pathlib.Path(image_grid.run_dir(str(root), s, 0)) / 'inspect', 0.25)
   report = image_grid.write_report(config, str(root), plan, set(), 'features')
   assert '## What the encoders learned (seed 0;' in report
+  assert report.endswith(f'\n{len(plan)} runs finished.\n')
+  # Two settings' seed-1 runs not finished: the footer counts them.
+  unfinished = set(plan[:2])
+  monkeypatch.setattr(
+    image_grid,
+    'completed_run',
+    lambda b, s, seed, *a: None if (s, seed) in unfinished else fake(b, s, seed),
+  )
+  report = image_grid.write_report(config, str(root), plan, set(), 'features')
+  assert report.endswith(f'\n{len(plan) - 2} runs finished, 2 missing.\n')
 
 
 # --------------------------------------------------------------------------------------
