@@ -157,8 +157,15 @@ def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path, mon
     result = inspection.inspect_run(str(workdir), str(out))
   # What docs/inspect.md says the figures show: 8 seeded test queries with 8 neighbours
   # each; 6 anchors of one test batch of the run's batch size, with 8 negatives each.
-  _, queries, k, _ = drawn['nearest_neighbours']
+  embedded, queries, k, _ = drawn['nearest_neighbours']
   assert k == 8 and len(set(queries)) == 8 and list(queries) == sorted(queries)
+  # Drawn from the whole test split (8 of 359: all below 9 has odds ~1e-17), neighbours
+  # searched among the training split's 1438 features, each split with its own labels.
+  train, test = data.run_sources(config)
+  assert max(queries) < len(test) == 359 and max(queries) > 8
+  assert embedded.train_features.shape[0] == len(train) == 1438
+  np.testing.assert_array_equal(embedded.train_labels, train.labels())
+  np.testing.assert_array_equal(embedded.test_labels, test.labels())
   _, batch, num_anchors, _, temperature, _, shown = drawn['hardest_negatives']
   assert (len(batch), num_anchors, shown, temperature) == (256, 6, 8, config.temperature)
   assert sorted(p.name for p in out.iterdir()) == sorted(inspection.FILES)
@@ -168,7 +175,6 @@ def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path, mon
         assert min(image.size) > 500, (name, image.size)
   saved = json.loads((out / inspection.STATISTIC_FILE).read_text())
   assert saved == result
-  _, test = data.run_sources(config)
   assert saved['k'] == 8 and saved['hardening'] == 'exp' and saved['beta'] == config.beta
   assert saved['num_anchors'] == len(test) == 359
   assert saved['num_batches'] == 2 and saved['batch_size'] == 256
