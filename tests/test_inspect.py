@@ -111,6 +111,21 @@ def test_weights_are_the_normalised_hardening_and_hscl_never_picks_the_same_clas
   }
 
 
+def test_weights_stay_finite_where_the_hardening_overflows_float64():
+  """β = 50 at τ = 0.05: β·z·z′/τ reaches 1000, past float64's exp (709). The weights are
+  still each row's softmax over its negatives (shifted by the row's largest), here
+  from scipy's logsumexp."""
+  from scipy import special
+
+  z, labels = _batch()
+  q, g = hard_negatives.hardening_weights(z, labels, losses.exponential(50.0), 0.05, 'hscl')
+  log_eta = np.where(labels[:, None] != labels[None, :], 50.0 * g, -np.inf)
+  assert log_eta.max() > 709
+  expected = np.exp(log_eta - special.logsumexp(log_eta, axis=1, keepdims=True))
+  assert np.all(np.isfinite(q))
+  np.testing.assert_allclose(q, expected, rtol=1e-3, atol=1e-12)
+
+
 def test_negative_sets_are_the_definitions_and_an_unknown_one_is_refused():
   labels = np.array([0, 1, 0, 2, 1])
   others = ~np.eye(5, dtype=bool)
