@@ -9,6 +9,7 @@ import subprocess
 import sys
 import types
 
+from acceptance import accepted
 import jax
 import numpy as np
 from PIL import Image
@@ -211,11 +212,8 @@ def test_each_split_of_the_run_is_accepted_and_is_that_split(digits_run, split, 
   """Both splits the program offers are accepted (a refusal is a failed assertion naming
   it, not a crash) and give that split: the sizes counted in the epoch test above."""
   _, config, _ = digits_run
-  try:
-    source, refused = embedding.split_source(config, split), None
-  except embedding.EmbedError as error:
-    source, refused = None, error
-  assert refused is None, f'--split={split} refused: {refused}'
+  with accepted(f'--split={split}'):
+    source = embedding.split_source(config, split)
   assert len(source) == size
 
 
