@@ -179,6 +179,19 @@ def test_the_epoch_log_line_shows_the_records_values():
   )
 
 
+def test_the_epoch_throughput_leaves_out_the_compiling_steps():
+  """An epoch timed over 10 steps in 12 s, of which 2 steps (one per process) compiled in
+  4 s: its throughput counts the other 8 steps over the other 8 s. An epoch whose every
+  step compiled keeps them all (there is nothing else to time); a resumed epoch's position
+  round-trips through the checkpoint's metadata."""
+  position = train.EpochPosition(seconds=12.0, steps_timed=10, compile_seconds=4.0, compile_steps=2)
+  assert position.steps_timed_without_compilation() == (8, 8.0)
+  one_step = train.EpochPosition(seconds=3.0, steps_timed=1, compile_seconds=3.0, compile_steps=1)
+  assert one_step.steps_timed_without_compilation() == (1, 3.0)
+  restored, records = train.EpochPosition.from_metadata(position.to_metadata([{'epoch': 1}]))
+  assert restored == position and records == [{'epoch': 1}]
+
+
 def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():
   config = digits.get_config()
   config.batch_size = 64
