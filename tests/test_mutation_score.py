@@ -799,3 +799,118 @@ def test_a_mutant_runs_the_tests_that_execute_its_statement_quickest_first(monke
   monkeypatch.setattr(mutation_score, 'MEASURED', {})
   monkeypatch.setitem(mutation_score.TESTS_OF, module, ('tests/a.py',))
   assert mutation_score.tests_for(module, source + '\n', at) == ('tests/a.py',)
+
+
+def _stamped_tree(tmp_path, monkeypatch):
+  """A tree of one module and its test file, its session stored and stamped as
+  `open_session` stamps it; (tree, the stamp's path, a restamp of it)."""
+  tree, module = tmp_path / 'tree', 'pkg/m.py'
+  (tree / 'pkg').mkdir(parents=True)
+  (tree / 'tests').mkdir()
+  (tree / module).write_text('def f(x):\n  return x + 1\n')
+  (tree / 'tests/conftest.py').write_text('')
+  (tree / 'tests/test_m.py').write_text(
+    'def test_a():\n  assert 1\n\n\nclass TestB:\n  def test_c(self):\n    assert 1\n'
+  )
+  monkeypatch.setattr(mutation_score, 'SESSIONS', tmp_path / 'sessions')
+  monkeypatch.setitem(mutation_score.TESTS_OF, module, ('tests/test_m.py',))
+  session = mutation_score.session_path(module, 3, 0)
+  session.parent.mkdir()
+  session.write_bytes(b'results')
+  stamp = session.with_suffix('.json')
+  stamp.write_text(mutation_score.json.dumps(mutation_score.stamp_record(module, tree=tree)))
+  return tree, stamp, lambda: mutation_score.restamp(module, 3, 0, tree=tree)
+
+
+def test_a_restamp_keeps_a_session_whose_tests_were_only_added(tmp_path, monkeypatch):
+  tree, stamp, restamp = _stamped_tree(tmp_path, monkeypatch)
+  fingerprint = lambda: mutation_score.fingerprint('pkg/m.py', tree)
+  before = fingerprint()
+  assert restamp() == (True, 'pkg/m.py: unchanged')
+  tests = tree / 'tests/test_m.py'
+  tests.write_text(tests.read_text() + '\n\ndef test_d():\n  assert 2\n\n\ndef test_e():\n  pass\n')
+  assert fingerprint() != before
+  assert mutation_score.stamped_fingerprint(stamp) == before  # the session would start again
+  assert restamp() == (True, 'pkg/m.py: restamped (2 tests added)')
+  assert mutation_score.stamped_fingerprint(stamp) == fingerprint()
+  assert mutation_score.json.loads(stamp.read_text())['tests'] == {
+    'tests/test_m.py': ['TestB::test_c', 'test_a', 'test_d', 'test_e']
+  }
+
+
+@pytest.mark.parametrize(
+  'change, why',
+  [
+    ('module', 'its code changed'),
+    ('conftest', 'tests/conftest.py'),
+    ('removed', 'tests removed: tests/test_m.py::TestB::test_c'),
+    ('dropped', 'test files no longer among its tests: tests/test_m.py'),
+  ],
+)
+def test_a_restamp_refuses_more_than_added_tests_and_keeps_the_stamp(
+  tmp_path, monkeypatch, change, why
+):
+  tree, stamp, restamp = _stamped_tree(tmp_path, monkeypatch)
+  stamped = stamp.read_text()
+  tests = tree / 'tests/test_m.py'
+  tests.write_text(tests.read_text() + '\n\ndef test_d():\n  assert 2\n')  # added besides
+  if change == 'module':
+    (tree / 'pkg/m.py').write_text('def f(x):\n  return x + 2\n')
+  elif change == 'conftest':
+    (tree / 'tests/conftest.py').write_text('import os\n')
+  elif change == 'removed':
+    tests.write_text(tests.read_text().replace('def test_c', 'def helper_c'))
+  else:
+    (tree / 'tests/test_other.py').write_text('def test_x():\n  pass\n')
+    monkeypatch.setitem(mutation_score.TESTS_OF, 'pkg/m.py', ('tests/test_other.py',))
+  ok, message = restamp()
+  assert not ok and why in message and 'run its session again' in message, message
+  assert stamp.read_text() == stamped
+
+
+def test_a_restamp_upgrades_a_bare_stamp_only_while_it_matches(tmp_path, monkeypatch):
+  """Stamps held the bare fingerprint before they recorded their tests: one that still
+  matches gets its record; one that does not cannot tell what changed, and is refused."""
+  tree, stamp, restamp = _stamped_tree(tmp_path, monkeypatch)
+  bare = mutation_score.json.dumps(mutation_score.fingerprint('pkg/m.py', tree))
+  stamp.write_text(bare)
+  assert restamp() == (True, 'pkg/m.py: unchanged; its stamp now records its tests')
+  assert mutation_score.json.loads(stamp.read_text()) == mutation_score.stamp_record(
+    'pkg/m.py', tree=tree
+  )
+  stamp.write_text(bare)
+  tests = tree / 'tests/test_m.py'
+  tests.write_text(tests.read_text() + '\n\ndef test_d():\n  assert 2\n')
+  ok, message = restamp()
+  assert not ok and 'predates recorded tests' in message
+  assert stamp.read_text() == bare
+  mutation_score.session_path('pkg/m.py', 3, 0).unlink()
+  assert restamp() == (False, 'pkg/m.py: no stored session (n=3, seed=0): run it first')
+
+
+def test_restamp_is_one_of_the_stored_samples_commands(tmp_path, monkeypatch, capsys):
+  """`--restamp` of a stored sample says what it did per module and exits 1 where it
+  refused; with `--report` it is refused, and of a sample never run too."""
+  monkeypatch.setattr(mutation_score, 'SESSIONS', tmp_path)
+  session = mutation_score.session_path('hscl_jax/knn.py', 7, 0)
+  session.write_bytes(b'results')
+  stamp = session.with_suffix('.json')
+  stamp.write_text(mutation_score.json.dumps(mutation_score.stamp_record('hscl_jax/knn.py')))
+  monkeypatch.setattr(sys, 'argv', ['score', 'hscl_jax/knn.py', '--restamp', '--sample', '7'])
+  assert mutation_score.main() == 0
+  assert capsys.readouterr().out == 'hscl_jax/knn.py: unchanged\n'
+  stamp.write_text(mutation_score.json.dumps('another tree'))
+  assert mutation_score.main() == 1
+  assert 'hscl_jax/knn.py: not restamped' in capsys.readouterr().out
+  session.unlink()
+  for argv, error in (
+    (['hscl_jax/knn.py', '--restamp', '--report'], 'one of --recheck, --report and --restamp'),
+    (
+      ['hscl_jax/knn.py', '--restamp', '--sample', '7'],
+      '--restamp: no stored sample of hscl_jax/knn.py',
+    ),
+  ):
+    monkeypatch.setattr(sys, 'argv', ['score', *argv])
+    with pytest.raises(SystemExit):
+      mutation_score.main()
+    assert error in capsys.readouterr().err

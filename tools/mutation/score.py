@@ -36,12 +36,14 @@ operator (a keyword-only marker, `*args`, unpacking).
 
 Sessions are cosmic-ray's sqlite files in .mutation_sessions/ (one per module, seed and
 sample size): a run that stops continues where it stopped; a module or test file that
-changed since (or DRAW_VERSION) starts its session again.
+changed since (or DRAW_VERSION) starts its session again; after tests were only added,
+`--restamp` keeps its results instead (it refuses where more changed).
 
     python tools/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
     python tools/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
     python tools/mutation_score.py --all --sample 200 --plan     # its mutants per module
     python tools/mutation_score.py --all --sample 200 --recheck  # after new tests
+    python tools/mutation_score.py --all --sample 200 --restamp  # keep results: tests added
     python tools/mutation_score.py --all --sample 200 --report   # the stored table
     python tools/mutation_score.py --operators=semantic --all --sample 200 --seed 0
 
@@ -592,6 +594,47 @@ def session_path(module: str, size: int, seed: int, operators: str = 'core') -> 
   return SESSIONS / f'{module.replace("/", "__")}{_kind(operators)}.seed{seed}.n{size}.sqlite'
 
 
+def test_names(path: pathlib.Path) -> list[str]:
+  """The tests a file defines, by name (`test_x`, `TestY::test_z`; a parametrised test's
+  cases are its own): what a restamp checks is still there."""
+  is_test = lambda node: (
+    isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (node.name.startswith('test'))
+  )
+  names = []
+  for node in ast.parse(path.read_text()).body:
+    if is_test(node):
+      names.append(node.name)
+    elif isinstance(node, ast.ClassDef) and node.name.startswith('Test'):
+      names += [f'{node.name}::{f.name}' for f in node.body if is_test(f)]
+  return sorted(names)
+
+
+def stamp_record(module: str, operators: str = 'core', tree: pathlib.Path | None = None) -> dict:
+  """What a session is stamped with: its `fingerprint`, and the parts of it a restamp
+  compares: the module's code, what every mutant shares (the conftest, the tool's draw and
+  the semantic operators' source) and each test file's tests by name."""
+  tree = ROOT if tree is None else tree
+  shared = hashlib.sha256(f'draw {DRAW_VERSION}'.encode())
+  if operators == semantic.PROVIDER:
+    shared.update(pathlib.Path(semantic.__file__).read_bytes())
+  shared.update(coverage_map.digest(tree / 'tests/conftest.py').encode())
+  return {
+    'fingerprint': fingerprint(module, tree, operators),
+    'module': coverage_map.digest(tree / module),
+    'shared': shared.hexdigest(),
+    'tests': {f: test_names(tree / f) for f in TESTS_OF[module] if (tree / f).is_file()},
+  }
+
+
+def stamped_fingerprint(stamp: pathlib.Path) -> str | None:
+  """The fingerprint a session's stamp holds (a record, or the bare fingerprint that stamps
+  held before they recorded their tests); None where there is no stamp."""
+  if not stamp.exists():
+    return None
+  stored = json.loads(stamp.read_text())
+  return stored['fingerprint'] if isinstance(stored, dict) else stored
+
+
 def open_session(module: str, size: int, seed: int, operators: str = 'core') -> pathlib.Path:
   """The module's session: resumed when its code and tests are unchanged, else made anew
   (the mutants of the module by `operators`' provider alone, those in annotations and those
@@ -603,7 +646,7 @@ def open_session(module: str, size: int, seed: int, operators: str = 'core') -> 
 
   path = session_path(module, size, seed, operators)
   stamp, now = path.with_suffix('.json'), fingerprint(module, operators=operators)
-  if path.exists() and stamp.exists() and json.loads(stamp.read_text()) == now:
+  if path.exists() and stamped_fingerprint(stamp) == now:
     return path
   if path.exists():
     print(f'{module}: changed since its session; starting it again', flush=True)
@@ -626,8 +669,62 @@ def open_session(module: str, size: int, seed: int, operators: str = 'core') -> 
       db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
   finally:
     os.chdir(cwd)
-  stamp.write_text(json.dumps(now))
+  stamp.write_text(json.dumps(stamp_record(module, operators)))
   return path
+
+
+def restamp_refusal(stored: dict, now: dict) -> str | None:
+  """Why a session stamped with `stored` cannot take the stamp `now` (None: it can)."""
+  if stored['module'] != now['module']:
+    return 'its code changed, so its mutants are not the stored ones'
+  if stored['shared'] != now['shared']:
+    return "tests/conftest.py or the tool's draw changed, which every mutant's run depends on"
+  dropped = [f for f in stored['tests'] if f not in now['tests']]
+  if dropped:
+    return f'test files no longer among its tests: {", ".join(dropped)}'
+  removed = [
+    f'{f}::{t}' for f, names in stored['tests'].items() for t in names if t not in now['tests'][f]
+  ]
+  if removed:
+    return f'tests removed: {", ".join(removed)}'
+  return None
+
+
+def restamp(
+  module: str, size: int, seed: int, operators: str = 'core', tree: pathlib.Path | None = None
+) -> tuple[bool, str]:
+  """After tests were only added (or tightened): stamps the module's stored session with
+  the tree's fingerprint, so that it resumes with its results instead of starting again (a
+  stored kill stands: its test is still there). Refused, the stamp kept, where the tool can
+  tell that more changed: the module's code, the conftest or the draw; a test file no
+  longer among its tests; a test removed; or a stamp from before stamps recorded their
+  tests that no longer matches (an unchanged one gets its record). That no kept test was
+  loosened is for the person who restamps: the tool compares tests by name. The measured
+  reach is not restamped: a new test may run lines the stored reach does not credit to
+  it, so it is measured again where a crash needs it. (True, what was done) or (False, why
+  not)."""
+  path = session_path(module, size, seed, operators)
+  stamp = path.with_suffix('.json')
+  if not (path.exists() and stamp.exists()):
+    return False, f'{module}: no stored session (n={size}, seed={seed}): run it first'
+  stored, now = json.loads(stamp.read_text()), stamp_record(module, operators, tree)
+  if not isinstance(stored, dict):
+    if stored != now['fingerprint']:
+      return False, (
+        f'{module}: not restamped: its stamp predates recorded tests and the module or its '
+        'tests changed since, so what changed cannot be told; run its session again'
+      )
+    stamp.write_text(json.dumps(now))
+    return True, f'{module}: unchanged; its stamp now records its tests'
+  why = restamp_refusal(stored, now)
+  if why:
+    return False, f'{module}: not restamped: {why}; run its session again'
+  added = sum(
+    len(set(names) - set(stored['tests'].get(f, ()))) for f, names in now['tests'].items()
+  )
+  changed = stored['fingerprint'] != now['fingerprint']
+  stamp.write_text(json.dumps(now))
+  return True, f'{module}: ' + (f'restamped ({added} tests added)' if changed else 'unchanged')
 
 
 def test_command(module: str, first_failure: bool = True, files: tuple = ()) -> str:
@@ -879,6 +976,12 @@ def make_parser() -> argparse.ArgumentParser:
     help="after tests were added: run the stored samples' survivors, crashes and timeouts "
     'again with the current tests, keep the other outcomes',
   )
+  parser.add_argument(
+    '--restamp',
+    action='store_true',
+    help="after tests were only added or tightened: keep the stored samples' results "
+    '(refused where the code, the conftest or the draw changed, or a test was removed)',
+  )
   return parser
 
 
@@ -907,14 +1010,24 @@ def stop_on_signal(signum: int, frame) -> None:
   raise SystemExit(128 + signum)
 
 
+def restamp_all(plan: dict[str, int], seed: int, operators: str) -> int:
+  """`restamp` of each module's session, one line each; 1 where any was refused."""
+  done = [restamp(module, size, seed, operators) for module, size in plan.items() if size]
+  for _, line in done:
+    print(line)
+  return 0 if all(ok for ok, _ in done) else 1
+
+
 def main() -> int:
   parser = make_parser()
   args = parser.parse_args()
   unknown = [m for m in args.modules if m not in TESTS_OF]
   if unknown or not (args.modules or args.all):
     parser.error(f'give modules of hscl_jax/ (as hscl_jax/knn.py) or --all; unknown: {unknown}')
+  if args.recheck + args.report + args.restamp > 1:
+    parser.error('give one of --recheck, --report and --restamp')
   if args.all:
-    stored = args.recheck or args.report
+    stored = args.recheck or args.report or args.restamp
     plan = all_plan(
       args.sample, args.seed, stored=stored, store=not args.plan, operators=args.operators
     )
@@ -926,12 +1039,14 @@ def main() -> int:
     return 0
   equivalents = load_equivalents()
   semantic.register()  # cosmic-ray looks a mutant's operator up by name to plant it
-  if args.recheck or args.report:
+  if args.recheck or args.report or args.restamp:
     sessions = {m: session_path(m, size, args.seed, args.operators) for m, size in plan.items()}
     missing = [m for m, path in sessions.items() if not path.exists()]
     if missing:
-      flag = '--recheck' if args.recheck else '--report'
+      flag = next(f'--{f}' for f in ('recheck', 'report', 'restamp') if getattr(args, f))
       parser.error(f'{flag}: no stored sample of {", ".join(missing)}: run it first')
+    if args.restamp:
+      return restamp_all(plan, args.seed, args.operators)
   else:
     sessions = {m: open_session(m, size, args.seed, args.operators) for m, size in plan.items()}
   signal.signal(signal.SIGTERM, stop_on_signal)
