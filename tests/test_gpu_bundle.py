@@ -94,7 +94,21 @@ def test_a_bundle_of_exactly_the_carry_limit_is_taken_and_one_byte_more_refused(
     gpu_bundle.check_carry(limit - 10 * 2**20 + 1, 10 * 2**20)
   with pytest.raises(SystemExit, match=r'the bundle \(54.0 MiB\) and the checkout \(10.0 MiB\)'):
     gpu_bundle.check_carry(limit - 10 * 2**20 + 1, 10 * 2**20)
-  assert 'not counted' in gpu_bundle.check_carry(limit + 1, None)  # no git: the bundle alone
+  # No git: the bundle alone, in MiB (3.5, where a remainder of 2**20 would read 0.5).
+  assert gpu_bundle.check_carry(7 * 2**19, None) == (
+    'bundle 3.5 MiB (not in a git checkout: the rest not counted)'
+  )
+
+
+def test_the_tin100_pack_reports_its_build_time(tmp_path, monkeypatch):
+  """`build_seconds`: the clock's difference over the pack and its archive (12.5 s from
+  100.0 to 112.5), the pack's counts as they come."""
+  clock = iter([100.0, 112.5])
+  monkeypatch.setattr(gpu_bundle.time, 'monotonic', lambda: next(clock))
+  monkeypatch.setattr(gpu_bundle, 'pack_tin100', lambda zip_path, target, classes: {'train': 3})
+  monkeypatch.setattr(gpu_bundle, 'archive_folder', lambda folder, archive, name: None)
+  added = gpu_bundle.add_tin100(tmp_path / 'bundle', tmp_path / 'tin.zip', None)
+  assert added == {'images': {'train': 3}, 'build_seconds': 12.5}
 
 
 def test_the_checkout_counts_tracked_and_unignored_files(tmp_path):
