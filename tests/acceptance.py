@@ -18,22 +18,33 @@ from hscl_jax import errors
 PACKAGE = pathlib.Path(errors.__file__).resolve().parent
 
 
-def raised_by_the_package(error: BaseException) -> bool:
-  """Whether the innermost frame of `error`'s traceback is in hscl_jax: a check of ours
-  refusing, not a library failing on what a bug handed it."""
+def raised_by_the_package(error: BaseException, source: pathlib.Path = PACKAGE) -> bool:
+  """Whether the innermost frame of `error`'s traceback is in hscl_jax (or `source`, a
+  folder or a file): a check of ours refusing, not a library failing on what a bug handed
+  it."""
   frames = traceback.extract_tb(error.__traceback__)
-  return bool(frames) and pathlib.Path(frames[-1].filename).resolve().is_relative_to(PACKAGE)
+  if not frames:
+    return False
+  where, source = pathlib.Path(frames[-1].filename).resolve(), source.resolve()
+  return where == source or where.is_relative_to(source)
 
 
 @contextlib.contextmanager
-def accepted(what: str = 'a valid input'):
+def accepted(
+  what: str = 'a valid input',
+  *,
+  refusals: tuple[type[BaseException], ...] = (errors.UserError, ValueError),
+  source: pathlib.Path = PACKAGE,
+):
   """The block asserts that `what` is accepted: a refusal (a UserError or ValueError
-  raised by hscl_jax's own code) fails the test as an assertion. Any other exception (a
-  ValueError from NumPy or JAX included) is no refusal and propagates as it is."""
+  raised by hscl_jax's own code; for a program outside the package, its `refusals`, such
+  as SystemExit, raised in its `source` file) fails the test as an assertion. Any other
+  exception (a ValueError from NumPy or JAX included) is no refusal and propagates as it
+  is."""
   try:
     yield
-  except (errors.UserError, ValueError) as refusal:
-    if not raised_by_the_package(refusal):
+  except refusals as refusal:
+    if not raised_by_the_package(refusal, source):
       raise
     raise AssertionError(f'{what} was refused: {refusal}') from refusal
 

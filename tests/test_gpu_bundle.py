@@ -18,7 +18,10 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / 'tools')]  # a script, imported as such
 
+from acceptance import accepted  # noqa: E402
 import gpu_bundle  # noqa: E402
+
+BUNDLE_SCRIPT = pathlib.Path(gpu_bundle.__file__)
 
 # WHEELS as `pip download` names their files (tensorboardX's in lower case, PEP 427's _).
 NODE_WHEELS = (
@@ -71,7 +74,8 @@ def fake_wheels(folder: pathlib.Path, names=NODE_WHEELS) -> None:
 
 def test_the_wheels_folder_holds_one_wheel_of_each_and_nothing_else(tmp_path):
   fake_wheels(tmp_path)
-  gpu_bundle.check_wheels(tmp_path, gpu_bundle.WHEELS)  # tensorboardX = tensorboardx
+  with accepted('one wheel of each', refusals=(SystemExit,), source=BUNDLE_SCRIPT):
+    gpu_bundle.check_wheels(tmp_path, gpu_bundle.WHEELS)  # tensorboardX = tensorboardx
   (tmp_path / NODE_WHEELS[3]).unlink()
   with pytest.raises(SystemExit, match=r"no wheel of \['ml-collections'\]; .*: \[\]"):
     gpu_bundle.check_wheels(tmp_path, gpu_bundle.WHEELS)
