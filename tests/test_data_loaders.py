@@ -125,9 +125,10 @@ def test_label_mode_rejects_unlabelled_data(labels):
 
 
 def test_label_mode_names_the_label_out_of_range():
-  """Labels 0-2 and one 7 with 3 classes: the refusal names the 7, the largest label."""
+  """Labels 0-2 and one 7 with 3 classes: the refusal names the 7, the largest label. (The
+  source has 8 classes, so it holds the 7; the loader is asked for 3.)"""
   labels = np.array([0, 1, 2, 7, 1, 0, 2, 1])
-  source = data.ArraySource(np.zeros((8, 2, 2, 3), np.uint8), labels, 3)
+  source = data.ArraySource(np.zeros((8, 2, 2, 3), np.uint8), labels, 8)
   with pytest.raises(ValueError, match='^label 7 is out of range for 3 classes$'):
     loader(source, positive_mode='label', num_classes=3)
 

@@ -279,6 +279,17 @@ def test_array_source_accepts_uint8_rgb_with_one_label_each():
     data.ArraySource(images, [1, 0, 1], 2)
 
 
+@pytest.mark.parametrize('bad', [3, 7, -2])
+def test_array_source_refuses_a_label_outside_its_classes_naming_it(bad):
+  """Labels 0 to C - 1, and -1 for an unlabelled example (both bounds accepted); one past
+  either refused, the label named wherever it sits."""
+  images = np.zeros((4, 2, 2, 3), np.uint8)
+  with accepted('labels -1 to 2 of 3 classes'):
+    data.ArraySource(images, [2, -1, 0, 1], 3)
+  with refused(f'label {bad} is out of range for 3 classes: a label is 0 to 2, or -1 for an'):
+    data.ArraySource(images, [0, 1, bad, 2], 3)
+
+
 # The decoded cache: an image folder's split read once into memory.
 
 

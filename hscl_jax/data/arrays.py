@@ -14,7 +14,8 @@ TEST_FRACTION = 0.2
 
 
 class ArraySource:
-  """Random-access source over in-memory uint8 images [N, H, W, 3] and int labels [N].
+  """Random-access source over in-memory uint8 images [N, H, W, 3] and int labels [N]
+  (each 0 to num_classes - 1, or -1 for an unlabelled example; others are refused).
 
   `class_names` and `paths` (the files the images were decoded from), when given, are
   kept as attributes, as an image folder's source has them.
@@ -35,6 +36,14 @@ class ArraySource:
       raise ValueError(f'{len(images)} images but {len(labels)} labels')
     self._images = images
     self._labels = np.asarray(labels, np.int32)
+    # A label past the classes would be read as no class by the kNN monitor and the probe's
+    # one-hot (all zeros), not as an error: refused here, where the source is made.
+    outside = self._labels[(self._labels < -1) | (self._labels >= num_classes)]
+    if len(outside):
+      raise ValueError(
+        f'label {outside[0]} is out of range for {num_classes} classes: a label is 0 to '
+        f'{num_classes - 1}, or -1 for an unlabelled example'
+      )
     self.num_classes = num_classes
     self.image_shape = tuple(images.shape[1:])
     self.class_names, self.paths = class_names, paths
