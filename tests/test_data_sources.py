@@ -534,3 +534,11 @@ def test_a_folder_without_image_files_is_refused(tmp_path):
   (tmp_path / 'empty' / 'a' / 'notes.txt').write_text('')
   with pytest.raises(data.ImageFolderError, match='^no image files under .*empty$'):
     data.list_image_files(str(tmp_path / 'empty'))
+
+
+def test_the_package_lists_its_lazy_names_before_they_are_loaded():
+  """`dir(hscl_jax.data)` (what completion and `help` read): every name of `__all__`, loaded
+  or not, beside the module's own globals."""
+  names = set(dir(data))
+  assert set(data.__all__) <= names and {'__all__', '__getattr__', '__doc__'} <= names
+  assert dir(data) == sorted(names)
