@@ -19,6 +19,7 @@ import safetensors.numpy
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
+from acceptance import accepted  # noqa: E402
 from test_models import host_variables  # noqa: E402
 
 from configs import default  # noqa: E402
@@ -29,6 +30,7 @@ from hscl_jax import models  # noqa: E402
 from hscl_jax import torch_export  # noqa: E402
 
 STEP = 7
+THIS_FILE = pathlib.Path(__file__)
 
 
 def export_config(name: str, stem: str, image_size: int):
@@ -186,3 +188,24 @@ def test_exported_files_follow_the_umask(tmp_path, umask):
     os.umask(previous)
   for name in ('backbone.safetensors', 'backbone.json'):
     assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask, name
+
+
+@pytest.mark.parametrize('umask', [0o027, 0o002])
+def test_the_umask_is_read_where_proc_cannot_be(monkeypatch, umask):
+  """Without /proc (macOS, a sandbox), or with it unreadable, the umask is read by setting
+  it and setting it back: the same value, and the process's umask unchanged."""
+
+  def no_proc(path, *args, **kwargs):
+    raise OSError(f'{path}: no such file')
+
+  previous = os.umask(umask)
+  try:
+    with monkeypatch.context() as patch:
+      patch.setattr(torch_export, 'open', no_proc, raising=False)
+      # The OSError raised here reaching the test is the fallback missing: an assertion.
+      with accepted('the umask read without /proc', refusals=(OSError,), source=THIS_FILE):
+        read = torch_export._umask()
+      assert read == umask
+    assert os.umask(umask) == umask
+  finally:
+    os.umask(previous)
