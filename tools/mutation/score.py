@@ -617,7 +617,7 @@ def stamp_record(module: str, operators: str = 'core', tree: pathlib.Path | None
   shared = hashlib.sha256(f'draw {DRAW_VERSION}'.encode())
   if operators == semantic.PROVIDER:
     shared.update(pathlib.Path(semantic.__file__).read_bytes())
-  shared.update(coverage_map.digest(tree / 'tests/conftest.py').encode())
+  shared.update(str(coverage_map.digest(tree / 'tests/conftest.py')).encode())  # None: none there
   return {
     'fingerprint': fingerprint(module, tree, operators),
     'module': coverage_map.digest(tree / module),
