@@ -25,8 +25,7 @@ def raised_by_the_package(error: BaseException, source: pathlib.Path = PACKAGE) 
   frames = traceback.extract_tb(error.__traceback__)
   if not frames:
     return False
-  where, source = pathlib.Path(frames[-1].filename).resolve(), source.resolve()
-  return where == source or where.is_relative_to(source)
+  return pathlib.Path(frames[-1].filename).resolve().is_relative_to(source.resolve())
 
 
 @contextlib.contextmanager

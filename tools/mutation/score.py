@@ -598,7 +598,7 @@ def test_names(path: pathlib.Path) -> list[str]:
   """The tests a file defines, by name (`test_x`, `TestY::test_z`; a parametrised test's
   cases are its own): what a restamp checks is still there."""
   is_test = lambda node: (
-    isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (node.name.startswith('test'))
+    isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith('test')
   )
   names = []
   for node in ast.parse(path.read_text()).body:
