@@ -115,13 +115,19 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
     'from hscl_jax import errors, workdir_lock\n\n'
     "def test_message():\n  assert '/w.' in errors.disk_full_message('/w')\n"
   )
+  (tmp_path / 'test_shared.py').write_text(
+    'import pytest\nfrom hscl_jax import errors\n\n'
+    "@pytest.fixture(scope='module')\ndef message():\n  return errors.disk_full_message('/w')\n\n"
+    'def test_sets_up(message):\n  pass\n\n'
+    "def test_reads(message):\n  assert '/w.' in message\n"
+  )
   (tmp_path / 'pytest.ini').write_text((REPO / 'pytest.ini').read_text())
-  probes = [str(tmp_path / 'test_fails.py'), str(tmp_path / 'test_message.py')]
+  probes = [str(tmp_path / f'test_{name}.py') for name in ('fails', 'message', 'shared')]
   record = coverage_map.measure(['-n', '0', '--dist=no', *probes])  # one process: quicker
   modules = record['modules']
   assert sorted(modules) == mutation_score.package_modules()
   errors = modules['hscl_jax/errors.py']
-  assert sorted(errors['tests']) == ['test_fails.py', 'test_message.py']
+  assert sorted(errors['tests']) == ['test_fails.py', 'test_message.py', 'test_shared.py']
   committed = subprocess.run(
     ['git', 'show', 'HEAD:hscl_jax/errors.py'], cwd=REPO, capture_output=True, check=True
   ).stdout
@@ -138,20 +144,47 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
   # The map by test: each test's lines (without xdist's group in its id) and its seconds.
   by_test = record['by_test']
   tests = by_test['modules']['hscl_jax/errors.py']['tests']
-  assert sorted(tests) == ['test_fails.py::test_fails', 'test_message.py::test_message']
+  # A module fixture is set up in its first user's set-up: credited to the other too.
+  shared = ['test_shared.py::test_reads', 'test_shared.py::test_sets_up']
+  assert sorted(tests) == ['test_fails.py::test_fails', 'test_message.py::test_message', *shared]
   assert raised in coverage_map.parse_ranges(tests['test_fails.py::test_fails'])
+  message = coverage_map.parse_ranges(tests['test_message.py::test_message'])
+  assert all(coverage_map.parse_ranges(tests[test]) == message for test in shared)
   assert sorted(by_test['seconds']) == sorted(tests) and min(by_test['seconds'].values()) > 0
   head_knn = subprocess.run(
     ['git', 'show', 'HEAD:tests/test_knn.py'], cwd=REPO, capture_output=True, check=True
   ).stdout  # the test files' digests are the measured commit's
   assert by_test['files']['tests/test_knn.py'] == hashlib.sha256(head_knn).hexdigest()
-  assert record['outcome'].startswith('2 passed') and len(record['commit']) == 40
+  assert record['outcome'].startswith('4 passed') and len(record['commit']) == 40
   assert record['failed'] == []
   summary = ['x', 'FAILED tests/test_b.py::test_y[a b]@test_b.py - AssertionError: no - b']
   assert coverage_map.failed_tests([*summary, 'FAILED tests/a.py::t']) == [
     'tests/a.py::t',
     'tests/test_b.py::test_y[a b]',
   ]
+
+
+def test_a_shared_fixtures_set_up_is_credited_to_each_test_that_uses_it():
+  """A session fixture runs in the set-up of its first user only (line 5, `a.py::t1`);
+  `b.py::t2` reads its value and is credited too. What a test runs itself (line 6), and
+  set-ups of function fixtures (line 7, `b.py::t3`, sharing nothing), stay the test's."""
+
+  class Data:
+    def contexts_by_lineno(self, path):
+      del path
+      return {5: ['a.py::t1@a.py|setup'], 6: ['a.py::t1|run', ''], 7: ['b.py::t3|setup']}
+
+  shared = {'a.py::t1@a.py': ['tests::f'], 'b.py::t2': ['tests::f', 'b.py::g'], 'b.py::t3': []}
+  found = coverage_map.test_contexts(Data(), pathlib.Path('m.py'), shared)
+  assert found == {'a.py::t1': {5, 6}, 'b.py::t2': {5}, 'b.py::t3': {7}}
+  assert coverage_map.test_contexts(Data(), pathlib.Path('m.py')) == {
+    'a.py::t1': {5, 6},
+    'b.py::t3': {7},
+  }
+  assert coverage_map.test_files(Data(), pathlib.Path('m.py'), shared) == {
+    'a.py': {5, 6},
+    'b.py': {5, 7},
+  }
 
 
 def names_module(text: str, module: str) -> bool:

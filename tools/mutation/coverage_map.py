@@ -87,22 +87,32 @@ def node_id(name: str) -> str:
   return re.sub(r'@[\w.-]+$', '', name)
 
 
-def test_contexts(data, path: pathlib.Path) -> dict[str, set[int]]:
+def test_contexts(data, path: pathlib.Path, shared: dict | None = None) -> dict[str, set[int]]:
   """{test id: the lines of `path` it executes} from coverage data with contexts
   `tests/test_x.py::test_y[p]|run` (setup, run and teardown together; the empty context,
-  code outside any test, is left out)."""
+  code outside any test, is left out). A line run in a test's set-up may be a fixture wider
+  than the test, set up once for all its users: with `shared` ({test: its shared fixtures'
+  keys}, from the timings plugin), it is credited to every test sharing one with it too."""
+  users: dict[str, set[str]] = {}
+  for test, keys in (shared or {}).items():
+    for key in keys:
+      users.setdefault(key, set()).add(node_id(test))
+  sharing = lambda test: set().union(*(users[k] for k in (shared or {}).get(test, ())))
   tests: dict[str, set[int]] = {}
   for line, contexts in (data.contexts_by_lineno(str(path)) or {}).items():
     for context in contexts:
-      if '::' in context:
-        tests.setdefault(node_id(context.rsplit('|', 1)[0]), set()).add(line)
+      if '::' not in context:
+        continue
+      test, _, phase = context.rpartition('|')
+      for credited in {node_id(test)} | (sharing(test) if phase == 'setup' else set()):
+        tests.setdefault(credited, set()).add(line)
   return tests
 
 
-def test_files(data, path: pathlib.Path) -> dict[str, set[int]]:
+def test_files(data, path: pathlib.Path, shared: dict | None = None) -> dict[str, set[int]]:
   """{test file: the lines of `path` its tests execute}."""
   files: dict[str, set[int]] = {}
-  for test, lines in test_contexts(data, path).items():
+  for test, lines in test_contexts(data, path, shared).items():
     files.setdefault(test.split('::', 1)[0], set()).update(lines)
   return files
 
@@ -111,13 +121,15 @@ def digest(path: pathlib.Path) -> str | None:
   return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
-def derive(data, root: pathlib.Path, modules: list[str], by=test_files) -> dict[str, dict]:
+def derive(
+  data, root: pathlib.Path, modules: list[str], by=test_files, shared: dict | None = None
+) -> dict[str, dict]:
   """{module: {'sha256': its source's, 'tests': {test file (or test, `by=test_contexts`):
-  its lines as ranges}}}."""
+  its lines as ranges}}}; `shared` as test_contexts takes it."""
   derived = {}
   for module in modules:
     path = (root / module).resolve()
-    found = by(data, path)
+    found = by(data, path, shared)
     derived[module] = {
       'sha256': digest(path),
       'tests': {name: ranges(lines) for name, lines in sorted(found.items())},
@@ -150,10 +162,11 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
       sys.exit(f'the tests under coverage did not run: {" | ".join(tail)}')
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
-    modules = derive(data, tree, measured_modules(tree))
-    by_test = derive(data, tree, measured_modules(tree), by=test_contexts)
     timed = json.loads(seconds_file.read_text()) if seconds_file.exists() else {}
-    seconds = {node_id(test): time for test, time in timed.items()}
+    shared = timed.get('shared', {})
+    modules = derive(data, tree, measured_modules(tree), shared=shared)
+    by_test = derive(data, tree, measured_modules(tree), by=test_contexts, shared=shared)
+    seconds = {node_id(test): time for test, time in timed.get('seconds', {}).items()}
     # The test files as measured (the copy's, not the working tree's): a file edited
     # since holds tests the map does not know.
     files = {str(f.relative_to(tree)): digest(f) for f in sorted((tree / 'tests').glob('*.py'))}
