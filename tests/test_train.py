@@ -283,20 +283,21 @@ def compilations():
 
 
 class _Lines(logging.Handler):
-  """The messages logged while it is attached to absl's logger."""
+  """The messages logged while it is attached to absl's logger, and when each was."""
 
   def __init__(self):
     super().__init__()
-    self.lines = []
+    self.lines, self.created = [], []
 
   def emit(self, record):
     self.lines.append(record.getMessage())
+    self.created.append(record.created)
 
 
 @pytest.fixture(scope='module')
 def uninterrupted_run(tmp_path_factory):
-  """(workdir, result, compilations, wall seconds, logged messages) of the tiny run, under
-  the transfer guard."""
+  """(workdir, result, compilations, wall seconds, logged messages, their times) of the
+  tiny run, under the transfer guard."""
   workdir = tmp_path_factory.mktemp('uninterrupted')
   jax.clear_caches()  # programs other tests compiled would otherwise not compile here
   logged, absl_logger = _Lines(), logging.getLogger('absl')
@@ -315,7 +316,7 @@ def uninterrupted_run(tmp_path_factory):
     absl_logger.setLevel(level)
   # The resume tests compare other runs with this one: pinned by its first step.
   assert_first_step_pinned(tiny_config(), first_step)
-  return workdir, result, compiled, seconds, logged.lines
+  return workdir, result, compiled, seconds, logged.lines, logged.created
 
 
 @pytest.fixture(scope='module')
@@ -324,7 +325,7 @@ def uninterrupted(uninterrupted_run):
 
 
 def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted_run):
-  workdir, result, _, seconds, _ = uninterrupted_run
+  workdir, result, _, seconds, _, _ = uninterrupted_run
   assert not result.preempted
   assert int(result.state.step) == 6
   assert _checkpoint_steps(workdir) == [3, 6]
@@ -377,7 +378,7 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
   """Epoch 1's line shows its compilation, whose time is the epoch's time less its other
   2 steps at the recorded rate; epoch 2's line has none. The last line is the closing one:
   the epochs, the final kNN, the workdir and the next commands with it filled in."""
-  workdir, _, _, seconds, lines = uninterrupted_run
+  workdir, _, _, seconds, lines, _ = uninterrupted_run
   records = metrics.read_metrics(str(workdir))
   epoch_lines = [line for line in lines if re.match(r'epoch \d+: loss', line)]
   assert len(epoch_lines) == 2, lines
@@ -401,13 +402,49 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
   assert all(f'--workdir={workdir} ' in c + ' ' for c in commands), commands
 
 
+PROGRESS = re.compile(
+  r'epoch (\d+)/2  step (\d+)/6 \((\d+)%\)  loss (\S+)  (\d+) views/s  ETA (.+)'
+)
+
+
+def test_progress_lines_come_every_log_every_steps_and_count_both_views(uninterrupted_run):
+  """tiny_config logs every 2nd of 6 steps and each epoch's last (3): steps 2, 3, 4, 6.
+  A line's rate is of both views since the compiling step: at step 6, 2 x 32 views for
+  each of steps 2..6 over the time the records measured them in (epoch 1's steps 2-3 at
+  its rate, epoch 2's 3 steps); a rate of samples would be half. The last ETA is nought."""
+  workdir, _, _, _, lines, _ = uninterrupted_run
+  progress = [match for line in lines if (match := PROGRESS.fullmatch(line))]
+  assert [(int(m[1]), int(m[2]), int(m[3])) for m in progress] == [
+    (1, 2, 33),
+    (1, 3, 50),
+    (2, 4, 67),
+    (2, 6, 100),
+  ], lines
+  first, second = metrics.read_metrics(str(workdir))
+  batch = tiny_config().batch_size
+  seconds = 2 * batch / first['samples_per_second'] + second['epoch_time']
+  np.testing.assert_allclose(int(progress[-1][5]), 2 * batch * 5 / seconds, rtol=0.3)
+  assert progress[-1][6] == metrics.format_duration(0)
+
+
+def test_the_knn_time_is_the_span_between_the_last_step_and_the_epochs_line(uninterrupted_run):
+  """Epoch 2 ends with its progress line, then the kNN, then its epoch line: the recorded
+  kNN time fills most of that span (the record's other work is a device read) and no more."""
+  workdir, _, _, _, lines, created = uninterrupted_run
+  last_step = max(i for i, line in enumerate(lines) if PROGRESS.fullmatch(line))
+  epoch_line = next(i for i, line in enumerate(lines) if line.startswith('epoch 2: loss'))
+  span = created[epoch_line] - created[last_step]
+  knn_time = metrics.read_metrics(str(workdir))[-1]['knn_time']
+  assert 0.5 * span < knn_time <= span, (knn_time, span)
+
+
 def test_run_compiles_each_program_once_in_its_first_epoch(uninterrupted_run):
   """The train step compiles once; the initialisation, the learning-rate schedule, the
   feature extraction and the kNN once each; nothing compiles after the first epoch, and
   no one-op program ever (eager jnp arithmetic on the host would compile `add`, `cos`...),
   except Orbax's: on several devices each replica writes a slice of every replicated
   array (replica-parallel saving), one `slice` program per array shape."""
-  _, _, compiled, _, _ = uninterrupted_run
+  _, _, compiled, _, _, _ = uninterrupted_run
   order = data.EpochOrder(1438, global_batch_size=tiny_config().batch_size, seed=0)
   schedule = train.make_plan(tiny_config(), order).learning_rate.__name__
   ours = ['init', 'per_device_step', schedule, 'per_device', '_predict']
