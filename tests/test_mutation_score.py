@@ -108,7 +108,7 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
     pytest.skip('measures a copy of the last commit: needs a git checkout, this is a copy')
   (tmp_path / 'test_fails.py').write_text(
     'import pytest\nfrom hscl_jax import errors\n\n'
-    'def test_fails():\n  with pytest.raises(errors.ConfigError):\n'
+    'def test_fails(tmp_path):\n  with pytest.raises(errors.ConfigError):\n'
     "    errors.fail('x', 'bad', 'fix')\n"
   )
   (tmp_path / 'test_message.py').write_text(
@@ -118,7 +118,7 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
   (tmp_path / 'test_shared.py').write_text(
     'import pytest\nfrom hscl_jax import errors\n\n'
     "@pytest.fixture(scope='module')\ndef message():\n  return errors.disk_full_message('/w')\n\n"
-    'def test_sets_up(message):\n  pass\n\n'
+    'def test_sets_up(message, tmp_path):\n  pass\n\n'
     "def test_reads(message):\n  assert '/w.' in message\n"
   )
   (tmp_path / 'pytest.ini').write_text((REPO / 'pytest.ini').read_text())
@@ -144,12 +144,14 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
   # The map by test: each test's lines (without xdist's group in its id) and its seconds.
   by_test = record['by_test']
   tests = by_test['modules']['hscl_jax/errors.py']['tests']
-  # A module fixture is set up in its first user's set-up: credited to the other too.
+  # A module fixture is set up in its first user's set-up: credited to the other too, not
+  # to a test sharing only pytest's own session fixtures with it (`tmp_path`'s factory).
   shared = ['test_shared.py::test_reads', 'test_shared.py::test_sets_up']
   assert sorted(tests) == ['test_fails.py::test_fails', 'test_message.py::test_message', *shared]
   assert raised in coverage_map.parse_ranges(tests['test_fails.py::test_fails'])
   message = coverage_map.parse_ranges(tests['test_message.py::test_message'])
   assert all(coverage_map.parse_ranges(tests[test]) == message for test in shared)
+  assert not message & coverage_map.parse_ranges(tests['test_fails.py::test_fails'])
   assert sorted(by_test['seconds']) == sorted(tests) and min(by_test['seconds'].values()) > 0
   head_knn = subprocess.run(
     ['git', 'show', 'HEAD:tests/test_knn.py'], cwd=REPO, capture_output=True, check=True

@@ -8,6 +8,7 @@ time, and to credit a fixture's set-up to every test that uses its value."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import pathlib
@@ -18,15 +19,24 @@ _SECONDS: dict[str, float] = {}
 _SHARED: dict[str, list[str]] = {}
 
 
+def is_the_projects(definition, root: pathlib.Path) -> bool:
+  """Whether a fixture is defined by the project's own test code: pytest's and plugins'
+  (`tmp_path_factory`, xdist's `worker_id`) are shared by nearly every test and run none
+  of the project's code."""
+  source = pathlib.Path(inspect.getsourcefile(definition.func) or '/').resolve()
+  return source.is_relative_to(root) and 'site-packages' not in source.parts
+
+
 def shared_fixtures(item) -> list[str]:
-  """Keys of the fixtures wider than a test that `item` uses, directly or through another
-  fixture: a module's fixture keyed by its file, a class's by its class, a session's (or
-  package's) by where it is defined. A coverage context credits such a fixture's lines to
-  the one test whose set-up ran it; every test with the same key reads its value."""
-  keys = []
+  """Keys of the project's fixtures wider than a test that `item` uses, directly or through
+  another fixture: a module's fixture keyed by its file, a class's by its class, a
+  session's (or package's) by where it is defined. A coverage context credits such a
+  fixture's lines to the one test whose set-up ran it; every test with its key reads its
+  value."""
+  keys, root = [], item.config.rootpath.resolve()
   for name in item.fixturenames:
     definitions = item._fixtureinfo.name2fixturedefs.get(name)
-    if not definitions:  # a parameter, not a fixture
+    if not definitions or not is_the_projects(definitions[-1], root):  # or a parameter
       continue
     scope = definitions[-1].scope
     if scope == 'module':
