@@ -6,6 +6,7 @@ named by their lines."""
 from __future__ import annotations
 
 import hashlib
+import os
 import pathlib
 import re
 import shlex
@@ -500,6 +501,35 @@ def test_the_second_run_has_every_test_and_the_first_stops_at_one():
   assert [a for a in first if a != '-x'] == every
   # The module's own test file among those run (the measured map may add files after it).
   assert 'tests/test_knn.py' in every and '-rfE' in every
+
+
+def test_a_replaced_handler_catches_nothing_and_what_it_caught_propagates(tmp_path):
+  """cosmic-ray's ExceptionReplacer writes `except CosmicRayTestingException`, a name its
+  own process defines: in the mutants' test runs the plugin the command loads defines it,
+  so a replaced handler lets its OSError through instead of raising NameError."""
+  (tmp_path / 'test_probe.py').write_text(
+    'import pytest\n\n'
+    'def test_the_handler_catches_nothing():\n'
+    '  with pytest.raises(OSError):\n'
+    '    try:\n'
+    "      raise OSError('no /proc')\n"
+    '    except (CosmicRayTestingException, ValueError):  # noqa: F821\n'
+    '      pass\n'
+  )
+  command = shlex.split(mutation_score.test_command('hscl_jax/knn.py'))
+  assert command[command.index('-p', command.index('no:cacheprovider')) + 1] == (
+    'mutation.cosmic_names'
+  )
+  options = [a for a in command[3:] if not a.startswith('tests/')]  # the tests' files out
+  env = dict(os.environ, PYTHONPATH=str(REPO / 'tools'))
+  ran = subprocess.run(
+    [*command[:3], *options, str(tmp_path / 'test_probe.py')],
+    cwd=tmp_path,
+    env=env,
+    capture_output=True,
+    text=True,
+  )
+  assert ran.returncode == 0, ran.stdout[-2000:]
 
 
 def test_every_command_the_docs_show_parses():
