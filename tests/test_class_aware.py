@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from acceptance import accepted  # noqa: E402
 from test_data_loaders import loader  # noqa: E402
 from test_data_loaders import take  # noqa: E402
 
@@ -161,7 +162,8 @@ def test_the_decoded_cache_and_the_lazy_path_give_the_same_batches(tmp_path):
 def test_bounds_are_accepted_and_one_past_refused():
   labels = np.repeat(np.arange(4), [6, 7, 9, 12])  # smallest class: 6 examples
   # m equal to the smallest class: accepted; one more: refused naming class 0.
-  assert order_of(labels, 12, 6).steps_per_epoch == 2  # groups 1, 1, 1, 2 in pairs
+  with accepted('m equal to the smallest class'):
+    assert order_of(labels, 12, 6).steps_per_epoch == 2  # groups 1, 1, 1, 2 in pairs
   with pytest.raises(schema.ConfigError) as refused:
     order_of(labels, 14, 7)
   # No m passes at 14 (a divisor >= 14 / 4 classes is 7 or 14, above 6); 12 has 3, 4, 6.
@@ -173,7 +175,8 @@ def test_bounds_are_accepted_and_one_past_refused():
     'or samples_per_class=0 (uniform batches).'
   )
   # batch / m equal to the number of classes: accepted; one more class: refused.
-  assert order_of(labels, 8, 2).steps_per_epoch == 3  # groups 3, 3, 4, 6 in fours
+  with accepted('batch / m equal to the number of classes'):
+    assert order_of(labels, 8, 2).steps_per_epoch == 3  # groups 3, 3, 4, 6 in fours
   with pytest.raises(schema.ConfigError) as refused:
     order_of(labels, 10, 2)
   assert str(refused.value) == (
