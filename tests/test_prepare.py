@@ -12,6 +12,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import types
 
 from acceptance import accepted
 import pytest
@@ -63,6 +64,13 @@ def test_tensorflow_is_required_only_where_it_is_missing(monkeypatch):
 
 
 def test_prepare_without_tensorflow_says_how_to_install(monkeypatch):
+  """It stops before TFDS: a TFDS that is reached fails the test at once (the real one
+  would try to download and prepare, for minutes)."""
   monkeypatch.setattr(importlib.util, 'find_spec', lambda name: None)
+
+  def reached(*args, **kwargs):
+    raise AssertionError('prepare went on to TFDS without TensorFlow')
+
+  monkeypatch.setitem(sys.modules, 'tensorflow_datasets', types.SimpleNamespace(builder=reached))
   with pytest.raises(PreparationError, match=r"pip install -e '\.\[prepare\]'"):
     tfds_prepare.prepare('cifar10', data_dir='/nonexistent')
