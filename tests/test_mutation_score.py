@@ -750,6 +750,25 @@ def test_the_reach_names_the_tests_that_run_each_line(tmp_path, monkeypatch):
   assert mutation_score.load_reach(module) is None
 
 
+def test_the_reach_of_a_program_outside_the_package_is_measured(tmp_path, monkeypatch):
+  """The GPU programs are sampled too: their lines' tests are measured as the package's."""
+  probe = tmp_path / 'test_probe.py'
+  probe.write_text(
+    f'import sys\nsys.path.insert(0, {str(REPO / "tools")!r})\nimport gpu_bundle\n\n'
+    "def test_line():\n  assert gpu_bundle.check_carry(2**20, None).startswith('bundle 1.0')\n"
+  )
+  (tmp_path / 'pytest.ini').write_text((REPO / 'pytest.ini').read_text())
+  module = 'tools/gpu_bundle.py'
+  monkeypatch.setitem(mutation_score.TESTS_OF, module, (str(probe),))
+  monkeypatch.setattr(mutation_score, 'SESSIONS', tmp_path)
+  monkeypatch.setattr(mutation_score, 'fingerprint', lambda module, tree=None: f'{module} today')
+  monkeypatch.chdir(REPO)
+  mutation_score.measure_reach(module)
+  lines = (REPO / module).read_text().splitlines()
+  returned = next(n for n, line in enumerate(lines, 1) if "return f'bundle " in line)
+  assert mutation_score.load_reach(module)[returned] == {'test_probe.py::test_line'}
+
+
 def test_the_old_names_run_the_one_entry_point():
   """`python tools/mutation_test.py ...` is `python tools/mutation handwritten ...`; an
   unknown command is refused with the commands there are."""

@@ -490,9 +490,14 @@ def _tests_by_line(
 
   # --dist=no: with pytest.ini's `--dist loadgroup`, pytest-cov takes even `-n 0` for
   # xdist's controller and records no test's context.
-  options = ['--dist=no', '--cov=hscl_jax', '--cov-context=test', '--cov-report=']
+  # Every measured folder: the GPU programs' reach too (a crash of every test that runs
+  # their statement is not viable there either).
+  cover = [f'--cov={folder}' for folder in ('hscl_jax', 'tools', 'benchmarks')]
+  options = ['--dist=no', *cover, '--cov-context=test', '--cov-report=']
   command = shlex.split(test_command(module, first_failure=False)) + options
-  env = dict(os.environ, COVERAGE_FILE=str(data_file))
+  # The command's plugin (`mutation.cosmic_names`) from the tree's tools/, as the mutants'.
+  path = [p for p in (os.environ.get('PYTHONPATH'), str(pathlib.Path.cwd() / 'tools')) if p]
+  env = dict(os.environ, COVERAGE_FILE=str(data_file), PYTHONPATH=os.pathsep.join(path))
   print(f'{", ".join(modules)}: which tests run each line (their tests under coverage)', flush=True)
   result = subprocess.run(command, capture_output=True, text=True, env=env)
   if result.returncode != 0:
