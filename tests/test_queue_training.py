@@ -5,6 +5,7 @@ caching, resume after SIGTERM, and the config checks. Small CNN on 8x8 digits.""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 
 import jax
@@ -74,11 +75,19 @@ def _queue_config(queue_size=64, momentum=0.9, **model):
 BATCHES = [_random_batch(seed) for seed in range(3)]
 
 
+@functools.cache
+def _one_device_run(queue_size=64, momentum=0.9):
+  """(host states, losses) of run_steps over BATCHES on one device: five tests read the
+  same three runs, each trained once per process (no test writes to the host copies)."""
+  states, losses, _ = run_steps(_queue_config(queue_size, momentum), 1, BATCHES)
+  return states, losses
+
+
 def test_key_encoder_follows_the_online_encoder_by_ema():
   """θ_k starts at θ_q and after each step is m·θ_k + (1 − m)·θ_q(new), by hand; its
   BatchNorm statistics are its own (they differ from the online ones after a step)."""
   m = 0.9
-  states, _, _ = run_steps(_queue_config(momentum=m), 1, BATCHES)
+  states, _ = _one_device_run(momentum=m)
   _assert_trees_equal(states[0].key_encoder['params'], states[0].params)
   expected = states[0].params
   for state in states[1:]:
@@ -126,9 +135,9 @@ def test_first_step_with_momentum_equals_without():
   """θ_k = θ_q at the first step: the keys are the online features, so the loss equals
   m = 0's and the run without a queue (empty at the first step); from the second step the
   lagging key encoder and the filled queue change it."""
-  _, with_momentum, _ = run_steps(_queue_config(momentum=0.9), 1, BATCHES)
-  _, without_momentum, _ = run_steps(_queue_config(momentum=0.0), 1, BATCHES)
-  _, no_queue, _ = run_steps(_queue_config(queue_size=0, momentum=0.0), 1, BATCHES)
+  _, with_momentum = _one_device_run(momentum=0.9)
+  _, without_momentum = _one_device_run(momentum=0.0)
+  _, no_queue = _one_device_run(queue_size=0, momentum=0.0)
   np.testing.assert_allclose(with_momentum[0], without_momentum[0], rtol=1e-6)
   np.testing.assert_allclose(with_momentum[0], no_queue[0], rtol=1e-6)
   assert abs(with_momentum[1] - without_momentum[1]) > 1e-4
@@ -138,7 +147,7 @@ def test_first_step_with_momentum_equals_without():
 def test_queue_holds_the_previous_batches_keys_without_momentum():
   """m = 0: after step t the queue's newest rows are the online projections of step t's
   batch (the queue's rows against the step's own loss of a one-step run)."""
-  states, _, _ = run_steps(_queue_config(momentum=0.0), 1, BATCHES)
+  states, _ = _one_device_run(momentum=0.0)
   queue = states[1].queue
   assert int(queue.position) == 32 and queue.filled.sum() == 32
   np.testing.assert_allclose(np.linalg.norm(queue.keys[:32], axis=1), 1.0, rtol=1e-5)
@@ -161,7 +170,7 @@ def test_four_devices_match_one_device_with_a_queue():
   assert jax.device_count() == 4
   config = _queue_config()
   four_states, four_losses, live = run_steps(config, 4, BATCHES)
-  one_states, one_losses, _ = run_steps(config, 1, BATCHES)
+  one_states, one_losses = _one_device_run()
   np.testing.assert_allclose(four_losses, one_losses, rtol=1e-5)
   # Pinned (both runs share the code): the first loss (empty queue, key encoder = online)
   # against the float64 reference, and the newest queue rows against the key encoder's.
