@@ -77,7 +77,7 @@ BATCHES = [_random_batch(seed) for seed in range(3)]
 
 @functools.cache
 def _one_device_run(queue_size=64, momentum=0.9):
-  """(host states, losses) of run_steps over BATCHES on one device: five tests read the
+  """(host states, losses) of run_steps over BATCHES on one device: four tests read the
   same three runs, each trained once per process (no test writes to the host copies)."""
   states, losses, _ = run_steps(_queue_config(queue_size, momentum), 1, BATCHES)
   return states, losses
