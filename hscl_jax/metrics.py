@@ -10,6 +10,7 @@ import json
 import logging as std_logging
 import math
 import os
+import sys
 import time
 from typing import Any
 
@@ -17,7 +18,6 @@ from absl import logging
 from etils import epath
 import ml_collections
 import numpy as np
-import tensorboardX
 
 from hscl_jax import errors
 
@@ -25,6 +25,27 @@ METRICS_FILE = 'metrics.jsonl'
 CONFIG_FILE = 'config.json'
 EVENTS_DIR = 'tensorboard'
 _WRITERS_OPENED = itertools.count()
+
+
+def _import_tensorboardx():
+  """tensorboardX, without PyTorch where PyTorch is not loaded yet: its writer module tries
+  `import torch` at the top only to name torch.Tensor in type hints (its conversions
+  recognise torch tensors by their type's name), and that import costs ~3.5 s of every
+  program's start-up where the [torch] extra is installed. `sys.modules['torch'] = None`
+  makes that one import fail as if torch were absent; it is removed at once, so a later
+  `import torch` loads it as usual."""
+  if 'tensorboardX' in sys.modules or 'torch' in sys.modules:
+    import tensorboardX
+  else:
+    sys.modules['torch'] = None
+    try:
+      import tensorboardX
+    finally:
+      del sys.modules['torch']
+  return tensorboardX
+
+
+tensorboardX = _import_tensorboardx()
 
 
 class MetricsFileError(errors.UserError, ValueError):

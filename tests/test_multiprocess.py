@@ -254,14 +254,29 @@ def test_decide_refuses_one_past_each_bound(num_processes, process_id, message):
     d.decide('h:1', num_processes, process_id, env={})
 
 
-def test_importing_main_leaves_jax_uninitialised():
+def test_importing_main_leaves_jax_uninitialised_and_torch_unloaded(tmp_path):
   """hscl_jax.main imports train, losses, models, ... before it calls
   jax.distributed.initialize, which must come before any backend use: no module may run a
-  JAX computation at import time (a module-level jnp constant broke SLURM launches)."""
+  JAX computation at import time (a module-level jnp constant broke SLURM launches). Nor
+  does it load PyTorch (tensorboardX's writer would: ~3.5 s of every program's start where
+  the [torch] extra is installed), and torch, where installed, still imports afterwards and
+  its tensors still reach TensorBoard."""
   code = (
+    'import sys\n'
     'import hscl_jax.main\n'
     'from jax._src import xla_bridge\n'
     'assert not xla_bridge.backends_are_initialized()\n'
+    "assert 'torch' not in sys.modules, 'torch loaded'\n"
+    'try:\n'
+    '  import torch\n'
+    'except ImportError:\n'
+    "  print('no torch')\n"
+    '  raise SystemExit\n'
+    'from hscl_jax import metrics\n'
+    f'writer = metrics.tensorboardX.SummaryWriter({str(tmp_path)!r})\n'
+    "writer.add_scalar('x', torch.tensor(2.5), 1)\n"
+    'writer.close()\n'
+    "print('torch', torch.ones(2).sum().item())\n"
   )
   done = subprocess.run(
     [sys.executable, '-c', code],
@@ -273,6 +288,12 @@ def test_importing_main_leaves_jax_uninitialised():
     check=False,
   )
   assert done.returncode == 0, done.stderr[-2000:]
+  assert done.stdout in ('no torch\n', 'torch 2.0\n'), done.stdout
+  if done.stdout.startswith('torch'):
+    import tensorboard_events  # tests/ is on sys.path (pytest)
+
+    events = tensorboard_events.scalars(tmp_path)
+    assert events == {'x': {1: 2.5}}, events
 
 
 # ----------------------------------------------------------------------------------------
