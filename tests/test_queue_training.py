@@ -65,7 +65,7 @@ def test_enqueue_refuses_a_batch_that_would_wrap():
 # The training step.
 
 
-def _queue_config(queue_size=64, momentum=0.9, **model):
+def _queue_config(queue_size=64, momentum=0.7, **model):
   """Batch 16 (32 rows a step): 64 slots fill in 2 steps and wrap at the third."""
   config = _sgd_config(**model)
   config.queue_size, config.queue_momentum = queue_size, momentum
@@ -76,8 +76,8 @@ BATCHES = [_random_batch(seed) for seed in range(3)]
 
 
 @functools.cache
-def _one_device_run(queue_size=64, momentum=0.9):
-  """(host states, losses) of run_steps over BATCHES on one device: four tests read the
+def _one_device_run(queue_size=64, momentum=0.7):
+  """(host states, losses) of run_steps over BATCHES on one device: five tests read the
   same three runs, each trained once per process (no test writes to the host copies)."""
   states, losses, _ = run_steps(_queue_config(queue_size, momentum), 1, BATCHES)
   return states, losses
@@ -86,7 +86,7 @@ def _one_device_run(queue_size=64, momentum=0.9):
 def test_key_encoder_follows_the_online_encoder_by_ema():
   """θ_k starts at θ_q and after each step is m·θ_k + (1 − m)·θ_q(new), by hand; its
   BatchNorm statistics are its own (they differ from the online ones after a step)."""
-  m = 0.9
+  m = 0.7
   states, _ = _one_device_run(momentum=m)
   _assert_trees_equal(states[0].key_encoder['params'], states[0].params)
   expected = states[0].params
@@ -116,7 +116,7 @@ def test_queue_holds_the_key_encoders_keys_with_momentum():
   projections of that step's batch (the key encoder before its EMA update), by hand; from
   the second step on they differ from the online encoder's (so the source is tested)."""
   config = _queue_config(momentum=0.7)
-  states, _, _ = run_steps(config, 1, BATCHES)
+  states, _ = _one_device_run(momentum=0.7)
   for step, batch in enumerate(BATCHES):
     before, after = states[step], states[step + 1]
     start = (32 * step) % 64
@@ -135,7 +135,7 @@ def test_first_step_with_momentum_equals_without():
   """θ_k = θ_q at the first step: the keys are the online features, so the loss equals
   m = 0's and the run without a queue (empty at the first step); from the second step the
   lagging key encoder and the filled queue change it."""
-  _, with_momentum = _one_device_run(momentum=0.9)
+  _, with_momentum = _one_device_run(momentum=0.7)
   _, without_momentum = _one_device_run(momentum=0.0)
   _, no_queue = _one_device_run(queue_size=0, momentum=0.0)
   np.testing.assert_allclose(with_momentum[0], without_momentum[0], rtol=1e-6)
