@@ -128,13 +128,45 @@ def test_entry_point_is_thin(module):
   assert ast.unparse(guard.body[-1]) == f'app.run(main{parser})'
 
 
-def _run_each_program(arguments) -> dict[str, tuple[str, str]]:
-  """{module: (stdout, stderr)} of `python *arguments(module)` for every entry point, each
-  in its own fresh process, all started at once."""
+# Run as `python -m NAME` runs it (runpy, as __main__), with absl's app.run wrapped: first
+# main(argv) with positional arguments left over (flags not yet parsed, as app.run would
+# call it after parsing), then the real app.run with --help (which exits after the help).
+_AS_A_PROGRAM = """
+import runpy
+import sys
+from absl import app
+
+name = sys.argv[1]
+real_run = app.run
+
+def run(main, **kwargs):
+  for argv in (['p', 'stray'], ['p', 'a', 'b'], ['p']):
+    try:
+      main(argv)
+      print('ran')
+    except app.UsageError as error:
+      print(f'usage: {error}')
+    except BaseException as error:  # flags left unparsed here: main went past its check
+      print(f'past: {type(error).__name__}')
+  print(%r)
+  real_run(main, argv=[name, '--help'], **kwargs)
+
+app.run = run
+sys.argv = [name]
+runpy.run_module(name, run_name='__main__', alter_sys=True)
+"""
+_HELP_FOLLOWS = '--- the help follows ---'
+
+
+@pytest.fixture(scope='module')
+def programs() -> dict[str, tuple[list[str], str, str]]:
+  """{module: (stray-argument lines, --help output, stderr)} of every entry point run as
+  `python -m` runs it, one fresh process each (all started at once): a process per
+  program is what keeps absl's one flag registry free of clashes."""
   env = {**os.environ, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'}
   procs = {
     module: subprocess.Popen(
-      [sys.executable, *arguments(module)],
+      [sys.executable, '-c', _AS_A_PROGRAM % _HELP_FOLLOWS, ENTRY_POINTS[module]],
       cwd=REPO,
       env=env,
       stdout=subprocess.PIPE,
@@ -143,51 +175,38 @@ def _run_each_program(arguments) -> dict[str, tuple[str, str]]:
     )
     for module in ENTRY_POINTS
   }
-  return {module: proc.communicate(timeout=300) for module, proc in procs.items()}
+  outputs = {}
+  for module, proc in procs.items():
+    out, err = proc.communicate(timeout=300)
+    assert _HELP_FOLLOWS in out, f'{module}:\n{out}\n{err[-3000:]}'  # (absl's --help exits 1)
+    stray, help_text = out.split(_HELP_FOLLOWS + '\n', 1)
+    outputs[module] = (stray.splitlines(), help_text, err)
+  return outputs
 
 
-def test_every_entry_point_help_lists_its_flags():
-  """Each program's --help in its own fresh process (all started at once): the imports work
-  (no flag defined twice) and the help shows the usage line and every flag."""
-  outputs = _run_each_program(lambda module: ['-m', ENTRY_POINTS[module], '--help'])
-  for module, (out, err) in outputs.items():
+def test_every_entry_point_help_lists_its_flags(programs):
+  """Each program's --help (`python -m` in its own fresh process): the imports work (no flag
+  defined twice) and the help shows the usage line and every flag."""
+  for module, (_, out, err) in programs.items():
     assert 'Traceback' not in err, f'{module}:\n{err[-3000:]}'
     assert f'python -m {ENTRY_POINTS[module]}' in out, module
     tree = ast.parse((REPO / (module.replace('.', '/') + '.py')).read_text())
     for name, _ in _flag_definitions(tree):
       assert re.search(rf'^  --(\[no\])?{name}:', out, re.M), f'{module}: --{name} not in --help'
   # A help that lists the choices lists them in order: prepare's TFDS datasets, A to Z.
-  prepare_help = ' '.join(outputs['hscl_jax.prepare'][0].split())
+  prepare_help = ' '.join(programs['hscl_jax.prepare'][1].split())
   assert 'one of cifar10, cifar100, stl10 (digits and image_folder' in prepare_help
 
 
-_STRAY_ARGUMENTS = """
-import sys
-from absl import app
-import importlib
-program = importlib.import_module(sys.argv[1])
-for argv in (['p', 'stray'], ['p', 'a', 'b'], ['p']):
-  try:
-    program.main(argv)
-    print('ran')
-  except app.UsageError as error:
-    print(f'usage: {error}')
-  except BaseException as error:  # flags left unparsed here: main went past its check
-    print(f'past: {type(error).__name__}')
-"""
-
-
-def test_every_entry_point_refuses_stray_arguments_and_only_them():
+def test_every_entry_point_refuses_stray_arguments_and_only_them(programs):
   """main(argv) with positional arguments left over by absl is a usage error naming them;
-  with none it goes on (each program in its own process, all started at once)."""
-  outputs = _run_each_program(lambda module: ['-c', _STRAY_ARGUMENTS, module])
-  for module, (out, err) in outputs.items():
-    lines = out.splitlines()
+  with none it goes on (the `main` each program's own `app.run(main)` line passes)."""
+  for module, (lines, _, err) in programs.items():
     assert lines[:2] == [
       'usage: Unexpected arguments: stray',
       'usage: Unexpected arguments: a b',
-    ], (module, out, err[-2000:])
-    assert len(lines) == 3 and not lines[2].startswith('usage:'), (module, out)
+    ], (module, lines, err[-2000:])
+    assert len(lines) == 3 and not lines[2].startswith('usage:'), (module, lines)
 
 
 def test_compare_graphs_refuses_unknown_methods_naming_them_in_order(tmp_path):
