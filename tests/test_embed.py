@@ -14,6 +14,7 @@ import jax
 import numpy as np
 from PIL import Image
 import pytest
+import xla_flags
 
 from hscl_jax import augment
 from hscl_jax import checkpointing
@@ -218,7 +219,7 @@ def test_each_split_of_the_run_is_accepted_and_is_that_split(digits_run, split, 
 
 
 def _embed_program(*args):
-  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  env = {**os.environ, 'XLA_FLAGS': xla_flags.with_devices(None)}
   return subprocess.run(
     [sys.executable, '-m', 'hscl_jax.embed', *args],
     cwd=REPO,

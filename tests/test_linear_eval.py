@@ -15,6 +15,7 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
+import xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
@@ -62,7 +63,7 @@ def test_pipeline_from_another_process_on_one_device(trained):
   the transfer guard: every transfer explicit)."""
   workdir, _ = trained
   before = _snapshot(workdir)
-  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  env = {**os.environ, 'XLA_FLAGS': xla_flags.with_devices(None)}
   env.update(JAX_PLATFORMS='cpu', JAX_TRANSFER_GUARD='disallow')
   out = subprocess.run(
     [sys.executable, '-m', 'hscl_jax.linear_eval', f'--workdir={workdir}', '--num_epochs=30'],

@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 import pytest
+import xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 WORKER = pathlib.Path(__file__).resolve()
@@ -55,14 +56,8 @@ def _worker_env(devices_per_process: int) -> dict[str, str]:
     for k, v in os.environ.items()
     if not k.startswith(('SLURM_', 'TPU_', 'MEGASCALE_', 'JAX_COORDINATOR'))
   }
-  flags = [
-    f
-    for f in env.get('XLA_FLAGS', '').split()
-    if not f.startswith('--xla_force_host_platform_device_count')
-  ]
-  flags.append(f'--xla_force_host_platform_device_count={devices_per_process}')
   env.update(
-    XLA_FLAGS=' '.join(flags),
+    XLA_FLAGS=xla_flags.with_devices(devices_per_process),
     JAX_PLATFORMS='cpu',
     PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep),
   )

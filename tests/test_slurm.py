@@ -31,6 +31,7 @@ import time
 
 import numpy as np
 import pytest
+import xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CLUSTER = REPO / 'launch' / 'local_slurm_cluster.sh'
@@ -89,15 +90,8 @@ def _env(devices: int | None = None, **extra: str) -> dict[str, str]:
     for k, v in os.environ.items()
     if not k.startswith(('SLURM_', 'SBATCH_', 'SRUN_', 'TPU_', 'JAX_COORDINATOR'))
   }
-  flags = [
-    f
-    for f in env.get('XLA_FLAGS', '').split()
-    if not f.startswith('--xla_force_host_platform_device_count')
-  ]
-  if devices:
-    flags.append(f'--xla_force_host_platform_device_count={devices}')
   env.update(
-    XLA_FLAGS=' '.join(flags),
+    XLA_FLAGS=xla_flags.with_devices(devices),
     JAX_PLATFORMS='cpu',
     PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep),
     **extra,

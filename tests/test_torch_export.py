@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
@@ -119,7 +120,7 @@ def test_resnet18_cifar_stem_through_the_command(tmp_path):
   """The real command; 36 px, so layer4's strided convolution sees an odd size (9 px)."""
   workdir, raw, jax_features = _run(tmp_path, 'resnet18', 'cifar', 36)
   weights = tmp_path / 'backbone.safetensors'
-  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  env = {**os.environ, 'XLA_FLAGS': xla_flags.with_devices(None)}
   command = [sys.executable, '-m', 'hscl_jax.export', f'--workdir={workdir}']
   out = subprocess.run(
     [*command, '--format=torch', f'--out={weights}'],
