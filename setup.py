@@ -72,7 +72,7 @@ setuptools.setup(
       # jax.export's serialisation (the losses' export round trip test); the version tested.
       'flatbuffers>=25.12.19',
     ],
-    # .ci/run's line and branch coverage (configured in pyproject.toml): coverage's `patch =
+    # Line and branch coverage (pyproject.toml; docs/testing.md): coverage's `patch =
     # subprocess` follows the programs the tests start (pytest-cov 7 leaves that to it).
     # The versions tested; pytest-cov 7.1 needs coverage 7.10.6 and pytest 7, so this is
     # not in [test], whose floors (pytest 6.2.5) .ci/run checks.
