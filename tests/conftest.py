@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -20,6 +22,23 @@ if 'xla_force_host_platform_device_count' not in _flags:
 if 'xla_backend_optimization_level' not in _flags:
   _flags += ' --xla_backend_optimization_level=0'
 os.environ['XLA_FLAGS'] = _flags.strip()
+
+# One XLA compilation cache for the session, every compilation kept: the workers and the
+# programs the tests start (many compile the same digits run) read what another process
+# compiled. The process that made it (the controller, or the only process with -n 0)
+# removes it at the end; a cache the user set is used as it is.
+_OWN_CACHE = None
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  _OWN_CACHE = tempfile.mkdtemp(prefix='hscl_jax_tests_xla_cache_')
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = _OWN_CACHE
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES', '0')
+
+
+def pytest_sessionfinish(session, exitstatus):
+  del session, exitstatus
+  if _OWN_CACHE is not None:
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
