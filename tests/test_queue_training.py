@@ -18,7 +18,6 @@ from test_train import _random_batch
 from test_train import _sgd_config
 from test_train import _sigterm_at
 from test_train import assert_first_step_pinned
-from test_train import compilation_cache_dir  # noqa: F401 (an autouse fixture)
 from test_train import record_first_step
 from test_train import run_steps
 from test_train import step_loss_reference

@@ -84,7 +84,7 @@ def _free_port_pair() -> int:
 
 def _env(devices: int | None = None, **extra: str) -> dict[str, str]:
   """This environment as a plain shell's (even inside a SLURM job), on CPU, with `devices`
-  fake devices per process and the compilation cache shared by this file's runs."""
+  fake devices per process (the session's compilation cache, tests/conftest.py, inherited)."""
   env = {
     k: v
     for k, v in os.environ.items()
@@ -97,13 +97,6 @@ def _env(devices: int | None = None, **extra: str) -> dict[str, str]:
     **extra,
   )
   return env
-
-
-def _cached(cache: pathlib.Path) -> dict[str, str]:
-  return {
-    'JAX_COMPILATION_CACHE_DIR': str(cache),
-    'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
-  }
 
 
 class Cluster:
@@ -148,12 +141,10 @@ def _log_tail(path: pathlib.Path, lines: int = 40) -> str:
   return '\n'.join([line for line in text if '[Gloo]' not in line][-lines:])
 
 
-def _submit(
-  cluster: Cluster, workdir: pathlib.Path, cache: pathlib.Path
-) -> tuple[str, pathlib.Path]:
+def _submit(cluster: Cluster, workdir: pathlib.Path) -> tuple[str, pathlib.Path]:
   """sbatch as a user would, from the repository root; returns (job id, job log)."""
   log = workdir.parent / f'{workdir.name}-%j.out'
-  env = _env(2, PYTHON=sys.executable, SLURM_CONF=cluster.env['SLURM_CONF'], **_cached(cache))
+  env = _env(2, PYTHON=sys.executable, SLURM_CONF=cluster.env['SLURM_CONF'])
   done = subprocess.run(
     [
       'sbatch',
@@ -248,8 +239,7 @@ def _assert_one_two_process_run(log_text: str, workdir: pathlib.Path) -> None:
 def runs(cluster, tmp_path_factory):
   """The uninterrupted job, the interrupted one and the 1-process reference."""
   root = tmp_path_factory.mktemp('runs')
-  cache = root / 'jax_cache'
-  plain_id, plain_log = _submit(cluster, root / 'plain', cache)
+  plain_id, plain_log = _submit(cluster, root / 'plain')
   with open(root / 'reference.log', 'w') as reference_log:
     reference = subprocess.Popen(
       [
@@ -263,15 +253,15 @@ def runs(cluster, tmp_path_factory):
       cwd=REPO,
       stdout=reference_log,
       stderr=subprocess.STDOUT,
-      env=_env(4, **_cached(cache)),
+      env=_env(4),
     )
   try:
-    # The second job starts once the first has compiled its programs (into `cache`): less
-    # work for the 2 cores than compiling them twice at once.
+    # The second job starts once the first has compiled its programs (into the session's
+    # compilation cache): less work for the 2 cores than compiling them twice at once.
     _wait_for(
       cluster, plain_id, plain_log, lambda job: _epochs_done(root / 'plain') >= 1, 'epoch 1'
     )
-    requeued_id, requeued_log = _submit(cluster, root / 'requeued', cache)
+    requeued_id, requeued_log = _submit(cluster, root / 'requeued')
     # Once the first epoch's checkpoint is written, the signal SLURM sends before the time
     # limit (--signal=B:USR1@180: to the batch shell only).
     _wait_for(

@@ -1,8 +1,8 @@
 """The training program: device-count invariance, preemption/resume, outputs, failures.
 
-Every run uses the small CNN on 8x8 digits with a few steps. The tests share one
-persistent compilation cache, so a configuration compiled once (e.g. the uninterrupted
-run) is reused by the runs that must reproduce it.
+Every run uses the small CNN on 8x8 digits with a few steps. The tests share the session's
+compilation cache (tests/conftest.py), so a configuration compiled once (e.g. the
+uninterrupted run) is reused by the runs that must reproduce it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import sys
 import time
 
 import jax
-from jax.experimental.compilation_cache import compilation_cache
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 import numpy as np
@@ -64,21 +63,6 @@ EPOCH_KEYS = (
   'loss_scl',
   'loss_hscl',
 )
-
-
-@pytest.fixture(scope='module', autouse=True)
-def compilation_cache_dir(tmp_path_factory):
-  previous = (
-    jax.config.jax_compilation_cache_dir,
-    jax.config.jax_persistent_cache_min_compile_time_secs,
-  )
-  jax.config.update('jax_compilation_cache_dir', str(tmp_path_factory.mktemp('jax_cache')))
-  jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
-  compilation_cache.reset_cache()
-  yield
-  jax.config.update('jax_compilation_cache_dir', previous[0])
-  jax.config.update('jax_persistent_cache_min_compile_time_secs', previous[1])
-  compilation_cache.reset_cache()
 
 
 def tiny_config():
