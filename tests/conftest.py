@@ -55,10 +55,35 @@ def pytest_collection_modifyitems(config, items):
     return item.nodeid.split('::')[0].rsplit('/', 1)[-1]
 
   shared = {file_of(item) for item in items if 'digits_run' in item.fixturenames}
+  group = {item: 'digits_run' if file_of(item) in shared else file_of(item) for item in items}
   for item in items:
-    item.add_marker(
-      pytest.mark.xdist_group('digits_run' if file_of(item) in shared else file_of(item))
-    )
+    item.add_marker(pytest.mark.xdist_group(group[item]))
+  # The longest groups first (pytest.ini's --no-loadscope-reorder keeps this order): a long
+  # file handed out last kept one worker busy while the other had finished (a stable sort:
+  # each file's tests keep their order).
+  items.sort(key=lambda item: _rank(group[item]))
+
+
+# The groups that took longest, longest first (summed test times, 2 cores, 2026-11-29; the
+# SLURM jobs first also overlap their waits for the scheduler with the other worker's work).
+LONGEST_FIRST = (
+  'test_slurm.py',
+  'test_train.py',
+  'test_losses_queue.py',
+  'test_queue_training.py',
+  'test_losses.py',
+  'test_loss_composition.py',
+  'test_loss_transforms.py',
+  'test_graphs.py',
+  'test_models.py',
+  'test_multiprocess.py',
+  'test_benchmarks.py',
+  'digits_run',
+)
+
+
+def _rank(group):
+  return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 def pytest_xdist_auto_num_workers(config):

@@ -46,3 +46,37 @@ def test_a_run_whose_output_is_not_a_terminal_says_bringing_up_nodes_once():
   )
   assert result.returncode == 0, result.stdout + result.stderr
   assert result.stdout.count('bringing up nodes') == 1, result.stdout
+
+
+def test_the_longest_groups_named_first_exist_and_come_first():
+  """conftest's scheduling hint names real groups (a renamed file would silently drop out
+  of it), and collection hands them out in that order, each file's tests in theirs."""
+  files = {path.name for path in (REPO / 'tests').glob('test_*.py')}
+  assert set(conftest.LONGEST_FIRST) <= files | {'digits_run'}
+  assert '--no-loadscope-reorder' in (REPO / 'pytest.ini').read_text()
+
+  class Item:
+    def __init__(self, nodeid, fixtures=()):
+      self.nodeid, self.fixturenames, self.marks = nodeid, list(fixtures), []
+
+    def add_marker(self, mark):
+      self.marks.append(mark)
+
+  items = [
+    Item('tests/test_a.py::one'),
+    Item('tests/test_embed.py::x', ['digits_run']),
+    Item(f'tests/{conftest.LONGEST_FIRST[1]}::first'),
+    Item('tests/test_a.py::two'),
+    Item(f'tests/{conftest.LONGEST_FIRST[1]}::second'),
+    Item(f'tests/{conftest.LONGEST_FIRST[0]}::only'),
+  ]
+  conftest.pytest_collection_modifyitems(None, items)
+  assert [item.nodeid.split('/')[-1] for item in items] == [
+    f'{conftest.LONGEST_FIRST[0]}::only',
+    f'{conftest.LONGEST_FIRST[1]}::first',
+    f'{conftest.LONGEST_FIRST[1]}::second',
+    'test_embed.py::x',
+    'test_a.py::one',
+    'test_a.py::two',
+  ]
+  assert items[3].marks[0].args == ('digits_run',)
