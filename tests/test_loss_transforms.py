@@ -247,17 +247,44 @@ def assert_matches_eager(name, option_set, got):
 
 
 def cases():
-  for name in LOSSES:
-    for transform in TRANSFORMS:
-      yield name, 'dense', transform
-    for option_set in OPTION_SETS:
-      if option_set == 'dense' or (option_set == 'stop_gradient_weights' and name not in HARDENED):
+  """Every case of the matrix; those outside a covering subset are marked slow.
+
+  The default run keeps each nesting on two of the losses (rotating, so every loss meets
+  most nestings) and each option set on every loss under one of the two core nestings
+  (alternating): every nesting, loss and option set, and every (loss, option set) pair's
+  eager value checked against the reference, at a third of the matrix's compilations.
+  `-m slow` runs the rest.
+  """
+  names = list(LOSSES)
+  for t, transform in enumerate(TRANSFORMS):
+    for n, name in enumerate(names):
+      yield case(name, 'dense', transform, default=(n - t) % len(names) in (0, 2))
+  for o, option_set in enumerate(OPTION_SETS):
+    if option_set == 'dense':
+      continue
+    for n, name in enumerate(names):
+      if option_set == 'stop_gradient_weights' and name not in HARDENED:
         continue
-      for transform in CORE_TRANSFORMS:
-        yield name, option_set, transform
+      for c, transform in enumerate(CORE_TRANSFORMS):
+        yield case(name, option_set, transform, default=(n + o) % len(CORE_TRANSFORMS) == c)
+
+
+def case(name, option_set, transform, *, default):
+  marks = () if default else (pytest.mark.slow,)
+  return pytest.param(name, option_set, transform, marks=marks)
 
 
 @pytest.mark.parametrize('name,option_set,transform', list(cases()))
 def test_transformation_matches_eager_and_reference(name, option_set, transform):
   got = TRANSFORMS[transform](loss_fn(name, option_set), FEATURES, LABELS, params())
   assert_matches_eager(name, option_set, got)
+
+
+def test_the_default_run_covers_every_nesting_loss_and_option_set():
+  default = [p.values for p in cases() if not p.marks]
+  assert {t for _, _, t in default} == set(TRANSFORMS)
+  assert {(n, o) for n, o, _ in default} == {(n, o) for n, o, _ in (p.values for p in cases())}
+  dense = [(n, t) for n, o, t in default if o == 'dense']
+  assert all(sum(t == u for _, u in dense) == 2 for t in TRANSFORMS)
+  assert {n for n, _ in dense} == set(LOSSES)
+  assert {t for n, o, t in default if o != 'dense'} == set(CORE_TRANSFORMS)
