@@ -302,7 +302,7 @@ def _forward(ds, graphs, budget, variables=None, permute_seed=None):
   if variables is None:
     variables = model.init(jax.random.key(0), batch, train=False)
 
-  def loss(params):
+  def loss(params, batch):
     (local, graph), _ = model.apply(
       {**variables, 'params': params}, batch, train=True, mutable=['batch_stats']
     )
@@ -315,8 +315,10 @@ def _forward(ds, graphs, budget, variables=None, permute_seed=None):
       graph_mask=batch['graph_mask'],
     )
 
-  value, grads = jax.value_and_grad(loss)(variables['params'])
-  embedding = model.apply(variables, batch, method=model.embed)[: len(graphs)]
+  # Jitted: eagerly, each operation is a program of its own to compile (~30 s in all).
+  value, grads = jax.jit(jax.value_and_grad(loss))(variables['params'], batch)
+  embed = jax.jit(lambda v, b: model.apply(v, b, method=model.embed))
+  embedding = embed(variables, batch)[: len(graphs)]
   return variables, value, grads, embedding
 
 
