@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(config, items):
   group = {item: 'digits_run' if file_of(item) in shared else file_of(item) for item in items}
   for item in items:
     item.add_marker(pytest.mark.xdist_group(group[item]))
-  # The longest groups first (pytest.ini's --no-loadscope-reorder keeps this order): a long
+  # The longest groups first (pytest_configure keeps xdist from reordering them): a long
   # file handed out last kept one worker busy while the other had finished (a stable sort:
   # each file's tests keep their order).
   items.sort(key=lambda item: _rank(group[item]))
@@ -80,6 +80,13 @@ LONGEST_FIRST = (
   'test_benchmarks.py',
   'digits_run',
 )
+
+
+def pytest_configure(config):
+  """xdist (3.6 and newer) orders the groups by their number of tests unless told not to;
+  its floor in setup.py has no such option and keeps the collection's order."""
+  if hasattr(config.option, 'loadscopereorder'):
+    config.option.loadscopereorder = False
 
 
 def _rank(group):

@@ -53,7 +53,9 @@ def test_the_longest_groups_named_first_exist_and_come_first():
   of it), and collection hands them out in that order, each file's tests in theirs."""
   files = {path.name for path in (REPO / 'tests').glob('test_*.py')}
   assert set(conftest.LONGEST_FIRST) <= files | {'digits_run'}
-  assert '--no-loadscope-reorder' in (REPO / 'pytest.ini').read_text()
+  option = type('Option', (), {'loadscopereorder': True})()
+  conftest.pytest_configure(type('Config', (), {'option': option})())
+  assert option.loadscopereorder is False
 
   class Item:
     def __init__(self, nodeid, fixtures=()):
