@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_models import jit_apply
 from test_significance import expected_rows
 from transfer_guard import no_implicit_transfers
 
@@ -317,8 +318,7 @@ def _forward(ds, graphs, budget, variables=None, permute_seed=None):
 
   # Jitted: eagerly, each operation is a program of its own to compile (~30 s in all).
   value, grads = jax.jit(jax.value_and_grad(loss))(variables['params'], batch)
-  embed = jax.jit(lambda v, b: model.apply(v, b, method=model.embed))
-  embedding = embed(variables, batch)[: len(graphs)]
+  embedding = jit_apply(model, method=model.embed)(variables, batch)[: len(graphs)]
   return variables, value, grads, embedding
 
 

@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 import tensorboard_events  # noqa: E402
 from test_losses import reference_loss  # noqa: E402
+from test_models import jit_apply  # noqa: E402
 from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
@@ -133,7 +134,7 @@ def step_projections(config, variables, state, batch, num_devices=None):
   # Jitted as wholes, not for the numbers: eagerly, each of their ~200 operations is a
   # program of its own to compile (14 s of a 4-device test's 34 s; 1 s jitted).
   augment_batch = jax.jit(lambda *a: train.augment_batch(*a, params))
-  apply = jax.jit(lambda v, x: model.apply(v, x, train=True, mutable=['batch_stats']))
+  apply = jit_apply(model, train=True, mutable=['batch_stats'])
   views = np.asarray(augment_batch(state.rng, state.step, images, jnp.arange(len(images))))
   local = len(images) // (num_devices or jax.device_count())
   chunk = (np.arange(len(images)) % local) // (config.chunk_size or local)
