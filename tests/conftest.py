@@ -9,6 +9,7 @@ import shutil
 import sys
 import tempfile
 
+import covering
 import pytest
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -48,8 +49,10 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 def pytest_collection_modifyitems(config, items):
   """Every test in its file's xdist group (pytest.ini's `--dist loadgroup`: a worker
   builds the file's module fixtures once); the files that read the session's digits run
-  share one group, so it is trained once."""
+  share one group, so it is trained once. The cases of a `covering` test outside its
+  cover are marked slow (tests/covering.py), before `-m` deselects."""
   del config
+  covering.mark_beyond_the_cover(items)
 
   def file_of(item):
     return item.nodeid.split('::')[0].rsplit('/', 1)[-1]

@@ -41,6 +41,7 @@ def central_difference(fn, x, step, eps=1e-5):
 
 @pytest.mark.parametrize('name', sorted(LOSSES))
 @pytest.mark.parametrize('option_set', ['dense', 'blockwise', 'M_none'])
+@pytest.mark.covering  # tests/covering.py
 def test_gradient_with_respect_to_every_traced_option_matches_reference(name, option_set):
   """∂/∂temperature, β, τ⁺ and M of grad∘jit against central differences of the float64
   reference (τ's is 0: a threshold is flat between the similarities)."""
@@ -60,6 +61,7 @@ def _mesh():
 
 @pytest.mark.parametrize('name', sorted(LOSSES))
 @pytest.mark.parametrize('option_set', ['dense', 'blockwise', 'queue'])
+@pytest.mark.covering  # tests/covering.py
 def test_shard_map_value_and_gradients_equal_the_global_batch(name, option_set):
   """Inside jit(shard_map) with axis_name: the value, each shard's feature gradient and
   the gradient of the replicated, traced options are the global batch's."""
@@ -110,6 +112,7 @@ def test_eval_shape_gives_the_shapes_and_dtypes_without_computing(name):
 
 @pytest.mark.parametrize('name', sorted(LOSSES))
 @pytest.mark.parametrize('option_set', ['dense', 'blockwise'])
+@pytest.mark.covering  # tests/covering.py
 def test_forward_mode_matches_the_reference_and_reverse_mode(name, option_set):
   """jvp (in the features and a traced option at once), linearize and jacfwd: the
   directional derivative of the float64 reference, and jacfwd equals grad."""
@@ -159,6 +162,7 @@ def test_jax_export_round_trip_gives_the_value_and_gradient(name):
 
 @pytest.mark.parametrize('dtype', [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize('name', sorted(LOSSES))
+@pytest.mark.covering  # tests/covering.py
 def test_half_precision_inputs_give_a_float32_value_and_gradients_of_their_dtype(name, dtype):
   """At temperature 0.05 (similarities up to 20): a float32 value equal to the loss of
   the rounded inputs in float32, and a finite gradient of the inputs' dtype."""

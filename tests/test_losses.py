@@ -330,6 +330,7 @@ class IdentityTest(parameterized.TestCase):
 
 class BlockwiseTest(parameterized.TestCase):
   @parameterized.product(name=sorted(LOSSES), block_size=[3, 8, 64])
+  @pytest.mark.covering  # tests/covering.py
   def test_blockwise_equals_dense(self, name, block_size):
     kernel, _ = LOSSES[name]
     features, labels = random_batch(12, batch=10, views=2)
@@ -717,6 +718,7 @@ class CrossDeviceTest(parameterized.TestCase):
     self.labels = jax.random.randint(jax.random.key(32), (8,), 0, 3)
 
   @parameterized.product(name=sorted(LOSSES), block_size=[None, 3])
+  @pytest.mark.covering  # tests/covering.py
   def test_shard_map_equals_single_device(self, name, block_size):
     single = jax.value_and_grad(_projected_loss(name))(self.w, self.x, self.labels)
     sharded = jax.jit(

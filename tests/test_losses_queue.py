@@ -50,6 +50,7 @@ def queue_kwargs(queue, queue_labels, queue_filled):
 class ReferenceTest(chex.TestCase):
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.product(name=sorted(LOSSES), setting=SETTINGS)
+  @pytest.mark.covering  # tests/covering.py
   def test_value_matches_reference(self, name, setting):
     features, labels, *queue = random_batch(0, views=setting['views'])
     kw = dict(temperature=setting['temperature'], M=setting['M'], **queue_kwargs(*queue))
@@ -57,6 +58,7 @@ class ReferenceTest(chex.TestCase):
 
   @chex.variants(with_jit=True, without_jit=True)
   @parameterized.parameters(*sorted(LOSSES))
+  @pytest.mark.covering  # tests/covering.py
   def test_gradient_matches_reference(self, name):
     """Dense and blockwise (blocks of 3 rows: batch and queue keys in separate blocks)."""
     kernel, reference = LOSSES[name]
@@ -92,6 +94,7 @@ class IdentityTest(parameterized.TestCase):
       )
 
   @parameterized.product(name=SUPERVISED, block_size=[0, 3])
+  @pytest.mark.covering  # tests/covering.py
   def test_queue_of_the_anchors_label_adds_nothing(self, name, block_size):
     """Anchors all of label 0: the queue's label-0 and unlabelled slots are no negatives,
     so only its label-1 slots count (M fixed, so only the negative set is compared)."""
@@ -176,6 +179,7 @@ class IdentityTest(parameterized.TestCase):
 
 class BlockwiseTest(parameterized.TestCase):
   @parameterized.product(name=sorted(LOSSES), block_size=[3, 8])
+  @pytest.mark.covering  # tests/covering.py
   def test_blockwise_equals_dense(self, name, block_size):
     kernel, _ = LOSSES[name]
     features, labels, *queue = random_batch(12, batch=10, views=2, slots=11)
@@ -209,6 +213,7 @@ class BlockwiseTest(parameterized.TestCase):
 @pytest.mark.skipif(jax.device_count() < 4, reason='needs 4 devices (tests/conftest.py)')
 @pytest.mark.parametrize('block_size', [None, 3])
 @pytest.mark.parametrize('name', sorted(LOSSES))
+@pytest.mark.covering  # tests/covering.py
 def test_shard_map_equals_single_device(name, block_size):
   """Local anchors against the all-gathered batch plus the replicated queue."""
   _, labels, *queue = random_batch(32, batch=8, slots=9)
@@ -241,6 +246,7 @@ def _keys_near(features, seed):
 
 class KeysTest(parameterized.TestCase):
   @parameterized.product(name=sorted(LOSSES), block_size=[0, 3])
+  @pytest.mark.covering  # tests/covering.py
   def test_value_and_gradient_match_reference(self, name, block_size):
     """Anchors against the keys of the other rows and the queue; the gradient reaches the
     anchors only (the reference's keys are constants)."""

@@ -104,6 +104,7 @@ def pml_pair_losses(rows, labels, temperature):
 
 @pytest.mark.parametrize('pattern', ['mixed', 'same', 'distinct'])
 @pytest.mark.parametrize('batch,views,temperature', SHAPES[:3])
+@pytest.mark.covering  # tests/covering.py
 def test_scl_is_pml_ntxent_with_class_labels_after_the_pair_conversion(
   batch, views, temperature, pattern
 ):
