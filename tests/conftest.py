@@ -51,8 +51,7 @@ def pytest_collection_modifyitems(config, items):
   builds the file's module fixtures once); the files that read the session's digits run
   share one group, so it is trained once. The cases of a `covering` test outside its
   cover are marked slow (tests/covering.py), before `-m` deselects."""
-  del config
-  covering.mark_beyond_the_cover(items)
+  covering.mark_beyond_the_cover(items, every_test=config.getoption('covering_only'))
 
   def file_of(item):
     return item.nodeid.split('::')[0].rsplit('/', 1)[-1]
@@ -83,6 +82,15 @@ LONGEST_FIRST = (
   'test_benchmarks.py',
   'digits_run',
 )
+
+
+def pytest_addoption(parser):
+  parser.addoption(
+    '--covering-only',
+    action='store_true',
+    help='every parametrised test runs the cover of its cases only (tests/covering.py); '
+    '-m slow adds the rest',
+  )
 
 
 def pytest_configure(config):

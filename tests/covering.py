@@ -7,7 +7,9 @@ rest slow, and `-m slow` runs them. For a product of a loss name (6 values) and 
 size (2 values) that is 6 cases of 12: every loss, and each block size on three losses.
 
 Used where a case is mostly compilation and the cases differ by a product of options
-whose interactions other tests cover (docs/testing.md lists them).
+whose interactions other tests cover (docs/testing.md lists them). `--covering-only`
+(tests/conftest.py) applies it to every parametrised test: .ci/run's runs on other
+versions of the dependencies, which check that every test's code runs there.
 """
 
 from __future__ import annotations
@@ -76,7 +78,10 @@ def case_values(item) -> dict[str, str]:
   if text is None:
     match = _ABSL_PARAMS.search(name)
     text = match.group(1) if match else '()'
-  call = ast.parse('f' + text, mode='eval').body
+  try:
+    call = ast.parse('f' + text, mode='eval').body
+  except SyntaxError:  # a name this does not read: a case of its own, always kept
+    return {'case': item.name}
   values.update({f'arg{i}': ast.unparse(arg) for i, arg in enumerate(call.args)})
   values.update({kw.arg: ast.unparse(kw.value) for kw in call.keywords})
   return values
@@ -87,11 +92,12 @@ def group_key(item) -> tuple[str, str]:
   return item.nodeid.split('::')[0], inspect.unwrap(item.function).__qualname__
 
 
-def mark_beyond_the_cover(items) -> None:
-  """Marks slow every case of a `covering` test outside its cover (see each_value_once)."""
+def mark_beyond_the_cover(items, *, every_test: bool = False) -> None:
+  """Marks slow every case of a `covering` test (with `every_test`, of any parametrised
+  test: `--covering-only`) outside its cover (see each_value_once)."""
   groups = collections.defaultdict(list)
   for item in items:
-    if item.get_closest_marker('covering') is not None:
+    if every_test or item.get_closest_marker('covering') is not None:
       groups[group_key(item)].append(item)
   for key, group in groups.items():
     values = [case_values(item) for item in group]

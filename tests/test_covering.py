@@ -91,3 +91,33 @@ def test_every_covering_test_collected_keeps_each_value_and_marks_the_rest_slow(
 def _is_kept(item):
   values = covering.case_values(item)
   return any(v == values and k for v, k in covering.COLLECTED[covering.group_key(item)])
+
+
+def test_covering_only_covers_every_parametrised_test():
+  """`--covering-only` (tests/conftest.py, .ci/run's version steps): unmarked tests too."""
+
+  def test_fake(name, size):
+    del name, size
+
+  class Item:
+    def __init__(self, name, size):
+      self.nodeid, self.function = f'tests/test_fake.py::test_fake[{name}-{size}]', test_fake
+      self.callspec = type('CallSpec', (), {'params': dict(name=name, size=size)})()
+      self.marks = []
+
+    def get_closest_marker(self, name):
+      del name  # not marked `covering`
+
+    def add_marker(self, mark):
+      self.marks.append(mark.name)
+
+  items = [Item(name, size) for name in 'xyz' for size in (0, 3)]
+  try:
+    covering.mark_beyond_the_cover(items)
+    assert all(item.marks == [] for item in items)
+    covering.mark_beyond_the_cover(items, every_test=True)
+    kept = [item.callspec.params for item in items if not item.marks]
+    assert kept == [dict(name='x', size=0), dict(name='y', size=3), dict(name='z', size=0)]
+    assert all(item.marks in ([], ['slow']) for item in items)
+  finally:
+    covering.COLLECTED.pop(('tests/test_fake.py', test_fake.__qualname__), None)

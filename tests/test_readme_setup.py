@@ -75,7 +75,8 @@ def test_the_longest_groups_named_first_exist_and_come_first():
     Item(f'tests/{conftest.LONGEST_FIRST[1]}::second'),
     Item(f'tests/{conftest.LONGEST_FIRST[0]}::only'),
   ]
-  conftest.pytest_collection_modifyitems(None, items)
+  no_options = type('Config', (), {'getoption': lambda self, name: False})()
+  conftest.pytest_collection_modifyitems(no_options, items)
   assert [item.nodeid.split('/')[-1] for item in items] == [
     f'{conftest.LONGEST_FIRST[0]}::only',
     f'{conftest.LONGEST_FIRST[1]}::first',
