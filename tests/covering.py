@@ -97,6 +97,8 @@ def mark_beyond_the_cover(items, *, every_test: bool = False) -> None:
   test: `--covering-only`) outside its cover (see each_value_once)."""
   groups = collections.defaultdict(list)
   for item in items:
+    if not hasattr(item, 'function'):  # a doctest, say: no parameters
+      continue
     if every_test or item.get_closest_marker('covering') is not None:
       groups[group_key(item)].append(item)
   for key, group in groups.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import itertools
 
 from absl.testing import parameterized
@@ -34,6 +35,11 @@ def test_any_list_of_cases_is_covered(cases):
   assert _pairs([cases[i] for i in chosen]) == _pairs(cases)
   # Each pick added a pair: no more cases than pairs.
   assert len(chosen) <= len(_pairs(cases))
+
+
+def test_the_docstring_example_runs():
+  assert doctest.testmod(covering).failed == 0
+  assert doctest.testmod(covering).attempted >= 1
 
 
 def test_the_shorter_axes_rotate_instead_of_repeating_their_first_value():
