@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 
+import covering
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -253,20 +254,24 @@ def cases():
   or three nestings) and each option set on every loss under one of the two core
   nestings (alternating): every nesting, loss and option set, and every (loss, option
   set) pair's eager value checked against the reference, at a third of the matrix's
-  compilations. `-m slow` runs the rest.
+  compilations (tests/covering.py's cover, of the nestings and of the pairs). `-m slow`
+  runs the rest.
   """
-  names = list(LOSSES)
-  for t, transform in enumerate(TRANSFORMS):
-    for n, name in enumerate(names):
-      yield case(name, 'dense', transform, default=(n - t) % len(names) == 0)
-  for o, option_set in enumerate(OPTION_SETS):
-    if option_set == 'dense':
-      continue
-    for n, name in enumerate(names):
-      if option_set == 'stop_gradient_weights' and name not in HARDENED:
-        continue
-      for c, transform in enumerate(CORE_TRANSFORMS):
-        yield case(name, option_set, transform, default=(n + o) % len(CORE_TRANSFORMS) == c)
+  dense = [(name, 'dense', t) for t in TRANSFORMS for name in LOSSES]
+  kept = covering.each_value_once([dict(name=n, transform=t) for n, _, t in dense])
+  options = [
+    (name, option_set, t)
+    for option_set in OPTION_SETS
+    if option_set != 'dense'
+    for name in LOSSES
+    if option_set != 'stop_gradient_weights' or name in HARDENED
+    for t in CORE_TRANSFORMS
+  ]
+  kept_options = covering.each_value_once([dict(pair=(n, o), transform=t) for n, o, t in options])
+  for i, values in enumerate(dense):
+    yield case(*values, default=i in kept)
+  for i, values in enumerate(options):
+    yield case(*values, default=i in kept_options)
 
 
 def case(name, option_set, transform, *, default):
