@@ -266,6 +266,7 @@ def test_schedules_and_l2_normalize_compose():
   np.testing.assert_allclose(beta(epochs), host_beta, rtol=1e-6)
   x = jax.random.normal(jax.random.key(62), (3, 5))
   f = lambda x: jnp.sum(losses.l2_normalize(x) * jnp.arange(5.0))
-  np.testing.assert_allclose(jax.grad(jax.jit(f))(x), jax.grad(f)(x), rtol=1e-6)
-  np.testing.assert_allclose(jax.vmap(jax.grad(f))(x[None])[0], jax.grad(f)(x), rtol=1e-6)
+  # float32 rounding: jitted, XLA fuses the normalisation's operations (5e-6 apart here).
+  np.testing.assert_allclose(jax.grad(jax.jit(f))(x), jax.grad(f)(x), rtol=1e-5)
+  np.testing.assert_allclose(jax.vmap(jax.grad(f))(x[None])[0], jax.grad(f)(x), rtol=1e-5)
   np.testing.assert_allclose(normalized(x), losses.l2_normalize(x), rtol=1e-6)

@@ -1,5 +1,6 @@
 """tests/conftest.py's compilation cache: one directory for the session, used by every
-worker, removed at the end (a run that left one per session would fill /tmp)."""
+worker, removed at the end (a run that left one per session would fill /tmp); and its
+compiler flags, which the programs the tests start inherit."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import pathlib
 import subprocess
 import sys
+
+import xla_flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -77,3 +80,23 @@ def test_a_cache_the_user_set_is_used_and_kept(tmp_path):
   assert _probed_session(tmp_path, **settings) == mine
   assert len(list(mine.iterdir())) >= 1
   assert not list((tmp_path / 'tmp').glob('hscl_jax_tests_xla_cache_*'))
+
+
+def test_the_session_compiles_at_o1_with_the_classic_emitters_or_at_o0():
+  """conftest's settings, inherited by the programs the tests start (xla_flags)."""
+  flags = os.environ['XLA_FLAGS'].split()
+  if xla_flags.accepted('--xla_cpu_use_fusion_emitters=false'):
+    assert {'--xla_cpu_use_fusion_emitters=false', '--xla_backend_optimization_level=1'} <= set(
+      flags
+    ), flags
+  else:
+    assert '--xla_backend_optimization_level=0' in flags, flags
+  started = xla_flags.with_devices(2).split()
+  assert started == [f for f in flags if 'device_count' not in f] + [
+    '--xla_force_host_platform_device_count=2'
+  ]
+
+
+def test_a_flag_xla_does_not_know_is_not_accepted():
+  assert xla_flags.accepted('--xla_force_host_platform_device_count=2')
+  assert not xla_flags.accepted('--xla_cpu_no_such_flag=1')

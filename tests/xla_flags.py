@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 
 def with_devices(devices: int | None) -> str:
@@ -16,3 +18,16 @@ def with_devices(devices: int | None) -> str:
   if devices:
     flags.append(f'--xla_force_host_platform_device_count={devices}')
   return ' '.join(flags)
+
+
+def accepted(flag: str) -> bool:
+  """Whether JAX here starts with `flag` in XLA_FLAGS (one short JAX process, ~1 s): XLA
+  stops any process whose XLA_FLAGS hold a flag it does not know, and it retires flags
+  from release to release (jaxlib 0.10 knows --xla_cpu_use_fusion_emitters, 0.12 not)."""
+  started = subprocess.run(
+    [sys.executable, '-c', 'import jax; jax.devices()'],
+    env={**os.environ, 'XLA_FLAGS': flag, 'JAX_PLATFORMS': 'cpu'},
+    capture_output=True,
+    check=False,
+  )
+  return started.returncode == 0
