@@ -14,25 +14,9 @@ import pytest
 import xla_flags
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-_flags = os.environ.get('XLA_FLAGS', '')
-if 'xla_force_host_platform_device_count' not in _flags:
-  _flags += ' --xla_force_host_platform_device_count=4'
-# The compiler settings (docs/testing.md has the times), chosen once by the process that
-# starts the session (its workers and the programs the tests start inherit them). Where
-# jaxlib has XLA's classic CPU fusion emitters (0.10; 0.12 has only the MLIR ones, its
-# default), those and LLVM at -O1: the suite takes 16 % less CPU time than at -O0 with the
-# MLIR emitters. Not -O0 with the classic ones: a 4-device training step then computed a
-# loss 0.2 % off the 1-device one and the float64 reference (tests/test_train.py). With
-# the MLIR emitters, -O0: most tests compile small programs and run them once or twice.
-# The programs compute the same up to float32 rounding, which the tests allow for. A
-# level the user set is kept, with the user's emitters.
-if 'xla_backend_optimization_level' not in _flags:
-  _CLASSIC_EMITTERS = '--xla_cpu_use_fusion_emitters=false'
-  if 'xla_cpu_use_fusion_emitters' not in _flags and xla_flags.accepted(_CLASSIC_EMITTERS):
-    _flags += ' ' + _CLASSIC_EMITTERS
-  _level = 1 if _CLASSIC_EMITTERS in _flags.split() else 0
-  _flags += f' --xla_backend_optimization_level={_level}'
-os.environ['XLA_FLAGS'] = _flags.strip()
+# 4 fake devices and the compiler settings (tests/xla_flags.py), chosen once by the process
+# that starts the session: its workers and the programs the tests start inherit them.
+os.environ['XLA_FLAGS'] = xla_flags.session_flags(os.environ.get('XLA_FLAGS', ''))
 
 # One XLA compilation cache for the session, every compilation kept: the workers and the
 # programs the tests start (many compile the same digits run) read what another process

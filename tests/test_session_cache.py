@@ -82,17 +82,25 @@ def test_a_cache_the_user_set_is_used_and_kept(tmp_path):
   assert not list((tmp_path / 'tmp').glob('hscl_jax_tests_xla_cache_*'))
 
 
-def test_the_session_compiles_at_o1_with_the_classic_emitters_or_at_o0():
-  """conftest's settings, inherited by the programs the tests start (xla_flags)."""
-  flags = os.environ['XLA_FLAGS'].split()
-  if xla_flags.accepted('--xla_cpu_use_fusion_emitters=false'):
-    assert {'--xla_cpu_use_fusion_emitters=false', '--xla_backend_optimization_level=1'} <= set(
-      flags
-    ), flags
-  else:
-    assert '--xla_backend_optimization_level=0' in flags, flags
+def test_the_settings_are_o1_with_the_classic_emitters_or_o0_and_the_users_are_kept():
+  """xla_flags.session_flags: each branch, the user's settings, and the session's own flags
+  (set by conftest) left as they are; a started program inherits them."""
+  yes, no = (lambda flag: True), (lambda flag: False)
+  devices = '--xla_force_host_platform_device_count=4'
+  classic = f'{devices} {xla_flags.CLASSIC_EMITTERS} --xla_backend_optimization_level=1'
+  assert xla_flags.session_flags('', yes) == classic
+  assert xla_flags.session_flags('', no) == f'{devices} --xla_backend_optimization_level=0'
+  users = '--xla_backend_optimization_level=2 --xla_force_host_platform_device_count=8'
+  assert xla_flags.session_flags(users, yes) == users
+  mlir = '--xla_cpu_use_fusion_emitters=true'
+  assert (
+    xla_flags.session_flags(mlir, yes) == f'{mlir} {devices} --xla_backend_optimization_level=0'
+  )
+  session = os.environ['XLA_FLAGS']
+  assert 'xla_backend_optimization_level' in session, session
+  assert xla_flags.session_flags(session, yes) == session  # a worker keeps the session's
   started = xla_flags.with_devices(2).split()
-  assert started == [f for f in flags if 'device_count' not in f] + [
+  assert started == [f for f in session.split() if 'device_count' not in f] + [
     '--xla_force_host_platform_device_count=2'
   ]
 
