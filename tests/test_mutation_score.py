@@ -167,6 +167,30 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
   ]
 
 
+def test_the_stored_map_is_kept_on_help_and_where_no_test_ran(tmp_path, monkeypatch, capsys):
+  """`map --help` prints the usage and runs nothing (pytest would take the flag, run no test
+  and the empty map would replace the committed one); a run where no test ran (pytest's
+  --collect-only, a -k that selects none) exits naming it, both maps left as they were."""
+  stored, by_test = tmp_path / 'map.json', tmp_path / 'map_tests.json'
+  stored.write_text('{"kept": 1}\n')
+  monkeypatch.setattr(coverage_map, 'MAP', stored)
+  monkeypatch.setattr(coverage_map, 'TESTS_MAP', by_test)
+  measured = []
+  empty = {'outcome': 'no tests ran in 0.5s', 'modules': {}, 'by_test': {'seconds': {}}}
+  empty |= {'measured': '2026-11-29', 'commit': 'c' * 40, 'command': 'map', 'failed': []}
+  monkeypatch.setattr(coverage_map, 'measure', lambda tests: measured.append(tests) or empty)
+  for flag in ('--help', '-h'):
+    monkeypatch.setattr(sys, 'argv', ['tools/mutation map', 'tests/test_knn.py', flag])
+    assert coverage_map.main() == 0
+    assert 'usage: python tools/mutation map' in capsys.readouterr().out
+  assert measured == []
+  monkeypatch.setattr(sys, 'argv', ['tools/mutation map', '--collect-only'])
+  with pytest.raises(SystemExit, match='no test ran [(]no tests ran in 0.5s[)]: map.json kept'):
+    coverage_map.main()
+  assert measured == [['--collect-only']]
+  assert stored.read_text() == '{"kept": 1}\n' and not by_test.exists()
+
+
 def test_a_shared_fixtures_set_up_is_credited_to_each_test_that_uses_it():
   """A session fixture runs in the set-up of its first user only (line 5, `a.py::t1`);
   `b.py::t2` reads its value and is credited too. What a test runs itself (line 6), and
