@@ -572,6 +572,21 @@ def test_every_command_the_docs_show_parses():
     assert all(module in mutation_score.TESTS_OF for module in args.modules), command
 
 
+def test_every_map_command_the_docs_show_names_existing_tests():
+  """`python tools/mutation map [PYTEST_ARGS]`: its arguments go to pytest, which would run
+  no test on a misspelt path (and the tool would refuse to write the map)."""
+  tool = 'python tools/mutation map'
+  commands = [
+    line.split(tool, 1)[1].split('#')[0].split()
+    for path in (REPO / 'docs/testing.md', REPO / 'tools/mutation/coverage_map.py')
+    for line in path.read_text().splitlines()
+    if tool + ' ' in line + ' ' and 'usage:' not in line and f"'{tool}'" not in line
+  ]
+  assert len(commands) >= 4 and [] in commands
+  for words in commands:
+    assert all((REPO / word.split('::')[0]).exists() for word in words), words
+
+
 def test_a_signal_kills_the_running_test_command_and_removes_the_copy(tmp_path):
   """What `kill` of the tool left behind before: the test command, in a session of its own,
   and the tree's copy. Here a child in its own session stands for the test command."""
