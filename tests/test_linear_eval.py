@@ -46,12 +46,14 @@ def one_epoch_config():
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
-  """One epoch on digits over the 4 fake devices of the test process."""
+  """One epoch on digits over the 4 fake devices of the test process; its config frozen:
+  the tests share it, and one that set a field in place changed what the others read (a
+  test setting protocol='knn' failed the next one to evaluate, in whichever order ran it)."""
   workdir = tmp_path_factory.mktemp('run')
   config = one_epoch_config()
   with no_implicit_transfers():
     train.train_and_evaluate(config, str(workdir))
-  return workdir, config
+  return workdir, ml_collections.FrozenConfigDict(config)
 
 
 def _snapshot(directory):
@@ -159,9 +161,10 @@ def test_reported_accuracy_is_recomputed_on_the_test_split(trained, tmp_path, mo
 
 
 def test_augmented_protocol(trained, tmp_path):
-  workdir, config = trained
+  workdir, frozen = trained
   copy = tmp_path / 'run'
   shutil.copytree(workdir, copy)
+  config = frozen.as_configdict()  # a copy of the shared config
   config.linear_eval.protocol = 'augmented'
   config.linear_eval.num_epochs = 3
   with no_implicit_transfers():
@@ -232,7 +235,8 @@ def test_the_num_epochs_flag_accepts_one_and_none_and_refuses_zero():
 
 
 def test_unknown_protocol(trained):
-  workdir, config = trained
+  workdir, frozen = trained
+  config = frozen.as_configdict()  # a copy of the shared config
   config.linear_eval.protocol = 'knn'
   with pytest.raises(ValueError, match='linear_eval.protocol'):
     linear_probe.linear_evaluate(config, str(workdir))
