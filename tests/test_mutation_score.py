@@ -437,6 +437,58 @@ def test_equivalents_are_named_by_their_changed_line(tmp_path):
   }
 
 
+def test_a_listed_equivalent_that_is_killed_keeps_its_kill_and_is_named(monkeypatch, capsys):
+  """A mutant equivalents.toml lists that a test fails: either the reason is wrong or the
+  test fails without the mutant (the loss kernel's `t // 6` was 'killed' by a test that
+  failed after another had changed their shared config). Its kill stands, its line and
+  the report say it is listed, and a recheck runs it again; survived, it is equivalent."""
+  work_item = pytest.importorskip('cosmic_ray.work_item')
+  diff = (
+    '--- mutation diff ---\n--- a/hscl_jax/m.py\n+++ b/hscl_jax/m.py\n@@ -1 +1 @@\n'
+    '-x = t / 6\n+x = t // 6\n'
+  )
+  listed = {('hscl_jax/m.py', 'x = t / 6', 'x = t // 6'): 't < 1 where it runs'}
+  killed = lambda exception: work_item.WorkResult(
+    worker_outcome=work_item.WorkerOutcome.NORMAL,
+    output=_summary(f'FAILED tests/t.py::a - {exception}'),
+    test_outcome=work_item.TestOutcome.KILLED,
+    diff=diff,
+  )
+  survived = work_item.WorkResult(
+    worker_outcome=work_item.WorkerOutcome.NORMAL,
+    test_outcome=work_item.TestOutcome.SURVIVED,
+    diff=diff,
+  )
+  outcome = lambda r, eq: mutation_score.outcome_of(r, eq, 'hscl_jax/m.py', range(1, 2))
+  crash, other = killed('ValueError: protocol must be one of'), killed('AssertionError: 1 != 2')
+  assert outcome(crash, listed) == (
+    'crash',
+    f'{mutation_score.LISTED_YET_KILLED}: ValueError: protocol must be one of',
+  )
+  assert outcome(crash, {}) == ('crash', 'ValueError: protocol must be one of')
+  assert outcome(other, listed)[0] == 'assertion'
+  assert outcome(other, listed)[1].startswith(mutation_score.LISTED_YET_KILLED)
+  assert outcome(survived, listed) == ('equivalent', 't < 1 where it runs')
+
+  position = type('Mutation', (), {'start_pos': (1, 0), 'operator_name': 'core/X'})
+  results = [('killed', other), ('passed', survived)]
+  items = [type('Item', (), {'job_id': job, 'mutations': [position]}) for job, _ in results]
+  db = type('Db', (), {'work_items': items, 'results': results})
+  assert mutation_score.rechecked(db, 'hscl_jax/m.py', 'x = t / 6\n', listed) == {'killed'}
+  assert mutation_score.rechecked(db, 'hscl_jax/m.py', 'x = t / 6\n', {}) == {'passed'}
+
+  done = [(position, other), (position, survived)]
+  monkeypatch.setattr(mutation_score, 'results', lambda module, path: (2, done))
+  monkeypatch.setattr(mutation_score, 'load_reach', lambda module: None)
+  monkeypatch.setattr(mutation_score, 'ROOT', REPO)
+  monkeypatch.setattr(mutation_score, 'session_path', lambda *args: None)
+  as_errors = {('hscl_jax/errors.py', *key[1:]): why for key, why in listed.items()}
+  total = mutation_score.report({'hscl_jax/errors.py': 2}, 0, as_errors)
+  printed = capsys.readouterr().out
+  assert (total.assertion, total.equivalent) == (1, 1)
+  assert f'{mutation_score.LISTED_YET_KILLED}:\n' in printed and '+x = t // 6' in printed
+
+
 def test_the_checked_in_equivalents_name_known_modules_and_give_reasons():
   for (module, original, mutated), reason in mutation_score.load_equivalents().items():
     assert module in mutation_score.TESTS_OF

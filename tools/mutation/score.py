@@ -18,7 +18,9 @@ so the mutated file and not the editable install is imported, and classifies the
     ``assertion`` kill if any test fails on an assertion, a crash only if none does;
   * ``timeout``: the tests ran past 3x their unmutated time plus 60 s (killed by cosmic-ray);
   * ``survived``: every test passed; ``equivalent`` if tools/mutation/equivalents.toml lists
-    it, by hand, with the reason it cannot change behaviour;
+    it, by hand, with the reason it cannot change behaviour (a listed mutant that is killed
+    keeps its kill, and its line and the report say so: either the reason is wrong or a
+    test fails without the mutant, as one did that depended on the tests' order);
   * ``not viable``: a crash that cannot run on the values it meets, so that no test can see
     it behave differently: its TypeError is raised by the mutated statement itself (`float
     << int`), or its run with every test failed every test that executes the mutated
@@ -544,12 +546,29 @@ def outcome_of(
   from cosmic_ray.work_item import TestOutcome
 
   if result.test_outcome == TestOutcome.SURVIVED:
-    reason = equivalents.get((module, *changed_lines(result.diff or '')))
+    reason = listed_equivalent(result, equivalents, module)
     return ('equivalent', reason) if reason else ('survived', '')
   if result.output == 'timeout':  # cosmic-ray's marker for a test run it killed
     return 'timeout', ''
   if result.test_outcome == TestOutcome.INCOMPETENT:
     return 'crash', (result.output or '').strip().splitlines()[-1:][0][:120]
+  outcome, detail = _killed_outcome(result, module, lines, reach)
+  if listed_equivalent(result, equivalents, module):
+    detail = f'{LISTED_YET_KILLED}: {detail}'
+  return outcome, detail
+
+
+LISTED_YET_KILLED = (
+  'listed as equivalent, yet killed (a wrong reason, or a test failing without it)'
+)
+
+
+def listed_equivalent(result, equivalents: dict, module: str) -> str | None:
+  """The reason equivalents.toml gives for this mutant's change, or None if it lists none."""
+  return equivalents.get((module, *changed_lines(result.diff or '')))
+
+
+def _killed_outcome(result, module: str, lines: range | None, reach: frozenset[str] | None):
   output = result.output or ''
   outcome, detail = handwritten.classify(1, output)  # an assertion among any failures
   if output.startswith(EVERY_TEST):  # the -x run found its statement viable already
@@ -871,8 +890,10 @@ def run_pending(module: str, path: pathlib.Path, equivalents: dict, recheck: boo
 
 def rechecked(db, module: str, source: str, equivalents: dict) -> set[str]:
   """The session's mutants a recheck runs again: the survivors (not the equivalents), the
-  crashes and the timeouts, which new tests may turn into assertion kills, and any drawn
-  mutant without a result (a stopped run's)."""
+  crashes and the timeouts, which new tests may turn into assertion kills, the listed
+  equivalents that were killed (after the test that failed without them is fixed), and
+  any drawn mutant without a result (a stopped run's)."""
+  from cosmic_ray.work_item import TestOutcome
   from cosmic_ray.work_item import WorkerOutcome
 
   mutation = {item.job_id: item.mutations[0] for item in db.work_items}
@@ -881,8 +902,11 @@ def rechecked(db, module: str, source: str, equivalents: dict) -> set[str]:
     job
     for job, r in results.items()
     if r.worker_outcome != WorkerOutcome.SKIPPED  # the undrawn mutants
-    and judge(r, equivalents, module, source, mutation[job], reach)[0]
-    in ('survived', 'crash', 'timeout')
+    and (
+      judge(r, equivalents, module, source, mutation[job], reach)[0]
+      in ('survived', 'crash', 'timeout')
+      or (r.test_outcome != TestOutcome.SURVIVED and listed_equivalent(r, equivalents, module))
+    )
   }
 
 
@@ -932,18 +956,25 @@ def report(plan: dict[str, int], seed: int, equivalents: dict, operators: str = 
     *('unviable', 'score', 'detected'),
   )
   print('\n{:42s}{:>8s}{:>8s}{:>8s}{:>7s}{:>9s}{:>10s}{:>7s}{:>10s}{:>7s}{:>10s}'.format(*header))
-  total, all_mutants, survivors = Tally(), 0, []
+  total, all_mutants, survivors, listed_killed = Tally(), 0, [], []
   for module, size in plan.items():
     mutants, done = results(module, session_path(module, size, seed, operators))
     source, reach = (ROOT / module).read_text(), load_reach(module)
     outcomes = [judge(r, equivalents, module, source, m, reach)[0] for m, r in done]
     survivors += [r.diff for (_, r), o in zip(done, outcomes) if o == 'survived']
+    listed_killed += [
+      r.diff
+      for (_, r), o in zip(done, outcomes)
+      if o not in ('equivalent', 'survived') and listed_equivalent(r, equivalents, module)
+    ]
     row = tally(outcomes)
     total, all_mutants = total + row, all_mutants + mutants
     print(f'{module:42s}{mutants:8d}' + format_row(row))
   print(f'{"all":42s}{all_mutants:8d}' + format_row(total))
   for diff in survivors:
     print('\nsurvived:\n' + diff.strip())
+  for diff in listed_killed:
+    print(f'\n{LISTED_YET_KILLED}:\n' + diff.strip())
   return total
 
 
