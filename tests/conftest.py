@@ -58,6 +58,17 @@ def pytest_collection_modifyitems(config, items):
   # file handed out last kept one worker busy while the other had finished (a stable sort:
   # each file's tests keep their order).
   items.sort(key=lambda item: _rank(group[item]))
+  if config.getoption('reverse_within_files'):
+    items[:] = reversed_within_files(items)
+
+
+def reversed_within_files(items):
+  """Each file's tests in reverse order, the files in theirs: a test that changes what its
+  file's shared fixtures hold fails the tests that ran before it."""
+  by_file = {}
+  for item in items:
+    by_file.setdefault(item.nodeid.split('::')[0], []).append(item)
+  return [item for tests in by_file.values() for item in reversed(tests)]
 
 
 # The groups that took longest, longest first (summed test times, 2 cores, 2026-11-29; the
@@ -84,6 +95,11 @@ def pytest_addoption(parser):
     action='store_true',
     help='every parametrised test runs the cover of its cases only (tests/covering.py); '
     '-m slow adds the rest',
+  )
+  parser.addoption(
+    '--reverse-within-files',
+    action='store_true',
+    help="each file's tests in reverse order: finds tests that depend on their order",
   )
 
 

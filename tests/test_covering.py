@@ -127,3 +127,17 @@ def test_covering_only_covers_every_parametrised_test():
     assert all(item.marks in ([], ['slow']) for item in items)
   finally:
     covering.COLLECTED.pop(('tests/test_fake.py', test_fake.__qualname__), None)
+
+
+def test_reverse_within_files_reverses_each_files_tests_and_keeps_the_files_order():
+  """`--reverse-within-files` (tests/conftest.py): finds tests that depend on their order
+  (a test that changed its file's shared config failed the tests after it)."""
+  import conftest
+
+  names = ['b.py::t1', 'b.py::t2[x]', 'b.py::t2[y]', 'a.py::t1', 'a.py::t2', 'c.py::t']
+  items = [type('Item', (), {'nodeid': f'tests/{name}'})() for name in names]
+  reversed_ids = [item.nodeid for item in conftest.reversed_within_files(items)]
+  assert reversed_ids == [
+    f'tests/{name}'
+    for name in ['b.py::t2[y]', 'b.py::t2[x]', 'b.py::t1', 'a.py::t2', 'a.py::t1', 'c.py::t']
+  ]

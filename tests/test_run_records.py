@@ -74,9 +74,10 @@ def test_a_trained_run_logs_its_linear_top1_and_its_time(recorded_grid):
   )['top1']
   (line,) = [m for m in messages if m.startswith('SCL seed 0: linear top-1')]
   logged = re.fullmatch(rf'SCL seed 0: linear top-1 {top1:.4f} \((\d+) s\)', line)
-  # Its time is the run's: run_grid's (timed around it, > 5 s here) less the little
-  # bookkeeping around the run, so a wrong unit or operation shows.
-  assert seconds > 5 and logged and seconds - 3 <= int(logged[1]) <= seconds + 1, (line, seconds)
+  # Its time is the run's: run_grid's (timed around it, > 2 s here: 4.8 s in a process whose
+  # other tests had compiled the same programs) less the little bookkeeping around the run,
+  # so a wrong unit or operation shows (a logged 0 s too: at least half of run_grid's).
+  assert seconds > 2 and logged and seconds / 2 <= int(logged[1]) <= seconds + 1, (line, seconds)
 
 
 def test_a_finished_run_is_recorded_as_its_three_files(recorded_grid):
