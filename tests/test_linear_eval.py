@@ -48,7 +48,7 @@ def one_epoch_config():
 def trained(tmp_path_factory):
   """One epoch on digits over the 4 fake devices of the test process; its config frozen:
   the tests share it, and one that set a field in place changed what the others read (a
-  test setting protocol='knn' failed the next one to evaluate, in whichever order ran it)."""
+  test that set protocol='knn' failed every test after it that evaluated the run)."""
   workdir = tmp_path_factory.mktemp('run')
   config = one_epoch_config()
   with no_implicit_transfers():

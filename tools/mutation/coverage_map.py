@@ -243,7 +243,7 @@ USAGE = """usage: python tools/mutation map [PYTEST_ARGS ...]
 
 Measure which test files (and tests) execute each module's lines: the suite (or the test
 files given) under coverage in a copy of the last commit. Writes tools/mutation/map.json
-(committed) and .mutation_sessions/map_tests.json. The whole suite takes 20-40 minutes
+(committed) and .mutation_sessions/map_tests.json. The whole suite takes 10-40 minutes
 on two cores: run it niced."""
 
 
