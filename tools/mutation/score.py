@@ -893,7 +893,6 @@ def rechecked(db, module: str, source: str, equivalents: dict) -> set[str]:
   crashes and the timeouts, which new tests may turn into assertion kills, the listed
   equivalents that were killed (after the test that failed without them is fixed), and
   any drawn mutant without a result (a stopped run's)."""
-  from cosmic_ray.work_item import TestOutcome
   from cosmic_ray.work_item import WorkerOutcome
 
   mutation = {item.job_id: item.mutations[0] for item in db.work_items}
@@ -902,12 +901,13 @@ def rechecked(db, module: str, source: str, equivalents: dict) -> set[str]:
     job
     for job, r in results.items()
     if r.worker_outcome != WorkerOutcome.SKIPPED  # the undrawn mutants
-    and (
-      judge(r, equivalents, module, source, mutation[job], reach)[0]
-      in ('survived', 'crash', 'timeout')
-      or (r.test_outcome != TestOutcome.SURVIVED and listed_equivalent(r, equivalents, module))
-    )
+    and rechecks(*judge(r, equivalents, module, source, mutation[job], reach))
   }
+
+
+def rechecks(outcome: str, detail: str) -> bool:
+  """Whether a judged mutant is one `rechecked` runs again."""
+  return outcome in ('survived', 'crash', 'timeout') or detail.startswith(LISTED_YET_KILLED)
 
 
 def run_every_test(item, module: str, timeout: float, files: tuple = ()):
@@ -960,12 +960,11 @@ def report(plan: dict[str, int], seed: int, equivalents: dict, operators: str = 
   for module, size in plan.items():
     mutants, done = results(module, session_path(module, size, seed, operators))
     source, reach = (ROOT / module).read_text(), load_reach(module)
-    outcomes = [judge(r, equivalents, module, source, m, reach)[0] for m, r in done]
+    judged = [judge(r, equivalents, module, source, m, reach) for m, r in done]
+    outcomes = [outcome for outcome, _ in judged]
     survivors += [r.diff for (_, r), o in zip(done, outcomes) if o == 'survived']
     listed_killed += [
-      r.diff
-      for (_, r), o in zip(done, outcomes)
-      if o not in ('equivalent', 'survived') and listed_equivalent(r, equivalents, module)
+      r.diff for (_, r), (_, detail) in zip(done, judged) if detail.startswith(LISTED_YET_KILLED)
     ]
     row = tally(outcomes)
     total, all_mutants = total + row, all_mutants + mutants
