@@ -93,8 +93,8 @@ setuptools.setup(
     # docs/method.md's porting table): pytorch-metric-learning's NTXentLoss and SupConLoss,
     # lightly's NTXentLoss. Never imported by the package; the versions tested.
     'peers': ['torch>=2.14.1', 'pytorch-metric-learning>=2.9.0', 'lightly>=1.6.0'],
-    # tools/mutation_score.py: cosmic-ray's mutants, sampled (docs/testing.md). The version
-    # tested (its floor not searched).
+    # dev/mutation, with its own test command (dev/README.md): cosmic-ray's mutants, sampled
+    # (docs/testing.md). The version tested (its floor not searched).
     'mutation': ['cosmic-ray>=8.7.0'],
   },
 )

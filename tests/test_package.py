@@ -192,7 +192,7 @@ def _extras() -> set[str]:
 def test_every_extra_an_install_command_names_exists():
   """`.[X]`, `hscl_jax[X]` in the docs, scripts, messages and CI name extras of setup.py."""
   files = [REPO / 'README.md', REPO / '.ci' / 'run', *(REPO / 'docs').rglob('*.md')]
-  for folder in ('hscl_jax', 'launch', 'tools', 'benchmarks', 'tests'):
+  for folder in ('hscl_jax', 'launch', 'tools', 'benchmarks', 'tests', 'dev'):
     files += [p for p in (REPO / folder).rglob('*') if p.suffix in ('.py', '.sh', '.md', '')]
   named = {}
   for path in files:

@@ -9,8 +9,8 @@ executes. Measured on a copy of the last commit, as the mutants run (a test that
 a file outside the tree skips there as it does for them); stored in map.json beside this
 file with the date, the commit and the command:
 
-    python tools/mutation map                        # the whole suite (long: run it niced)
-    python tools/mutation map tests/test_knn.py      # these test files' map alone
+    python dev/mutation map                        # the whole suite (long: run it niced)
+    python dev/mutation map tests/test_knn.py      # these test files' map alone
 
 `score.py` takes a module's test files from it (with the hand-kept ones), and plants each
 mutant against the files that execute its statement.
@@ -153,7 +153,7 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
     env = dict(
       os.environ,
       COVERAGE_FILE=str(data_file),
-      PYTHONPATH=os.pathsep.join([str(tree), str(tree / 'tools')]),  # and the timings plugin
+      PYTHONPATH=os.pathsep.join([str(tree), str(tree / 'dev')]),  # and the timings plugin
       **{timings.ENV: str(seconds_file)},
     )
     result = subprocess.run(command(tests), cwd=tree, env=env, capture_output=True, text=True)
@@ -174,7 +174,7 @@ def measure(tests: list[str], ref: str = 'HEAD') -> dict:
   return {
     'measured': datetime.date.today().isoformat(),
     'commit': commit,
-    'command': ' '.join(['python tools/mutation map', *tests]),
+    'command': ' '.join(['python dev/mutation map', *tests]),
     'outcome': (lines or [''])[-1],
     'failed': failed_tests(lines),  # a test failing under coverage: its lines may be missing
     'modules': modules,
@@ -239,10 +239,10 @@ def tests_running(by_test: dict, module: str, source: bytes, lines: range) -> tu
   return tuple(test for group in by_file.values() for test in group)
 
 
-USAGE = """usage: python tools/mutation map [PYTEST_ARGS ...]
+USAGE = """usage: python dev/mutation map [PYTEST_ARGS ...]
 
 Measure which test files (and tests) execute each module's lines: the suite (or the test
-files given) under coverage in a copy of the last commit. Writes tools/mutation/map.json
+files given) under coverage in a copy of the last commit. Writes dev/mutation/map.json
 (committed) and .mutation_sessions/map_tests.json. The whole suite takes 10-40 minutes
 on two cores: run it niced."""
 

@@ -17,7 +17,7 @@ so the mutated file and not the editable install is imported, and classifies the
     the files' order: so a crash is run again with every test (no -x), and is an
     ``assertion`` kill if any test fails on an assertion, a crash only if none does;
   * ``timeout``: the tests ran past 3x their unmutated time plus 60 s (killed by cosmic-ray);
-  * ``survived``: every test passed; ``equivalent`` if tools/mutation/equivalents.toml lists
+  * ``survived``: every test passed; ``equivalent`` if dev/mutation/equivalents.toml lists
     it, by hand, with the reason it cannot change behaviour (a listed mutant that is killed
     keeps its kill, and its line and the report say so: either the reason is wrong or a
     test fails without the mutant, as one did that depended on the tests' order);
@@ -41,13 +41,13 @@ sample size): a run that stops continues where it stopped; a module or test file
 changed since (or DRAW_VERSION) starts its session again; after tests were only added,
 `--restamp` keeps its results instead (it refuses where more changed).
 
-    python tools/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
-    python tools/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
-    python tools/mutation_score.py --all --sample 200 --plan     # its mutants per module
-    python tools/mutation_score.py --all --sample 200 --recheck  # after new tests
-    python tools/mutation_score.py --all --sample 200 --restamp  # keep results: tests added
-    python tools/mutation_score.py --all --sample 200 --report   # the stored table
-    python tools/mutation_score.py --operators=semantic --all --sample 200 --seed 0
+    python dev/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
+    python dev/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
+    python dev/mutation_score.py --all --sample 200 --plan     # its mutants per module
+    python dev/mutation_score.py --all --sample 200 --recheck  # after new tests
+    python dev/mutation_score.py --all --sample 200 --restamp  # keep results: tests added
+    python dev/mutation_score.py --all --sample 200 --report   # the stored table
+    python dev/mutation_score.py --operators=semantic --all --sample 200 --seed 0
 
 `--operators=semantic` samples the semantic operators' mutants instead (semantic.py: the
 first for the last, randomness removed, a name for another of the same kind), in sessions
@@ -497,8 +497,8 @@ def _tests_by_line(
   cover = [f'--cov={folder}' for folder in ('hscl_jax', 'tools', 'benchmarks')]
   options = ['--dist=no', *cover, '--cov-context=test', '--cov-report=']
   command = shlex.split(test_command(module, first_failure=False)) + options
-  # The command's plugin (`mutation.cosmic_names`) from the tree's tools/, as the mutants'.
-  path = [p for p in (os.environ.get('PYTHONPATH'), str(pathlib.Path.cwd() / 'tools')) if p]
+  # The command's plugin (`mutation.cosmic_names`) from the tree's dev/, as the mutants'.
+  path = [p for p in (os.environ.get('PYTHONPATH'), str(pathlib.Path.cwd() / 'dev')) if p]
   env = dict(os.environ, COVERAGE_FILE=str(data_file), PYTHONPATH=os.pathsep.join(path))
   print(f'{", ".join(modules)}: which tests run each line (their tests under coverage)', flush=True)
   result = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -757,7 +757,7 @@ def test_command(module: str, first_failure: bool = True, files: tuple = ()) -> 
   reads); quoted, as cosmic-ray splits it (a test's parameters may hold spaces)."""
   tests = ' '.join(shlex.quote(name) for name in files or TESTS_OF[module])
   stop = ' -x' if first_failure else ''
-  names = '-p mutation.cosmic_names'  # the replaced handlers' exception (PYTHONPATH: tools/)
+  names = '-p mutation.cosmic_names'  # the replaced handlers' exception (PYTHONPATH: dev/)
   return f'{sys.executable} -m pytest -n 0{stop} -q -rfE -p no:cacheprovider {names} {tests}'
 
 
@@ -998,7 +998,7 @@ def make_parser() -> argparse.ArgumentParser:
     choices=OPERATORS,
     default='core',
     help="whose mutants: cosmic-ray's (core) or the semantic operators "
-    '(tools/mutation/semantic.py); their sessions are kept apart',
+    '(dev/mutation/semantic.py); their sessions are kept apart',
   )
   parser.add_argument('--plan', action='store_true', help='print mutants per module and exit')
   parser.add_argument(
@@ -1089,7 +1089,7 @@ def main() -> int:
   signal.signal(signal.SIGINT, stop_on_signal)
   with tempfile.TemporaryDirectory(prefix='hscl_mutation_score_') as copy:
     handwritten.copy_tree(copy, None)
-    os.environ.update(PYTHONPATH=os.pathsep.join([copy, f'{copy}/tools']), COLUMNS='1000')
+    os.environ.update(PYTHONPATH=os.pathsep.join([copy, f'{copy}/dev']), COLUMNS='1000')
     os.chdir(copy)
     for module, path in sessions.items():
       if not args.report:

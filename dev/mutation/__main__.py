@@ -1,7 +1,7 @@
-"""`python tools/mutation COMMAND ...`: the mutation tooling's one entry point.
+"""`python dev/mutation COMMAND ...`: the mutation tooling's one entry point.
 
-python tools/mutation score hscl_jax/knn.py --sample 25 --seed 0
-python tools/mutation handwritten --list
+python dev/mutation score hscl_jax/knn.py --sample 25 --seed 0
+python dev/mutation handwritten --list
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ COMMANDS = {'score': score.main, 'handwritten': handwritten.main, 'map': coverag
 def main(argv: list[str]) -> int:
   if not argv or argv[0] not in COMMANDS:
     names = ', '.join(COMMANDS)
-    sys.exit(f'usage: python tools/mutation {{{names}}} ...; got {argv[:1] or "nothing"}')
-  sys.argv = [f'tools/mutation {argv[0]}', *argv[1:]]
+    sys.exit(f'usage: python dev/mutation {{{names}}} ...; got {argv[:1] or "nothing"}')
+  sys.argv = [f'dev/mutation {argv[0]}', *argv[1:]]
   return COMMANDS[argv[0]]()
 
 

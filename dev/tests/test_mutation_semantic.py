@@ -1,4 +1,4 @@
-"""tools/mutation/semantic.py: each semantic operator makes exactly the mutants it is for on a
+"""dev/mutation/semantic.py: each semantic operator makes exactly the mutants it is for on a
 small source (and none on its look-alikes), each mutant compiles, the randomness removed
 computes its input in its own order, the same-kind rule, and the tool keeps the semantic
 sessions apart from the operator sample's."""
@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / 'tools'))
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / 'dev'))
 from mutation import score
 from mutation import semantic
 

@@ -1,4 +1,4 @@
-"""tools/mutation/score.py's own logic, with no mutant run and without cosmic-ray: the map
+"""dev/mutation/score.py's own logic, with no mutant run and without cosmic-ray: the map
 covers every module, the sample is seeded and order-free, --all allocates by lines, the
 score arithmetic, annotations and non-operator stars never drawn, equivalents read and
 named by their lines."""
@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / 'tools'))
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / 'dev'))
 from mutation import coverage_map
 from mutation import score as mutation_score
 
@@ -180,11 +180,11 @@ def test_the_stored_map_is_kept_on_help_and_where_no_test_ran(tmp_path, monkeypa
   empty |= {'measured': '2026-11-29', 'commit': 'c' * 40, 'command': 'map', 'failed': []}
   monkeypatch.setattr(coverage_map, 'measure', lambda tests: measured.append(tests) or empty)
   for flag in ('--help', '-h'):
-    monkeypatch.setattr(sys, 'argv', ['tools/mutation map', 'tests/test_knn.py', flag])
+    monkeypatch.setattr(sys, 'argv', ['dev/mutation map', 'tests/test_knn.py', flag])
     assert coverage_map.main() == 0
-    assert 'usage: python tools/mutation map' in capsys.readouterr().out
+    assert 'usage: python dev/mutation map' in capsys.readouterr().out
   assert measured == []
-  monkeypatch.setattr(sys, 'argv', ['tools/mutation map', '--collect-only'])
+  monkeypatch.setattr(sys, 'argv', ['dev/mutation map', '--collect-only'])
   with pytest.raises(SystemExit, match='no test ran [(]no tests ran in 0.5s[)]: map.json kept'):
     coverage_map.main()
   assert measured == [['--collect-only']]
@@ -233,13 +233,13 @@ def test_names_module_reads_imports_and_programs():
 
 
 def test_the_stored_map_agrees_with_the_hand_map():
-  """The measured map (tools/mutation/map.json) covers every module, names only test files
+  """The measured map (dev/mutation/map.json) covers every module, names only test files
   that exist, and finds every hand-listed file executing its module, except those listed
   with a reason in UNCREDITED (a program the file starts, values made at import, code run
   once per process). A module no test's context reaches runs only at import or in
   programs: each of its hand-listed files must name it."""
   if not coverage_map.MAP.exists():
-    pytest.skip('tools/mutation/map.json is not measured yet: python tools/mutation map')
+    pytest.skip('dev/mutation/map.json is not measured yet: python dev/mutation map')
   measured = coverage_map.load()
   assert sorted(measured) == mutation_score.package_modules()
   for module, entry in measured.items():
@@ -597,7 +597,7 @@ def test_a_replaced_handler_catches_nothing_and_what_it_caught_propagates(tmp_pa
     'mutation.cosmic_names'
   )
   options = [a for a in command[3:] if not a.startswith('tests/')]  # the tests' files out
-  env = dict(os.environ, PYTHONPATH=str(REPO / 'tools'))
+  env = dict(os.environ, PYTHONPATH=str(REPO / 'dev'))
   ran = subprocess.run(
     [*command[:3], *options, str(tmp_path / 'test_probe.py')],
     cwd=tmp_path,
@@ -610,9 +610,9 @@ def test_a_replaced_handler_catches_nothing_and_what_it_caught_propagates(tmp_pa
 
 def test_every_command_the_docs_show_parses():
   """Commands in code blocks (a line of their own) and in code spans (over line breaks)."""
-  tool = 'python tools/mutation_score.py'
+  tool = 'python dev/mutation_score.py'
   commands = []
-  for path in (REPO / 'docs/testing.md', REPO / 'tools/mutation/score.py'):
+  for path in (REPO / 'docs/testing.md', REPO / 'dev/mutation/score.py'):
     text = path.read_text()
     commands += [line.strip() for line in text.splitlines() if line.strip().startswith(tool)]
     commands += [' '.join(span.split()) for span in re.findall(f'`({tool}[^`]*)`', text)]
@@ -625,12 +625,12 @@ def test_every_command_the_docs_show_parses():
 
 
 def test_every_map_command_the_docs_show_names_existing_tests():
-  """`python tools/mutation map [PYTEST_ARGS]`: its arguments go to pytest, which would run
+  """`python dev/mutation map [PYTEST_ARGS]`: its arguments go to pytest, which would run
   no test on a misspelt path (and the tool would refuse to write the map)."""
-  tool = 'python tools/mutation map'
+  tool = 'python dev/mutation map'
   commands = [
     line.split(tool, 1)[1].split('#')[0].split()
-    for path in (REPO / 'docs/testing.md', REPO / 'tools/mutation/coverage_map.py')
+    for path in (REPO / 'docs/testing.md', REPO / 'dev/mutation/coverage_map.py')
     for line in path.read_text().splitlines()
     if tool + ' ' in line + ' ' and 'usage:' not in line and f"'{tool}'" not in line
   ]
@@ -644,7 +644,7 @@ def test_a_signal_kills_the_running_test_command_and_removes_the_copy(tmp_path):
   and the tree's copy. Here a child in its own session stands for the test command."""
   script = f"""
 import os, signal, subprocess, sys, tempfile, time
-sys.path.insert(0, {str(REPO / 'tools')!r})
+sys.path.insert(0, {str(REPO / 'dev')!r})
 from mutation import score
 signal.signal(signal.SIGTERM, score.stop_on_signal)
 with tempfile.TemporaryDirectory(dir={str(tmp_path)!r}) as copy:
@@ -861,19 +861,19 @@ def test_the_reach_of_a_program_outside_the_package_is_measured(tmp_path, monkey
 
 
 def test_the_old_names_run_the_one_entry_point():
-  """`python tools/mutation_test.py ...` is `python tools/mutation handwritten ...`; an
+  """`python dev/mutation_test.py ...` is `python dev/mutation handwritten ...`; an
   unknown command is refused with the commands there are."""
   run = lambda *argv: subprocess.run(
     [sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=120
   )
   alias, entry = (
-    run('tools/mutation_test.py', '--list'),
-    run('tools/mutation', 'handwritten', '--list'),
+    run('dev/mutation_test.py', '--list'),
+    run('dev/mutation', 'handwritten', '--list'),
   )
   assert alias.returncode == entry.returncode == 0, alias.stderr + entry.stderr
   names = [line.split()[0] for line in entry.stdout.splitlines()]
   assert alias.stdout == entry.stdout and 'threshold_strict' in names
-  wrong = run('tools/mutation', 'scores')
+  wrong = run('dev/mutation', 'scores')
   assert wrong.returncode != 0 and 'score, handwritten' in wrong.stderr and 'scores' in wrong.stderr
 
 

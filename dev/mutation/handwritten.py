@@ -15,10 +15,10 @@ copy, runs only its tests there with ``pytest -x``, restores the file and classi
 
 The real files are never modified. For developers, not CI (tens of minutes on a CPU):
 
-    python tools/mutation_test.py                 # every mutant
-    python tools/mutation_test.py --only knn_temperature_multiplies
-    python tools/mutation_test.py --set issue27   # one set (core, issue27)
-    python tools/mutation_test.py --list
+    python dev/mutation_test.py                 # every mutant
+    python dev/mutation_test.py --only knn_temperature_multiplies
+    python dev/mutation_test.py --set issue27   # one set (core, issue27)
+    python dev/mutation_test.py --list
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""`python tools/mutation handwritten ...` under the name docs/testing.md shows: the
-hand-written regression mutants (tools/mutation/handwritten.py)."""
+"""`python dev/mutation handwritten ...` under the name docs/testing.md shows: the
+hand-written regression mutants (dev/mutation/handwritten.py)."""
 
 from __future__ import annotations
 

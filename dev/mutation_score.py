@@ -1,5 +1,5 @@
-"""`python tools/mutation score ...` under the name docs/testing.md shows: the sampled
-mutation score (tools/mutation/score.py)."""
+"""`python dev/mutation score ...` under the name docs/testing.md shows: the sampled
+mutation score (dev/mutation/score.py)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ cosmic-ray's operators replace an operator, a number, a condition; the bugs that
 suite that kills those are of another kind (issue 48): the right input swapped for
 another of the same kind, the first taken for the last, randomness that is not random.
 These operators make them, as cosmic-ray operators (parso nodes in, parso nodes out), so
-that a seeded sample nobody chose includes them (`python tools/mutation_score.py
+that a seeded sample nobody chose includes them (`python dev/mutation_score.py
 --operators=semantic ...`, docs/testing.md):
 
   * ``FirstLast``: `x[0]` <-> `x[-1]` (a subscript that is only that index);
