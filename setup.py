@@ -71,6 +71,10 @@ setuptools.setup(
       SCIPY,
       # jax.export's serialisation (the losses' export round trip test); the version tested.
       'flatbuffers>=25.12.19',
+      # Imported by tests themselves (both already installed beside others: scikit-learn
+      # brings threadpoolctl, pip's tooling packaging); the versions tested.
+      'packaging>=26.2',
+      'threadpoolctl>=3.8.0',
     ],
     # Line and branch coverage (pyproject.toml; docs/testing.md): coverage's `patch =
     # subprocess` follows the programs the tests start (pytest-cov 7 leaves that to it).
@@ -95,6 +99,7 @@ setuptools.setup(
     'peers': ['torch>=2.14.1', 'pytorch-metric-learning>=2.9.0', 'lightly>=1.6.0'],
     # dev/mutation, with its own test command (dev/README.md): cosmic-ray's mutants, sampled
     # (docs/testing.md). The version tested (its floor not searched).
-    'mutation': ['cosmic-ray>=8.7.0'],
+    # parso and attrs: cosmic-ray's parser and result classes, which dev/mutation builds on.
+    'mutation': ['cosmic-ray>=8.7.0', 'parso>=0.8.7', 'attrs>=26.1.0'],
   },
 )

@@ -1,5 +1,6 @@
-"""The figures of `python -m hscl_jax.inspect` (matplotlib, Agg): the t-SNE map, the
-nearest neighbours and the hardest negatives. `hscl_jax.inspection` computes what they show.
+"""The figures of `python -m hscl_jax.inspect` (matplotlib, Agg; the `[report]` extra): the
+t-SNE map, the nearest neighbours and the hardest negatives. `hscl_jax.inspection` computes
+what they show.
 
 Each function takes an `inspection.Embedded` (the splits, class names, features and
 projections) and writes one PNG.

@@ -10,6 +10,7 @@ import sys
 import tempfile
 
 import covering
+import declared_imports
 import pytest
 import xla_flags
 
@@ -104,8 +105,11 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-  """xdist (3.6 and newer) orders the groups by their number of tests unless told not to;
-  its floor in setup.py has no such option and keeps the collection's order."""
+  """A test that needs a package the README's test command does not install fails
+  (tests/declared_imports.py). xdist (3.6 and newer) orders the groups by their number of
+  tests unless told not to; its floor in setup.py has no such option and keeps the
+  collection's order."""
+  config.pluginmanager.register(declared_imports.Plugin(), 'declared_imports')
   if hasattr(config.option, 'loadscopereorder'):
     config.option.loadscopereorder = False
 

@@ -11,6 +11,8 @@ import re
 import subprocess
 import sys
 
+import requirements
+
 import hscl_jax
 
 # Top-level modules that only training, data, evaluation or plotting need.
@@ -64,19 +66,6 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 OPTIONAL = {'matplotlib': 'report', 'tensorflow': 'prepare'}
 
 
-def _setup_list(name: str) -> list[str]:
-  """A list literal of setup.py (INSTALL_REQUIRES, TRAIN_REQUIRES)."""
-  tree = ast.parse((REPO / 'setup.py').read_text())
-  for node in tree.body:
-    if isinstance(node, ast.Assign) and node.targets[0].id == name:
-      return ast.literal_eval(node.value)
-  raise AssertionError(f'setup.py has no {name}')
-
-
-def _distribution(requirement: str) -> str:
-  return re.split(r'[<>=!~\[ ]', requirement, maxsplit=1)[0].lower().replace('_', '-')
-
-
 def _third_party_imports() -> set[str]:
   """Top-level modules the package imports (anywhere in its code) that are not its own or
   the standard library's."""
@@ -93,17 +82,17 @@ def _third_party_imports() -> set[str]:
 def test_the_package_needs_jax_numpy_and_the_train_extra_only():
   """install_requires is JAX and NumPy; every other import is the [train] extra's (so a
   missing one is the one-line error naming it) or an optional feature's."""
-  assert [_distribution(r) for r in _setup_list('INSTALL_REQUIRES')] == ['jax', 'numpy']
+  assert requirements.install_requires() == ['jax', 'numpy']
   imports = _third_party_imports()
   # scipy (the reports' tests of significance): jax and jaxlib require it, so every
   # install has it, as numpy.
   assert imports - {'jax', 'numpy', 'scipy'} - set(OPTIONAL) == hscl_jax.TRAINER_MODULES
   top_levels = importlib.metadata.packages_distributions()
-  train = {_distribution(r) for r in _setup_list('TRAIN_REQUIRES')}
+  train = set(requirements.extra('train'))
   extra_modules = {
     module
     for module in hscl_jax.TRAINER_MODULES
-    if {_distribution(d) for d in top_levels.get(module, [])} & train
+    if {requirements.distribution(d) for d in top_levels.get(module, [])} & train
   }
   assert extra_modules == hscl_jax.TRAINER_MODULES  # each one is the extra's own
 
@@ -180,15 +169,6 @@ for program in ('hscl_jax.main', 'hscl_jax.linear_eval'):
   ], out.stdout + out.stderr[-2000:]
 
 
-def _extras() -> set[str]:
-  """The keys of setup.py's extras_require."""
-  tree = ast.parse((REPO / 'setup.py').read_text())
-  for node in ast.walk(tree):
-    if isinstance(node, ast.keyword) and node.arg == 'extras_require':
-      return {key.value for key in node.value.keys}
-  raise AssertionError('setup.py has no extras_require')
-
-
 def test_every_extra_an_install_command_names_exists():
   """`.[X]`, `hscl_jax[X]` in the docs, scripts, messages and CI name extras of setup.py."""
   files = [REPO / 'README.md', REPO / '.ci' / 'run', *(REPO / 'docs').rglob('*.md')]
@@ -201,4 +181,4 @@ def test_every_extra_an_install_command_names_exists():
         for extra in match.group(1).split(','):
           named.setdefault(extra, path.relative_to(REPO))
   assert {'train', 'test', 'torch'} <= set(named)
-  assert {e: p for e, p in named.items() if e not in _extras()} == {}
+  assert {e: p for e, p in named.items() if e not in requirements.extras()} == {}

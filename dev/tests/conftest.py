@@ -1,5 +1,6 @@
-"""The tooling's tests: its package (`dev/mutation`) and the suite's helpers importable, and
-JAX on the CPU."""
+"""The tooling's tests: its package (`dev/mutation`) and the suite's helpers importable, JAX on
+the CPU, and a test that reaches a package the command in dev/README.md does not install
+fails (tests/declared_imports.py)."""
 
 from __future__ import annotations
 
@@ -12,4 +13,11 @@ for folder in ('dev', 'tests'):
   if str(REPO / folder) not in sys.path:
     sys.path.insert(0, str(REPO / folder))
 
+import declared_imports
+
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+DEV_EXTRAS = ('test', 'mutation', 'coverage')  # dev/README.md's install command
+
+
+def pytest_configure(config):
+  config.pluginmanager.register(declared_imports.Plugin(DEV_EXTRAS), 'declared_imports')
