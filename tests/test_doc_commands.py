@@ -45,6 +45,8 @@ def _texts():
   for path in [
     REPO / 'README.md',
     REPO / 'benchmarks' / 'README.md',
+    REPO / 'dev' / 'README.md',
+    REPO / 'tests' / 'fixtures' / 'README.md',
     *(REPO / 'docs').rglob('*.md'),
   ]:
     yield path, path.read_text(encoding='utf-8')
