@@ -106,10 +106,14 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
   """A test that needs a package the README's test command does not install fails
-  (tests/declared_imports.py). xdist (3.6 and newer) orders the groups by their number of
-  tests unless told not to; its floor in setup.py has no such option and keeps the
-  collection's order."""
+  (tests/declared_imports.py); xdist keeps the collection's order of the groups."""
   config.pluginmanager.register(declared_imports.Plugin(), 'declared_imports')
+  keep_the_group_order(config)
+
+
+def keep_the_group_order(config):
+  """xdist (3.6 and newer) orders the groups by their number of tests unless told not to;
+  its floor in setup.py has no such option and keeps the collection's order."""
   if hasattr(config.option, 'loadscopereorder'):
     config.option.loadscopereorder = False
 

@@ -110,7 +110,8 @@ class Recorder:
 
 
 def _install(recorder: Recorder) -> None:
-  """Wrap the import statement, import_module, importorskip and find_spec once per process."""
+  """Wrap the import statement, import_module, importorskip and find_spec (once per process:
+  every Plugin shares RECORDER)."""
   original_import = builtins.__import__
   original_import_module = importlib.import_module
   original_importorskip = pytest.importorskip
@@ -206,16 +207,19 @@ def explain(missing: dict[str, list[str]], extras: tuple[str, ...] = README_EXTR
   return '\n'.join(lines)
 
 
+RECORDER = Recorder()
+_install(RECORDER)
+
+
 class Plugin:
   """Registered by a conftest.py, with the extras its test command installs. Old-style hook
   wrappers: pytest 6.2.5 (setup.py's floor) knows no other."""
 
   def __init__(self, extras: tuple[str, ...] = README_EXTRAS):
     self.extras = extras
-    self.recorder = Recorder()
+    self.recorder = RECORDER
     self.collected: dict[str, dict[str, set[str]]] = {}
     self.running: dict[str, dict[str, set[str]]] = {}
-    _install(self.recorder)
 
   @pytest.hookimpl(hookwrapper=True)
   def pytest_make_collect_report(self, collector):

@@ -54,7 +54,7 @@ def test_the_longest_groups_named_first_exist_and_come_first():
   files = {path.name for path in (REPO / 'tests').glob('test_*.py')}
   assert set(conftest.LONGEST_FIRST) <= files | {'digits_run'}
   option = type('Option', (), {'loadscopereorder': True})()
-  conftest.pytest_configure(type('Config', (), {'option': option})())
+  conftest.keep_the_group_order(type('Config', (), {'option': option})())
   assert option.loadscopereorder is False
 
   class Item:
