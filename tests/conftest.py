@@ -125,9 +125,9 @@ def _rank(group):
 def pytest_xdist_auto_num_workers(config):
   """`-n auto` (pytest.ini): one worker per core, at most 4. Most of a test's time is XLA
   compiling a program on one core: one process keeps 2 cores 60 % busy, 2 workers 85 %,
-  and 3 workers on 2 cores took 10 % longer than 2 (docs/testing.md has the times). Each
-  worker holds its own JAX (1-5 GB), and beyond 4 the longest file (tests/test_train.py,
-  ~4 min) sets the wall time anyway."""
+  and 3 workers on 2 cores took 10 % longer than 2 (the times:
+  docs/results/test_suite/measurements.md). Each worker holds its own JAX (1-5 GB), and
+  beyond 4 the longest file (tests/test_train.py, ~4 min) sets the wall time anyway."""
   del config
   cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
   return max(1, min(4, cores or 1))
