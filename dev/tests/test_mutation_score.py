@@ -22,6 +22,8 @@ sys.path.insert(0, str(REPO / 'dev'))
 from mutation import coverage_map
 from mutation import score as mutation_score
 
+# The measurements log holds the commands of the recorded samples; docs/testing.md the how-to.
+LOG = REPO / 'docs/results/test_suite/measurements.md'
 GPU_PROGRAMS = [
   'benchmarks/accelerator.py',
   'benchmarks/torch_reference.py',
@@ -612,7 +614,7 @@ def test_every_command_the_docs_show_parses():
   """Commands in code blocks (a line of their own) and in code spans (over line breaks)."""
   tool = 'python dev/mutation_score.py'
   commands = []
-  for path in (REPO / 'docs/testing.md', REPO / 'dev/mutation/score.py'):
+  for path in (REPO / 'docs/testing.md', LOG, REPO / 'dev/mutation/score.py'):
     text = path.read_text()
     commands += [line.strip() for line in text.splitlines() if line.strip().startswith(tool)]
     commands += [' '.join(span.split()) for span in re.findall(f'`({tool}[^`]*)`', text)]
@@ -630,7 +632,7 @@ def test_every_map_command_the_docs_show_names_existing_tests():
   tool = 'python dev/mutation map'
   commands = [
     line.split(tool, 1)[1].split('#')[0].split()
-    for path in (REPO / 'docs/testing.md', REPO / 'dev/mutation/coverage_map.py')
+    for path in (REPO / 'docs/testing.md', LOG, REPO / 'dev/mutation/coverage_map.py')
     for line in path.read_text().splitlines()
     if tool + ' ' in line + ' ' and 'usage:' not in line and f"'{tool}'" not in line
   ]
