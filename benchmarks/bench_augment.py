@@ -23,7 +23,7 @@ from PIL import Image
 from PIL import ImageEnhance
 from PIL import ImageFilter
 
-from hscl_jax import augment
+from hscl_jax.data import augment
 
 
 def parse_args():

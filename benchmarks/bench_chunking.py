@@ -53,11 +53,11 @@ def child(
   import numpy as np
 
   from configs import default
-  from hscl_jax import augment
   from hscl_jax import models
-  from hscl_jax import optim
   from hscl_jax import parallel
-  from hscl_jax import train
+  from hscl_jax.data import augment
+  from hscl_jax.training import loop as train
+  from hscl_jax.training import optimizers
 
   config = default.get_config()
   config.model.name = model_name
@@ -67,8 +67,10 @@ def child(
   config.chunk_unroll = unroll
   mesh = parallel.make_mesh(jax.devices()[:1])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1, total_steps=1)
-  optimizer = optim.create_optimizer(config.optimizer, schedule)
+  schedule = optimizers.create_learning_rate_schedule(
+    config.optimizer, steps_per_epoch=1, total_steps=1
+  )
+  optimizer = optimizers.create_optimizer(config.optimizer, schedule)
   augment_params = augment.AugmentParams.from_config(config.augment)
   state = train.create_train_state(config, model, optimizer, image_size, mesh)
   step = train.make_train_step(config, model, optimizer, augment_params, mesh)

@@ -44,11 +44,11 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `configs`, as from the root
 
 from configs import default  # noqa: E402
-from hscl_jax import augment  # noqa: E402
 from hscl_jax import models  # noqa: E402
-from hscl_jax import optim  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
-from hscl_jax import train  # noqa: E402
+from hscl_jax.data import augment  # noqa: E402
+from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import optimizers  # noqa: E402
 
 VIEWS = 2
 
@@ -95,10 +95,10 @@ def bench_model(name, args):
   config = bench_config(name, args)
   mesh = parallel.make_mesh(jax.devices()[:1])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  schedule = optim.create_learning_rate_schedule(
+  schedule = optimizers.create_learning_rate_schedule(
     config.optimizer, steps_per_epoch=1, total_steps=args.steps + 1
   )
-  optimizer = optim.create_optimizer(config.optimizer, schedule)
+  optimizer = optimizers.create_optimizer(config.optimizer, schedule)
   augment_params = augment.AugmentParams.from_config(config.augment)
   state = train.create_train_state(config, model, optimizer, args.image_size, mesh)
   step = train.make_train_step(config, model, optimizer, augment_params, mesh)

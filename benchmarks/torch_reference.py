@@ -7,9 +7,9 @@ Our own PyTorch versions of the project's models (hscl_jax.models: the CIFAR-ste
 ResNet-18/34/50 and the small CNN, each with the 2-layer projection head, BatchNorm with
 the same momentum and epsilon), H-SCL with exponential hardening (eq. (3), M = n - 2,
 weights not detached, as configs/default.py) written densely, and torch.optim.Adam with
-coupled L2 (optax's adam + add_decayed_weights before it, as hscl_jax.optim). No input
-pipeline and no augmentation: random float images stay on the device (the JAX step times
-its on-device augmentation too; bench_train_step prints that part alone).
+coupled L2 (optax's adam + add_decayed_weights before it, as hscl_jax.training.optimizers).
+No input pipeline and no augmentation: random float images stay on the device (the JAX
+step times its on-device augmentation too; bench_train_step prints that part alone).
 
 As a program it prints one JSON line for the environment (or {"skipped": reason} where
 --device=auto finds no CUDA device), then one per model x dtype x variant: float32 (TF32

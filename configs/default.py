@@ -1,8 +1,8 @@
 """Shared defaults: the paper's protocol (docs/method.md), which the dataset configs override.
 
-Every hyperparameter of a run lives here; `hscl_jax.train` reads nothing else. Values
+Every hyperparameter of a run lives here; `hscl_jax.training` reads nothing else. Values
 that follow from others (steps per epoch, the learning-rate schedule, tau and beta of
-each epoch, M = n - 2) are derived in `hscl_jax.train` in one place each.
+each epoch, M = n - 2) are derived in `hscl_jax.training` in one place each.
 Override any field on the command line, e.g. `--config.method=scl --config.num_epochs=50`.
 """
 
@@ -93,7 +93,7 @@ def get_config() -> ml_collections.ConfigDict:
   # side) | same (Flax's 'SAME'; a run stored before this field existed reads as same).
   config.model.strided_padding = 'symmetric'
 
-  # --- Augmentation (fields of hscl_jax.augment.AugmentParams; SimCLR's recipe) ---
+  # --- Augmentation (fields of hscl_jax.data.augment.AugmentParams; SimCLR's recipe) ---
   config.augment = ml_collections.ConfigDict()
   config.augment.image_size = 32
   config.augment.crop_scale = (0.08, 1.0)

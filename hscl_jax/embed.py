@@ -1,5 +1,5 @@
 r"""Embeddings of images by a training run's encoder, written as .npz (the program;
-hscl_jax.embedding says what it computes and does the work).
+hscl_jax.evaluation.embedding says what it computes and does the work).
 
     python -m hscl_jax.embed --workdir=RUN --folder=DIR --out=FILE.npz
     python -m hscl_jax.embed --workdir=RUN --split=test --out=FILE.npz [--projections]
@@ -15,9 +15,9 @@ from __future__ import annotations
 from absl import app
 from absl import flags
 
-from hscl_jax import embedding
 from hscl_jax import errors
-from hscl_jax import metrics
+from hscl_jax.evaluation import embedding
+from hscl_jax.rundir import metrics
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 _OUT = flags.DEFINE_string('out', None, 'The .npz file to write.', required=True)

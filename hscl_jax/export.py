@@ -1,5 +1,5 @@
-r"""The backbone of a training run for PyTorch (the program; hscl_jax.torch_export says
-what it writes and does the work).
+r"""The backbone of a training run for PyTorch (the program;
+hscl_jax.evaluation.torch_export says what it writes and does the work).
 
     python -m hscl_jax.export --workdir=DIR --format=torch --out=FILE.safetensors \
         [--checkpoint_step=N] [--config=FILE]
@@ -17,10 +17,10 @@ from absl import flags
 from ml_collections import config_flags
 
 from hscl_jax import errors
-from hscl_jax import linear_probe
-from hscl_jax import metrics
-from hscl_jax import schema
-from hscl_jax import torch_export
+from hscl_jax.config import schema
+from hscl_jax.evaluation import linear_probe
+from hscl_jax.evaluation import torch_export
+from hscl_jax.rundir import metrics
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 # Required though there is one format, so that commands stay explicit if another comes.

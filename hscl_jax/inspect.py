@@ -1,5 +1,5 @@
 r"""Figures of what a training run learned, and how often its hardest negatives are false
-(the program; hscl_jax.inspection says what it computes and does the work).
+(the program; hscl_jax.evaluation.inspection says what it computes and does the work).
 
     python -m hscl_jax.inspect --workdir=RUN --out=DIR \
         [--hardening=exp --beta=B | --hardening=threshold --tau=T] [--k=8] [--seed=0]
@@ -15,8 +15,8 @@ from absl import app
 from absl import flags
 
 from hscl_jax import errors
-from hscl_jax import inspection
-from hscl_jax import metrics
+from hscl_jax.evaluation import inspection
+from hscl_jax.rundir import metrics
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 _OUT = flags.DEFINE_string('out', None, 'Directory the figures and JSON go to.', required=True)

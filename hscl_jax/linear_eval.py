@@ -1,5 +1,5 @@
-r"""Linear evaluation of a training run's encoder (the program; hscl_jax.linear_probe says
-what it computes and does the work).
+r"""Linear evaluation of a training run's encoder (the program;
+hscl_jax.evaluation.linear_probe says what it computes and does the work).
 
     python -m hscl_jax.linear_eval --workdir=DIR [--checkpoint_step=N] \
         [--protocol=features|augmented] [--config=FILE]
@@ -17,11 +17,11 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from hscl_jax import checkpointing
 from hscl_jax import errors
-from hscl_jax import linear_probe
-from hscl_jax import metrics
-from hscl_jax import schema
+from hscl_jax.config import schema
+from hscl_jax.evaluation import linear_probe
+from hscl_jax.rundir import checkpoints
+from hscl_jax.rundir import metrics
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 _CONFIG = config_flags.DEFINE_config_file(
@@ -53,7 +53,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   metrics.show_only_own_info_logs()
   result = errors.exit_on_user_error(
-    _evaluate_from_flags, workdir=_WORKDIR.value, describe_disk_full=checkpointing.disk_full_message
+    _evaluate_from_flags, workdir=_WORKDIR.value, describe_disk_full=checkpoints.disk_full_message
   )
   print(
     f'linear eval ({result["protocol"]} protocol, checkpoint step {result["checkpoint_step"]}): '

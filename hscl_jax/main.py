@@ -8,7 +8,7 @@ An existing DIR resumes from its latest checkpoint (with the same config: a chan
 refused unless named in --allow_config_change, e.g. --allow_config_change=num_epochs to
 train longer). On several hosts, run the same command
 on every host: jax.distributed is started from the cluster environment (SLURM, multi-host
-TPU) or from --coordinator_address/--num_processes/--process_id (hscl_jax.distributed).
+TPU) or from --coordinator_address/--num_processes/--process_id (hscl_jax.training.distributed).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from hscl_jax import checkpointing
-from hscl_jax import distributed
 from hscl_jax import errors
-from hscl_jax import metrics
-from hscl_jax import schema
-from hscl_jax import train
+from hscl_jax.config import schema
+from hscl_jax.rundir import checkpoints
+from hscl_jax.rundir import metrics
+from hscl_jax.training import distributed
+from hscl_jax.training import loop as train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
 _CONFIG = config_flags.DEFINE_config_file(
@@ -66,7 +66,7 @@ def main(argv):
       _CONFIG.value, _WORKDIR.value, allowed_config_changes=tuple(_ALLOW_CONFIG_CHANGE.value)
     ),
     workdir=_WORKDIR.value,
-    describe_disk_full=checkpointing.disk_full_message,
+    describe_disk_full=checkpoints.disk_full_message,
   )
   if result.preempted:
     # 128 + SIGTERM, as a process killed by the signal: the run is not finished.

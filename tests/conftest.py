@@ -150,7 +150,7 @@ def digits_run(tmp_path_factory):
   if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
   from configs import digits
-  from hscl_jax import train
+  from hscl_jax.training import loop as train
 
   config = digits.get_config()
   config.num_epochs = 1

@@ -80,11 +80,11 @@ def check_sampler() -> None:
 
 def check_one_line_errors() -> None:
   try:
-    importlib.import_module('hscl_jax.train')
+    importlib.import_module('hscl_jax.training.loop')
   except ModuleNotFoundError as error:
     message = str(error)
   else:
-    raise AssertionError('hscl_jax.train imported without the [train] extra')
+    raise AssertionError('hscl_jax.training.loop imported without the [train] extra')
   assert '\n' not in message and hscl_jax.INSTALL_TRAINER in message, message
   program = subprocess.run(
     [sys.executable, '-m', 'hscl_jax.main', '--workdir=/tmp/unused'],

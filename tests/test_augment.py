@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hscl_jax import augment
+from hscl_jax.data import augment
 
 SIZE = 8
 # Params are traced, so every test with this batch shape shares one compile.

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from test_image_folder_run import write_folder
 
-from hscl_jax import schema
+from hscl_jax.config import schema
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BENCHMARKS = sorted((REPO / 'benchmarks').glob('bench_*.py'))

@@ -17,7 +17,7 @@ from test_data_loaders import loader  # noqa: E402
 from test_data_loaders import take  # noqa: E402
 
 from hscl_jax import data  # noqa: E402
-from hscl_jax import schema  # noqa: E402
+from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.data import sampling  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
 
@@ -336,7 +336,7 @@ def test_a_long_tailed_class_aware_epoch_is_warned_of_with_the_epochs_that_make_
   steps (16 of 56 examples) where uniform batches take 7; 10 epochs -> 35 keep the steps."""
   from test_train import tiny_config
 
-  from hscl_jax import train
+  from hscl_jax.training import loop as train
 
   config = tiny_config()
   config.batch_size, config.samples_per_class, config.num_epochs = 8, 2, 10
@@ -362,8 +362,8 @@ def test_a_digits_run_with_4_per_class_meets_3_and_its_first_loss_is_eq_3(tmp_pa
   from test_train import step_loss_reference
   from test_train import tiny_config
 
-  from hscl_jax import metrics
-  from hscl_jax import train
+  from hscl_jax.rundir import metrics
+  from hscl_jax.training import loop as train
 
   config = tiny_config()
   config.samples_per_class = 4

@@ -16,7 +16,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax import schema  # noqa: E402
+from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
 
 

@@ -18,12 +18,12 @@ sys.path.insert(0, str(REPO))
 
 from configs import digits  # noqa: E402
 from hscl_jax import data  # noqa: E402
-from hscl_jax import inspection  # noqa: E402
-from hscl_jax import linear_probe  # noqa: E402
-from hscl_jax import metrics  # noqa: E402
+from hscl_jax.evaluation import inspection  # noqa: E402
+from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.experiments import density_grid  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
+from hscl_jax.rundir import metrics  # noqa: E402
 
 sys.path.insert(0, str(REPO / 'tests'))
 from acceptance import accepted  # noqa: E402

@@ -27,7 +27,7 @@ from test_main_errors import assert_one_line  # noqa: E402
 from test_main_errors import run  # noqa: E402
 
 from configs import default  # noqa: E402
-from hscl_jax import schema  # noqa: E402
+from hscl_jax.config import schema  # noqa: E402
 
 DEVICES = 4
 finite = dict(allow_nan=False, allow_infinity=False)

@@ -21,9 +21,9 @@ from configs import cifar100  # noqa: E402
 from configs import default  # noqa: E402
 from configs import digits  # noqa: E402
 from configs import stl10  # noqa: E402
-from hscl_jax import optim  # noqa: E402
-from hscl_jax import schema  # noqa: E402
-from hscl_jax import train  # noqa: E402
+from hscl_jax.config import schema  # noqa: E402
+from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import optimizers  # noqa: E402
 
 ALL_CONFIGS = {'digits': digits, 'cifar10': cifar10, 'cifar100': cifar100, 'stl10': stl10}
 
@@ -292,7 +292,9 @@ def test_every_shipped_config_accepts_one_epoch(name):
   config = ALL_CONFIGS[name].get_config()
   config.num_epochs = 1
   _assert_valid(config)
-  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=5, total_steps=5)
+  schedule = optimizers.create_learning_rate_schedule(
+    config.optimizer, steps_per_epoch=5, total_steps=5
+  )
   rates = [float(schedule(step)) for step in range(5)]
   assert all(0 <= r <= config.optimizer.learning_rate for r in rates) and rates[-1] > 0
 
@@ -333,7 +335,7 @@ def test_loss_hyperparameters_follow_the_schedules():
 def test_learning_rate_schedule_warmup_then_cosine():
   config = default.get_config()
   config.optimizer.schedule, config.optimizer.warmup_epochs = 'cosine', 1.0
-  schedule = optim.create_learning_rate_schedule(
+  schedule = optimizers.create_learning_rate_schedule(
     config.optimizer, steps_per_epoch=10, total_steps=110
   )
   assert float(schedule(0)) == 0.0
@@ -343,7 +345,7 @@ def test_learning_rate_schedule_warmup_then_cosine():
 
 
 def test_config_json_round_trips(tmp_path):
-  from hscl_jax import metrics
+  from hscl_jax.rundir import metrics
 
   config = stl10.get_config()
   metrics.write_config(str(tmp_path), config)

@@ -23,7 +23,7 @@ from absl import flags
 from ml_collections import config_flags
 import pytest
 
-from hscl_jax import schema
+from hscl_jax.config import schema
 from hscl_jax.graphs import train as graph_train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

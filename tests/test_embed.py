@@ -16,15 +16,15 @@ from PIL import Image
 import pytest
 import xla_flags
 
-from hscl_jax import augment
-from hscl_jax import checkpointing
 from hscl_jax import data
-from hscl_jax import embedding
-from hscl_jax import evaluation
-from hscl_jax import metrics
 from hscl_jax import models
 from hscl_jax import parallel
+from hscl_jax.data import augment
 from hscl_jax.data import image_folder
+from hscl_jax.evaluation import embedding
+from hscl_jax.evaluation import features as eval_features
+from hscl_jax.rundir import checkpoints
+from hscl_jax.rundir import metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -58,7 +58,7 @@ def test_the_runs_epoch_counts_the_training_split(digits_run):
   records = metrics.read_metrics(str(workdir))
   assert [(r['epoch'], r['step']) for r in records] == [(1, steps)]
   assert int(result.state.step) == steps
-  assert checkpointing.finished_steps(str(workdir)) == [steps]
+  assert checkpoints.finished_steps(str(workdir)) == [steps]
 
 
 def test_split_features_are_the_monitors(digits_run, tmp_path):
@@ -77,16 +77,16 @@ def test_split_features_are_the_monitors(digits_run, tmp_path):
     'split',
   }
   # What it was made from: the run's newest (its only) checkpoint, and the test split.
-  newest = max(checkpointing.finished_steps(str(workdir)))
+  newest = max(checkpoints.finished_steps(str(workdir)))
   assert int(saved['checkpoint_step']) == summary['checkpoint_step'] == newest
   assert str(saved['split']) == 'test'
   _, test = data.run_sources(config)
   mesh = parallel.make_mesh()
   assert mesh.size == 4
-  monitor = evaluation.make_feature_fn(
+  monitor = eval_features.make_feature_fn(
     models.create_model(config.model), augment.AugmentParams.from_config(config.augment), mesh
   )
-  features, labels, mask = evaluation.extract_features(
+  features, labels, mask = eval_features.extract_features(
     monitor, _trained_variables(result), test, config.knn.batch_size, mesh
   )
   np.testing.assert_array_equal(saved['features'], features[mask])
@@ -100,7 +100,7 @@ def test_split_features_are_the_monitors(digits_run, tmp_path):
   direct = _direct_features(config, _trained_variables(result), first)
   np.testing.assert_allclose(saved['features'][:5], direct, atol=1e-5)
   assert summary['num_images'] == len(test)
-  assert summary['checkpoint_step'] == max(checkpointing.finished_steps(str(workdir)))
+  assert summary['checkpoint_step'] == max(checkpoints.finished_steps(str(workdir)))
 
 
 def test_projections_are_the_heads_outputs_with_a_progress_line(

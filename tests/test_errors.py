@@ -6,9 +6,9 @@ import errno
 
 import pytest
 
-from hscl_jax import checkpointing
 from hscl_jax import errors
-from hscl_jax import workdir_lock
+from hscl_jax.rundir import checkpoints
+from hscl_jax.rundir import lock as workdir_lock
 
 
 def test_disk_full_is_recognised_through_wrappers():
@@ -28,10 +28,10 @@ def test_disk_full_message_names_the_last_good_checkpoint(tmp_path):
   for step in (3, 6):
     (tmp_path / 'checkpoints' / str(step)).mkdir(parents=True)
   (tmp_path / 'checkpoints' / '9.orbax-checkpoint-tmp-123').mkdir()  # the failed write
-  assert checkpointing.disk_full_message(str(tmp_path)).startswith(
+  assert checkpoints.disk_full_message(str(tmp_path)).startswith(
     f'no space at {tmp_path}, last good checkpoint 6 is intact. Fix: '
   )
-  assert 'no checkpoint had been written' in checkpointing.disk_full_message(str(tmp_path / 'new'))
+  assert 'no checkpoint had been written' in checkpoints.disk_full_message(str(tmp_path / 'new'))
 
 
 def test_a_full_disk_outside_training_is_one_line_with_the_fix():
@@ -48,15 +48,15 @@ def test_a_full_disk_outside_training_is_one_line_with_the_fix():
 def test_checkpointer_lists_the_steps_it_keeps(tmp_path):
   import jax.numpy as jnp
 
-  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=2)
   for step in (1, 2, 3):
     assert checkpointer.save(step, {'w': jnp.full((3,), step, jnp.float32)}, {'position': step})
   checkpointer.close()
-  reopened = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  reopened = checkpoints.Checkpointer(str(tmp_path), keep=2)
   assert reopened.all_steps() == [2, 3] and reopened.latest_step() == 3  # keep=2: 1 removed
   assert not reopened.save(3, {'w': jnp.zeros((3,), jnp.float32)}, {'position': 0})  # skipped
   reopened.close()
-  assert checkpointing.finished_steps(str(tmp_path)) == [2, 3]
+  assert checkpoints.finished_steps(str(tmp_path)) == [2, 3]
 
 
 def test_user_errors_exit_with_one_line_others_keep_their_traceback(tmp_path, caplog):
@@ -88,20 +88,20 @@ def test_checkpoint_that_cannot_fit_is_refused_before_writing(tmp_path, monkeypa
 
   import jax.numpy as jnp
 
-  from hscl_jax import checkpointing
+  from hscl_jax.rundir import checkpoints
 
-  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
+  checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=2)
   state = {'w': jnp.zeros((1000,), jnp.float32)}  # 4,000 bytes
   usage = collections.namedtuple('usage', 'total used free')
-  monkeypatch.setattr(checkpointing.shutil, 'disk_usage', lambda path: usage(10**6, 0, 3999))
+  monkeypatch.setattr(checkpoints.shutil, 'disk_usage', lambda path: usage(10**6, 0, 3999))
   with pytest.raises(OSError) as error:
     checkpointer.save(1, state, {'position': 0})
   assert errors.is_disk_full(error.value)
   monkeypatch.undo()
   checkpointer.save(1, state, {'position': 0})
   checkpointer.close()
-  assert checkpointing.finished_steps(str(tmp_path)) == [1]
-  assert checkpointing.disk_full_message(str(tmp_path)).startswith(
+  assert checkpoints.finished_steps(str(tmp_path)) == [1]
+  assert checkpoints.disk_full_message(str(tmp_path)).startswith(
     f'no space at {tmp_path}, last good checkpoint 1 is intact'
   )
 
@@ -217,17 +217,17 @@ def test_a_checkpoint_error_is_quoted_by_its_type_and_first_line():
   """What the restore refusal and the moved-aside warning quote of Orbax's error: its type
   and its first non-empty line (Orbax's messages run over many lines)."""
   error = ValueError('\n  the first line\nthe second line\nthe last line\n')
-  assert checkpointing._first_line(error) == 'ValueError: the first line'
-  assert checkpointing._first_line(OSError()) == 'OSError: '
+  assert checkpoints._first_line(error) == 'ValueError: the first line'
+  assert checkpoints._first_line(OSError()) == 'OSError: '
 
 
 def test_no_checkpoint_restoring_on_another_process_names_the_newest(tmp_path, monkeypatch):
   """Here every checkpoint restores, on another process none does (`_all_processes` false):
   the run stops naming the newest checkpoint, the first one tried."""
-  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=3)
+  checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=3)
   steps = type('Manager', (), {'all_steps': lambda self: [3, 9, 6]})()
   monkeypatch.setattr(checkpointer, '_manager', steps)
   monkeypatch.setattr(checkpointer, 'restore', lambda step, target: ('state', 'iterator'))
-  monkeypatch.setattr(checkpointing, '_all_processes', lambda ok: False)
+  monkeypatch.setattr(checkpoints, '_all_processes', lambda ok: False)
   with pytest.raises(RuntimeError, match=r'^checkpoint 9 failed to restore on another process'):
     checkpointer.restore_latest(target=None)

@@ -15,9 +15,9 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from hscl_jax import figures
-from hscl_jax import hard_negatives
-from hscl_jax import inspection
+from hscl_jax.evaluation import figures
+from hscl_jax.evaluation import hard_negatives
+from hscl_jax.evaluation import inspection
 
 WRONG_RGBA = matplotlib.colors.to_rgba(figures.WRONG)
 RIGHT_RGBA = matplotlib.colors.to_rgba(figures.RIGHT)

@@ -23,11 +23,11 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from hscl_jax import metrics
-from hscl_jax import schema
+from hscl_jax.config import schema
 from hscl_jax.data import image_folder
 from hscl_jax.experiments import image_grid
 from hscl_jax.experiments import run_records
+from hscl_jax.rundir import metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / 'tools'), str(REPO)]  # the tools are scripts, imported as such

@@ -10,8 +10,8 @@ from jaxprs import equations
 import numpy as np
 import pytest
 
-from hscl_jax import gradcache
 from hscl_jax import losses
+from hscl_jax.training import gradcache
 
 BATCH, VIEWS, DIM = 16, 2, 6
 

@@ -21,15 +21,15 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import cifar10_folder  # noqa: E402
-from hscl_jax import augment  # noqa: E402
 from hscl_jax import data  # noqa: E402
-from hscl_jax import evaluation  # noqa: E402
-from hscl_jax import knn  # noqa: E402
-from hscl_jax import linear_probe  # noqa: E402
-from hscl_jax import metrics  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
-from hscl_jax import train  # noqa: E402
+from hscl_jax.data import augment  # noqa: E402
+from hscl_jax.evaluation import features as eval_features  # noqa: E402
+from hscl_jax.evaluation import knn  # noqa: E402
+from hscl_jax.evaluation import linear_probe  # noqa: E402
+from hscl_jax.rundir import metrics  # noqa: E402
+from hscl_jax.training import loop as train  # noqa: E402
 
 CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
 NUM_CLASSES = 4
@@ -71,7 +71,7 @@ def recomputed_knn(config, workdir, *, bank_split: str = 'subset', k: int | None
   step, variables = linear_probe.restore_usable_encoder(workdir, None, model, (size, size, 3))
   mesh = parallel.make_mesh(jax.devices()[:1])
   params = augment.AugmentParams.from_config(config.augment)
-  feature_fn = evaluation.make_feature_fn(model, params, mesh)
+  feature_fn = eval_features.make_feature_fn(model, params, mesh)
   full_train, test = (
     data.get_source('image_folder', 'train', folder=config.folder, folder_image_size=size),
     data.get_source('image_folder', 'test', folder=config.folder, folder_image_size=size),
@@ -80,10 +80,10 @@ def recomputed_knn(config, workdir, *, bank_split: str = 'subset', k: int | None
     full_train, data.balanced_subset(full_train.labels(), config.train_examples, config.split_seed)
   )
   bank_source = subset if bank_split == 'subset' else full_train
-  bank, bank_labels, bank_mask = evaluation.extract_features(
+  bank, bank_labels, bank_mask = eval_features.extract_features(
     feature_fn, variables, bank_source, 8, mesh
   )
-  queries, query_labels, query_mask = evaluation.extract_features(
+  queries, query_labels, query_mask = eval_features.extract_features(
     feature_fn, variables, test, 8, mesh
   )
   assert bank_mask.sum() == len(bank_source) and query_mask.sum() == len(test)

@@ -12,11 +12,11 @@ import threadpoolctl
 
 from hscl_jax import data
 from hscl_jax import errors
-from hscl_jax import figures
-from hscl_jax import hard_negatives
-from hscl_jax import inspection
-from hscl_jax import linear_probe
 from hscl_jax import losses
+from hscl_jax.evaluation import figures
+from hscl_jax.evaluation import hard_negatives
+from hscl_jax.evaluation import inspection
+from hscl_jax.evaluation import linear_probe
 
 
 def _batch(n=18, dim=4, num_classes=3, seed=0):

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from hscl_jax import data
-from hscl_jax import evaluation
-from hscl_jax import knn
 from hscl_jax import parallel
+from hscl_jax.evaluation import features as eval_features
+from hscl_jax.evaluation import knn
 
 
 def reference_predict(bank, bank_labels, queries, num_classes, k, temperature):
@@ -196,7 +196,7 @@ def test_query_mask_drops_padding_even_when_it_would_be_right():
 
 
 # --------------------------------------------------------------------------------------
-# The training program's monitor (evaluation.knn_accuracy): the figure of metrics.jsonl.
+# The training program's monitor (eval_features.knn_accuracy): the figure of metrics.jsonl.
 
 
 def _pattern_split(seed, num):
@@ -231,7 +231,7 @@ def test_monitor_accuracy_is_recomputed_from_the_splits():
   )
   checks = []
   knn_config = ml_collections.ConfigDict(dict(batch_size=32, k=15, temperature=0.1, chunk_size=16))
-  top1 = evaluation.knn_accuracy(
+  top1 = eval_features.knn_accuracy(
     knn_config,
     feature_fn,
     {'centre': np.float32(0.5)},

@@ -23,7 +23,7 @@ LAUNCH = REPO / 'launch'
 SCRIPTS = ('local.sh', 'slurm_gpu.sbatch', 'tpu_vm.sh', 'local_slurm_cluster.sh')
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
-from hscl_jax import schema  # noqa: E402
+from hscl_jax.config import schema  # noqa: E402
 
 
 def run_sweep(*args: str) -> subprocess.CompletedProcess:

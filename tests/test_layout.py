@@ -1,9 +1,10 @@
 """The package's import rules, as docs/layout.md states them, checked on the sources.
 
-Every module of hscl_jax belongs to a unit: a top-level module (`train`), a package
-(`data`, `graphs`, `losses`: their modules may import each other) or a program of
-`experiments` (`experiments/image_grid`). docs/layout.md's table lists, per unit, the
-units it may import; this test reads every `hscl_jax` import (local ones included) and
+Every module of hscl_jax belongs to a unit: a top-level module (`errors`, `main`), a
+package whose modules may import each other (`data`, `graphs`, `losses`, `models`), or a
+module of a package whose modules are units of their own (`training/step`,
+`rundir/checkpoints`, `experiments/image_grid`). docs/layout.md's table lists, per unit,
+the units it may import; this test reads every `hscl_jax` import (local ones included) and
 fails on one the table does not allow, and on a unit the table does not list.
 """
 
@@ -18,9 +19,13 @@ PACKAGE = REPO / 'hscl_jax'
 LAYOUT = REPO / 'docs' / 'layout.md'
 
 
+# The packages whose modules are units of their own; their `__init__`s are docstrings.
+MODULE_UNITS = ('config', 'evaluation', 'experiments', 'rundir', 'training')
+
+
 def unit_of(parts: list[str]) -> str:
-  """`['data', 'sources']` -> 'data'; `['experiments', 'compare']` -> 'experiments/compare'."""
-  if parts[0] == 'experiments' and len(parts) > 1:
+  """`['data', 'sources']` -> 'data'; `['training', 'step']` -> 'training/step'."""
+  if parts[0] in MODULE_UNITS and len(parts) > 1:
     return '/'.join(parts[:2])
   return parts[0]
 
@@ -38,7 +43,7 @@ def imported_units(path: pathlib.Path) -> set[str]:
       base = node.module.split('.')[1:]
       names = (
         [[*base, alias.name] for alias in node.names]
-        if base[:1] in ([], ['experiments'])
+        if len(base) == 0 or (len(base) == 1 and base[0] in MODULE_UNITS)
         else [base]
       )
       units.update(unit_of(parts) for parts in names)
@@ -66,7 +71,7 @@ def units_of_package() -> dict[str, list[pathlib.Path]]:
   units: dict[str, list[pathlib.Path]] = {}
   for path in sorted(PACKAGE.rglob('*.py')):
     parts = module_parts(path)
-    if parts and parts != ['experiments']:
+    if parts and not (len(parts) == 1 and parts[0] in MODULE_UNITS):
       units.setdefault(unit_of(parts), []).append(path)
   return units
 
@@ -91,9 +96,34 @@ def test_the_check_sees_a_forbidden_import(tmp_path):
   """The reader finds local imports too (the kind that broke the rules before)."""
   module = tmp_path / 'mod.py'
   module.write_text(
-    'def f():\n  from hscl_jax import checkpointing\n  from hscl_jax.data import arrays\n'
+    'def f():\n  from hscl_jax.rundir import checkpoints\n  from hscl_jax.data import arrays\n'
+    '  from hscl_jax.training.step import make_train_step\n'
   )
-  assert imported_units(module) == {'checkpointing', 'data'}
+  assert imported_units(module) == {'rundir/checkpoints', 'data', 'training/step'}
+
+
+def test_evaluation_never_imports_training():
+  """Evaluation reads a trained run (rundir/trained_run) and shares the mesh (parallel):
+  nothing of training's run, only its leaf optimizer factory (the linear probe's Adam)."""
+  rules = layout_rules()
+  reaching = {
+    unit: sorted(a for a in allowed if a.startswith('training/') and a != 'training/optimizers')
+    for unit, allowed in rules.items()
+    if unit.startswith('evaluation/')
+  }
+  assert {unit: names for unit, names in reaching.items() if names} == {}
+  assert rules['training/optimizers'] == set()
+
+
+def test_the_unit_packages_init_modules_import_nothing_of_ours():
+  """`hscl_jax.training` and the like are their modules' namespace: importing one module
+  does not import its neighbours."""
+  heavy = {
+    name: sorted(imported_units(PACKAGE / name / '__init__.py'))
+    for name in MODULE_UNITS
+    if imported_units(PACKAGE / name / '__init__.py')
+  }
+  assert heavy == {}
 
 
 MAX_FUNCTION_LINES = 60

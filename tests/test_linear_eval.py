@@ -25,12 +25,12 @@ from acceptance import refused  # noqa: E402
 from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
-from hscl_jax import augment  # noqa: E402
-from hscl_jax import checkpointing  # noqa: E402
 from hscl_jax import data  # noqa: E402
-from hscl_jax import linear_probe  # noqa: E402
 from hscl_jax import models  # noqa: E402
-from hscl_jax import train  # noqa: E402
+from hscl_jax.data import augment  # noqa: E402
+from hscl_jax.evaluation import linear_probe  # noqa: E402
+from hscl_jax.rundir import checkpoints  # noqa: E402
+from hscl_jax.training import loop as train  # noqa: E402
 
 RESULT_KEYS = ('protocol', 'top1', 'top5', 'checkpoint_step', 'num_train', 'num_test')
 
@@ -80,7 +80,7 @@ def test_pipeline_from_another_process_on_one_device(trained):
   result = json.loads((workdir / linear_probe.RESULT_FILE).read_text())
   assert set(RESULT_KEYS) <= set(result)
   assert result['protocol'] == 'features'
-  assert result['checkpoint_step'] == max(checkpointing.finished_steps(str(workdir)))
+  assert result['checkpoint_step'] == max(checkpoints.finished_steps(str(workdir)))
   assert result['num_train'] + result['num_test'] == 1797
   assert result['top1'] > 0.6, result  # chance is 0.1 on 10 classes
   assert result['top5'] >= result['top1']
@@ -115,10 +115,10 @@ def add_untrained_checkpoint(workdir, config, step: int) -> None:
     models.create_model(config.model), jax.random.key(7), (size, size, 3)
   )
   elsewhere = workdir.parent / 'untrained'
-  checkpointer = checkpointing.Checkpointer(str(elsewhere), keep=1)
+  checkpointer = checkpoints.Checkpointer(str(elsewhere), keep=1)
   checkpointer.save(step, jax.device_get(dict(variables)), iterator_state={})
   checkpointer.close()
-  shutil.move(elsewhere / checkpointing.CHECKPOINT_DIR / str(step), workdir / 'checkpoints')
+  shutil.move(elsewhere / checkpoints.CHECKPOINT_DIR / str(step), workdir / 'checkpoints')
 
 
 def test_reported_accuracy_is_recomputed_on_the_test_split(trained, tmp_path, monkeypatch):
@@ -129,9 +129,9 @@ def test_reported_accuracy_is_recomputed_on_the_test_split(trained, tmp_path, mo
   workdir, _ = trained
   copy = tmp_path / 'run'
   shutil.copytree(workdir, copy)
-  (newest,) = checkpointing.finished_steps(str(copy))
+  (newest,) = checkpoints.finished_steps(str(copy))
   add_untrained_checkpoint(copy, one_epoch_config(), step=1)
-  assert checkpointing.finished_steps(str(copy)) == [1, newest] and newest > 1
+  assert checkpoints.finished_steps(str(copy)) == [1, newest] and newest > 1
   config = one_epoch_config()
   config.linear_eval.num_epochs = 5
   classifiers = []
@@ -191,7 +191,7 @@ def test_clear_errors_name_the_path(trained, tmp_path):
   corrupt = tmp_path / 'corrupt'
   shutil.copytree(workdir, corrupt)
   (corrupt / linear_probe.RESULT_FILE).unlink(missing_ok=True)
-  step = max(checkpointing.finished_steps(str(corrupt)))
+  step = max(checkpoints.finished_steps(str(corrupt)))
   state_dir = corrupt / 'checkpoints' / str(step) / 'state'
   for path in state_dir.rglob('*'):
     if path.is_file() and path.stat().st_size > 100:
@@ -209,7 +209,7 @@ def test_augmented_views_are_drawn_anew_for_each_epoch_batch_and_seed(trained):
   model = models.create_model(config.model)
   params = augment.AugmentParams.from_config(config.augment)
   size = params.image_size
-  step = max(checkpointing.finished_steps(str(workdir)))
+  step = max(checkpoints.finished_steps(str(workdir)))
   variables = linear_probe.restore_encoder(str(workdir), step, model, (size, size, 3))
   source = data.SubsetSource(data.run_sources(config)[0], np.arange(64))
   batches = {

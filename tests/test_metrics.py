@@ -12,7 +12,7 @@ from etils import epath
 import pytest
 import tensorboard_events  # tests/ is on sys.path (pytest)
 
-from hscl_jax import metrics
+from hscl_jax.rundir import metrics
 
 
 def _records(*steps):

@@ -1,7 +1,7 @@
 """Several JAX processes on 127.0.0.1 (gloo CPU collectives) equal one process.
 
 Each case starts worker processes (this file run as a script) with fake CPU devices:
-2 processes x 2 devices, joined through `hscl_jax.distributed.initialize` with explicit
+2 processes x 2 devices, joined through `hscl_jax.training.distributed.initialize` with explicit
 coordinator flags, against 1 process x 4 devices (no jax.distributed). The workers
 write their results to .npz files; the test compares them here.
 
@@ -162,11 +162,11 @@ def _assert_same(actual: dict, expected: dict, *, rtol: float, atol: float, skip
 
 
 # ----------------------------------------------------------------------------------------
-# hscl_jax.distributed.decide: which start-up, from the flags and the environment.
+# hscl_jax.training.distributed.decide: which start-up, from the flags and the environment.
 
 
 def test_decide_modes():
-  from hscl_jax import distributed as d
+  from hscl_jax.training import distributed as d
 
   assert d.decide(env={}).mode == d.SINGLE
   assert d.decide(env={}).initialized is False  # a property: a method would be truthy
@@ -210,7 +210,7 @@ def test_decide_modes():
   ],
 )
 def test_decide_rejects_incomplete_or_bad_flags(kwargs, message):
-  from hscl_jax import distributed as d
+  from hscl_jax.training import distributed as d
 
   with pytest.raises(ValueError, match=re.escape(message)):
     d.decide(env={}, **kwargs)
@@ -220,7 +220,7 @@ def test_decide_rejects_incomplete_or_bad_flags(kwargs, message):
 def test_decide_accepts_the_bounds_of_process_id_and_num_processes(num_processes, process_id):
   from acceptance import accepted  # here, not at the top: this file is also the workers' script
 
-  from hscl_jax import distributed as d
+  from hscl_jax.training import distributed as d
 
   with accepted(f'process {process_id} of {num_processes}'):
     setup = d.decide('h:1', num_processes, process_id, env={})
@@ -243,7 +243,7 @@ def test_decide_accepts_the_bounds_of_process_id_and_num_processes(num_processes
   ],
 )
 def test_decide_refuses_one_past_each_bound(num_processes, process_id, message):
-  from hscl_jax import distributed as d
+  from hscl_jax.training import distributed as d
 
   with pytest.raises(ValueError, match=re.escape(message)):
     d.decide('h:1', num_processes, process_id, env={})
@@ -267,7 +267,7 @@ def test_importing_main_leaves_jax_uninitialised_and_torch_unloaded(tmp_path):
     'except ImportError:\n'
     "  print('no torch')\n"
     '  raise SystemExit\n'
-    'from hscl_jax import metrics\n'
+    'from hscl_jax.rundir import metrics\n'
     f'writer = metrics.tensorboardX.SummaryWriter({str(tmp_path)!r})\n'
     "writer.add_scalar('x', torch.tensor(2.5), 1)\n"
     'writer.close()\n'
@@ -486,7 +486,7 @@ def _train_worker(spec) -> dict:
   jax.config.update('jax_compilation_cache_dir', spec['compilation_cache'])
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   from configs import digits
-  from hscl_jax import train
+  from hscl_jax.training import loop as train
 
   config = digits.get_config()
   config.batch_size = spec['batch_size']
@@ -529,7 +529,7 @@ def _train_worker(spec) -> dict:
 
 
 def _worker_main(spec: dict) -> None:
-  from hscl_jax import distributed
+  from hscl_jax.training import distributed
 
   # Before any other JAX call: joins the other processes (gloo collectives on CPU).
   setup = distributed.initialize(

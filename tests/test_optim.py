@@ -8,7 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from hscl_jax import optim
+from hscl_jax.training import optimizers
 
 
 def torch_adam_reference(
@@ -54,11 +54,11 @@ def _problem():
 def test_adam_coupled_l2_is_torch_adam_with_weight_decay():
   """The one Adam of training (config.optimizer.name='adam') and of the linear classifier."""
   params, grads = _problem()
-  got = _run(optim.adam_coupled_l2(1e-2, weight_decay=0.1), params, grads)
+  got = _run(optimizers.adam_coupled_l2(1e-2, weight_decay=0.1), params, grads)
   want = torch_adam_reference(params, grads, lr=1e-2, weight_decay=0.1)
   for k in params:
     np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
-  decoupled = _run(optim.create_optimizer(_config('adamw', False), 1e-2), params, grads)
+  decoupled = _run(optimizers.create_optimizer(_config('adamw', False), 1e-2), params, grads)
   assert not np.allclose(decoupled['kernel'], got['kernel'], rtol=1e-5)  # AdamW differs
 
 
@@ -87,7 +87,7 @@ def _config(name, exclude_rank1):
 @pytest.mark.parametrize('exclude_rank1', [False, True])
 def test_create_optimizer_adam_and_the_rank1_mask(exclude_rank1):
   params, grads = _problem()
-  got = _run(optim.create_optimizer(_config('adam', exclude_rank1), 1e-2), params, grads)
+  got = _run(optimizers.create_optimizer(_config('adam', exclude_rank1), 1e-2), params, grads)
   want = torch_adam_reference(
     params, grads, lr=1e-2, weight_decay=0.1, decay_mask={'kernel': True, 'bias': not exclude_rank1}
   )
@@ -128,7 +128,7 @@ def test_create_optimizer_sgd_adamw_lars_against_their_formulas(name):
   params, grads = _problem()
   config = _config(name, exclude_rank1=True)
   config.momentum, config.trust_coefficient = 0.7, 0.02
-  got = _run(optim.create_optimizer(config, 0.05), params, grads)
+  got = _run(optimizers.create_optimizer(config, 0.05), params, grads)
   mask = {'kernel': True, 'bias': False}
   want = sgd_adamw_lars_reference(name, params, grads, lr=0.05, decay_mask=mask)
   for k in params:
@@ -155,7 +155,7 @@ def test_learning_rate_schedule_step_by_step(schedule):
   opt = ml_collections.ConfigDict(
     dict(learning_rate=0.3, warmup_epochs=1.5, schedule=_fresh(schedule))
   )
-  lr = optim.create_learning_rate_schedule(opt, steps_per_epoch=5, total_steps=40)
+  lr = optimizers.create_learning_rate_schedule(opt, steps_per_epoch=5, total_steps=40)
   got = np.array([float(lr(step)) for step in range(41)])
   want = [
     _schedule_reference(
@@ -172,7 +172,7 @@ def test_a_warm_up_over_the_whole_run_then_the_cosines_single_step():
   opt = ml_collections.ConfigDict(
     dict(learning_rate=0.3, warmup_epochs=2.0, schedule=_fresh('cosine'))
   )
-  lr = optim.create_learning_rate_schedule(opt, steps_per_epoch=5, total_steps=10)
+  lr = optimizers.create_learning_rate_schedule(opt, steps_per_epoch=5, total_steps=10)
   got = [float(lr(step)) for step in range(13)]
   np.testing.assert_allclose(got, [0.03 * s for s in range(11)] + [0.0, 0.0], atol=1e-7)
 
@@ -180,7 +180,7 @@ def test_a_warm_up_over_the_whole_run_then_the_cosines_single_step():
 def test_the_rank1_mask_decays_only_weights_of_two_or_more_dimensions():
   params = {'kernel': jnp.zeros((3, 3, 2, 4)), 'dense': jnp.zeros((2, 4))}
   params |= {'bias': jnp.zeros(4), 'scalar': jnp.zeros(())}
-  assert optim._rank1_mask(params) == {
+  assert optimizers._rank1_mask(params) == {
     'kernel': True,
     'dense': True,
     'bias': False,

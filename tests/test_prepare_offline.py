@@ -23,8 +23,8 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from configs import cifar10  # noqa: E402
 from hscl_jax import data  # noqa: E402
-from hscl_jax import metrics  # noqa: E402
-from hscl_jax import train  # noqa: E402
+from hscl_jax.rundir import metrics  # noqa: E402
+from hscl_jax.training import loop as train  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
   importlib.util.find_spec('tensorflow') is None,

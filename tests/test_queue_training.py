@@ -24,9 +24,9 @@ from test_train import step_loss_reference
 from test_train import step_projections
 from test_train import tiny_config
 
-from hscl_jax import negative_queue
-from hscl_jax import schema
-from hscl_jax import train
+from hscl_jax.config import schema
+from hscl_jax.training import loop as train
+from hscl_jax.training import queue as negative_queue
 
 # --------------------------------------------------------------------------------------
 # The queue alone.

@@ -26,9 +26,9 @@ import numpy as np
 from scipy import stats
 
 from hscl_jax import data
-from hscl_jax import linear_probe
 from hscl_jax.data import arrays
 from hscl_jax.data import loaders
+from hscl_jax.evaluation import linear_probe
 
 ALPHA = 1e-6  # the chance that a correct implementation fails one of these tests
 EXAMPLES = 6  # hypothesis examples per test: each gets ALPHA / EXAMPLES
@@ -382,7 +382,7 @@ def test_graph_epochs_shuffle_each_index_set_anew_every_epoch(sizes, batch, seed
 def test_inspection_batches_are_a_seeded_shuffle_of_the_test_split():
   """`inspect`'s batches of the test split: each example leads them and fills the first
   batch alike over seeds (a seed's batches are not the split in its stored order)."""
-  from hscl_jax import inspection
+  from hscl_jax.evaluation import inspection
 
   num_examples, batch = 23, 5
   first = np.zeros(num_examples, np.int64)

@@ -19,10 +19,10 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax import linear_probe  # noqa: E402
-from hscl_jax import metrics  # noqa: E402
+from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
+from hscl_jax.rundir import metrics  # noqa: E402
 
 
 def _tiny_config():

@@ -12,8 +12,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax import metrics  # noqa: E402
-from hscl_jax import stored_config  # noqa: E402
+from hscl_jax.rundir import metrics  # noqa: E402
+from hscl_jax.rundir import stored_config  # noqa: E402
 
 
 def refused(workdir, config, allowed=()):

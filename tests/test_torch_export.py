@@ -30,9 +30,9 @@ from test_torch_export_errors import STEP  # noqa: E402
 from test_torch_export_errors import export_config as _config  # noqa: E402
 from test_torch_export_errors import write_run  # noqa: E402
 
-from hscl_jax import augment  # noqa: E402
 from hscl_jax import models  # noqa: E402
-from hscl_jax import torch_export  # noqa: E402
+from hscl_jax.data import augment  # noqa: E402
+from hscl_jax.evaluation import torch_export  # noqa: E402
 
 NEEDS = 'the export round trip needs PyTorch: pip install -e ".[torch]"'
 torch = pytest.importorskip('torch', reason=NEEDS)

@@ -23,11 +23,11 @@ from acceptance import accepted  # noqa: E402
 from test_models import host_variables  # noqa: E402
 
 from configs import default  # noqa: E402
-from hscl_jax import checkpointing  # noqa: E402
 from hscl_jax import errors  # noqa: E402
-from hscl_jax import metrics  # noqa: E402
 from hscl_jax import models  # noqa: E402
-from hscl_jax import torch_export  # noqa: E402
+from hscl_jax.evaluation import torch_export  # noqa: E402
+from hscl_jax.rundir import checkpoints  # noqa: E402
+from hscl_jax.rundir import metrics  # noqa: E402
 
 STEP = 7
 THIS_FILE = pathlib.Path(__file__)
@@ -49,7 +49,7 @@ def write_run(workdir, config):
   variables = host_variables(model, (size, size, 3), random_norms=True)
   variables = {'params': variables['params'], 'batch_stats': variables['batch_stats']}
   metrics.write_config(str(workdir), config)
-  checkpointer = checkpointing.Checkpointer(str(workdir), keep=1)
+  checkpointer = checkpoints.Checkpointer(str(workdir), keep=1)
   checkpointer.save(STEP, variables, iterator_state={})
   checkpointer.close()
   return variables

@@ -36,19 +36,19 @@ from test_models import jit_apply  # noqa: E402
 from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
-from hscl_jax import augment  # noqa: E402,E501
-from hscl_jax import checkpointing  # noqa: E402,E501
 from hscl_jax import data  # noqa: E402
-from hscl_jax import evaluation  # noqa: E402,E501
-from hscl_jax import linear_probe  # noqa: E402
 from hscl_jax import losses  # noqa: E402
-from hscl_jax import metrics  # noqa: E402,E501
 from hscl_jax import models  # noqa: E402,E501
-from hscl_jax import optim  # noqa: E402,E501
 from hscl_jax import parallel  # noqa: E402,E501
-from hscl_jax import schema  # noqa: E402
-from hscl_jax import stored_config  # noqa: E402
-from hscl_jax import train  # noqa: E402
+from hscl_jax.config import schema  # noqa: E402
+from hscl_jax.data import augment  # noqa: E402,E501
+from hscl_jax.evaluation import features as eval_features  # noqa: E402
+from hscl_jax.evaluation import linear_probe  # noqa: E402
+from hscl_jax.rundir import checkpoints  # noqa: E402,E501
+from hscl_jax.rundir import metrics  # noqa: E402,E501
+from hscl_jax.rundir import stored_config  # noqa: E402
+from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import optimizers  # noqa: E402,E501
 
 EPOCH_KEYS = (
   'epoch',
@@ -102,8 +102,10 @@ def run_steps(config, num_devices, batches):
   state): one step per batch on a mesh of `num_devices` (the step donates its input)."""
   mesh = parallel.make_mesh(jax.devices()[:num_devices])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  schedule = optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=3, total_steps=3)
-  optimizer = optim.create_optimizer(config.optimizer, schedule)
+  schedule = optimizers.create_learning_rate_schedule(
+    config.optimizer, steps_per_epoch=3, total_steps=3
+  )
+  optimizer = optimizers.create_optimizer(config.optimizer, schedule)
   params = augment.AugmentParams.from_config(config.augment)
   state = train.create_train_state(config, model, optimizer, params.image_size, mesh)
   step = train.make_train_step(config, model, optimizer, params, mesh)
@@ -261,7 +263,7 @@ def compilations():
     with pytest.MonkeyPatch.context() as patch:
       patch.setattr(train._Run, 'finish_epoch', counting_epochs(train._Run.finish_epoch))
       patch.setattr(
-        checkpointing.Checkpointer, 'save', flagging_writes(checkpointing.Checkpointer.save)
+        checkpoints.Checkpointer, 'save', flagging_writes(checkpoints.Checkpointer.save)
       )
       yield compiled
   finally:
@@ -496,11 +498,11 @@ def _sigterm_at(patch, phase, step=None):
 
     patch.setattr(train, 'make_train_step', make_train_step_sending_sigterm)
   elif phase == 'knn':
-    wrap(evaluation, 'extract_features')
+    wrap(eval_features, 'extract_features')
   elif phase == 'record':
     wrap(metrics.MetricWriter, 'write')
   elif phase == 'checkpoint':
-    wrap(checkpointing.Checkpointer, 'save', before=False, when=lambda *a: a[-1])  # a real write
+    wrap(checkpoints.Checkpointer, 'save', before=False, when=lambda *a: a[-1])  # a real write
   return fired
 
 
@@ -619,19 +621,19 @@ def test_a_checkpoint_moved_aside_is_waited_for_by_every_process(
 ):
   """Process 0 alone moves the damaged checkpoint; with several processes each waits for
   that move (a barrier after it) before reloading the listing; with one there is none."""
-  checkpointer = checkpointing.Checkpointer(str(tmp_path), keep=2)
-  damaged = checkpointing.directory(str(tmp_path)) / '6'
+  checkpointer = checkpoints.Checkpointer(str(tmp_path), keep=2)
+  damaged = checkpoints.directory(str(tmp_path)) / '6'
   damaged.mkdir(parents=True)
   barriers = []  # (name, whether the damaged directory was still in place)
-  monkeypatch.setattr(checkpointing.jax, 'process_index', lambda: index)
-  monkeypatch.setattr(checkpointing.jax, 'process_count', lambda: processes)
+  monkeypatch.setattr(checkpoints.jax, 'process_index', lambda: index)
+  monkeypatch.setattr(checkpoints.jax, 'process_count', lambda: processes)
   monkeypatch.setattr(
-    checkpointing.multihost_utils,
+    checkpoints.multihost_utils,
     'sync_global_devices',
     lambda name: barriers.append((name, damaged.exists())),
   )
   checkpointer._move_aside(6, ValueError('truncated'), fallback=3)
-  moved = tmp_path / checkpointing.UNUSABLE_DIR / '6'
+  moved = tmp_path / checkpoints.UNUSABLE_DIR / '6'
   assert (moved.is_dir(), damaged.exists()) == ((True, False) if index == 0 else (False, True))
   assert barriers == ([] if processes == 1 else [('moved aside checkpoint 6', index != 0)])
 
@@ -823,13 +825,13 @@ def test_only_the_hyperparameters_in_use_are_logged(method, hardening, diagnosti
   assert train.used_hyperparameters(config) == logged
 
 
-@pytest.mark.parametrize('name', optim.OPTIMIZERS)
+@pytest.mark.parametrize('name', optimizers.OPTIMIZERS)
 @pytest.mark.parametrize('exclude_rank1', [False, True])
 def test_optimizers_take_a_step(name, exclude_rank1):
   config = digits.get_config()
   config.optimizer.name = name
   config.optimizer.exclude_rank1_from_decay = exclude_rank1
-  optimizer = optim.create_optimizer(config.optimizer, 0.1)
+  optimizer = optimizers.create_optimizer(config.optimizer, 0.1)
   params = {'kernel': np.ones((3, 2), np.float32), 'bias': np.ones((2,), np.float32)}
   grads = jax.tree.map(np.ones_like, params)
   updates, _ = optimizer.update(grads, optimizer.init(params), params)
@@ -1031,9 +1033,9 @@ def test_chunked_step_with_batchnorm_normalises_each_chunk(num_devices=4):
   config.chunk_size = 16 // num_devices // 2
   mesh = parallel.make_mesh(jax.devices()[:num_devices])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  optimizer = optim.create_optimizer(
+  optimizer = optimizers.create_optimizer(
     config.optimizer,
-    optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1, total_steps=1),
+    optimizers.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1, total_steps=1),
   )
   augment_params = augment.AugmentParams.from_config(config.augment)
   state = train.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
@@ -1090,9 +1092,9 @@ def test_train_step_exports_for_gpu_and_tpu(chunk_size):
   config.chunk_size = chunk_size
   mesh = parallel.make_mesh()
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  optimizer = optim.create_optimizer(
+  optimizer = optimizers.create_optimizer(
     config.optimizer,
-    optim.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1, total_steps=1),
+    optimizers.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1, total_steps=1),
   )
   augment_params = augment.AugmentParams.from_config(config.augment)
   state = jax.eval_shape(

@@ -24,14 +24,14 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 from acceptance import accepted  # noqa: E402
 
 from configs import digits  # noqa: E402
-from hscl_jax import checkpointing  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax import errors  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax import models  # noqa: E402
-from hscl_jax import optim  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
-from hscl_jax import train  # noqa: E402
+from hscl_jax.rundir import checkpoints  # noqa: E402
+from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import optimizers  # noqa: E402
 
 
 def _features(seed=0, batch=8, views=2, dim=6):
@@ -82,7 +82,7 @@ def test_wiring_loss_is_the_configured_loss_with_every_option(method, hardening)
 
 def test_wiring_epoch_of_step_is_one_based():
   plan = train.Plan(
-    steps_per_epoch=3, num_epochs=4, learning_rate=optim.optax.constant_schedule(1.0)
+    steps_per_epoch=3, num_epochs=4, learning_rate=optimizers.optax.constant_schedule(1.0)
   )
   assert [plan.epoch_of_step(s) for s in range(7)] == [1, 1, 1, 2, 2, 2, 3]
   assert plan.total_steps == 12
@@ -99,10 +99,10 @@ def test_wiring_hyperparameters_use_the_run_temperature():
 
 
 def test_wiring_finished_steps_in_increasing_order(tmp_path):
-  directory = checkpointing.directory(str(tmp_path))
+  directory = checkpoints.directory(str(tmp_path))
   for name in ('10', '3', '7', '12.orbax-checkpoint-tmp', 'other'):
     (pathlib.Path(str(directory)) / name).mkdir(parents=True)
-  assert checkpointing.finished_steps(str(tmp_path)) == [3, 7, 10]
+  assert checkpoints.finished_steps(str(tmp_path)) == [3, 7, 10]
 
 
 class _Built(Exception):
@@ -122,7 +122,7 @@ def _program_model(config, workdir, monkeypatch):
     raise _Built
 
   monkeypatch.setattr(models, 'create_model', record)
-  monkeypatch.setattr(optim, 'create_optimizer', stop)
+  monkeypatch.setattr(optimizers, 'create_optimizer', stop)
   with pytest.raises(_Built):
     train.train_and_evaluate(config, str(workdir))
   return built[-1]  # the last one built (schema validation builds one first)

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from hscl_jax import workdir_lock
+from hscl_jax.rundir import lock as workdir_lock
 
 HOLD = """
 import sys, time
-from hscl_jax import workdir_lock
+from hscl_jax.rundir import lock as workdir_lock
 lock = workdir_lock.WorkdirLock(sys.argv[1])
 lock.acquire()
 print('held', flush=True)

@@ -11,7 +11,7 @@ torch and torchvision (NODE_HAS below: that image's package list). `build` write
 bundle/ (ignored by git; the device tool carries it with `carry=['bundle']`):
 
 - wheels/: one wheel of each package in WHEELS, the dependencies of the training and
-  benchmark path (`hscl_jax.train`, `hscl_jax.main`, `linear_eval`, benchmarks/) that the
+  benchmark path (`hscl_jax.training`, `hscl_jax.main`, `linear_eval`, benchmarks/) that the
   node lacks, for CPython 3.12 on manylinux x86-64, at the versions of
   constraints-py312.txt, without their dependencies (those are on the node);
 - cifar10.tar.gz: an image folder (train/<class>/*, test/<class>/*, the layout of

@@ -295,8 +295,8 @@ def one(args) -> None:
   record in --records), then a JSON line: the device, jax's version, linear top-1."""
   import jax
 
-  from hscl_jax import metrics
   from hscl_jax.experiments import image_grid
+  from hscl_jax.rundir import metrics
 
   metrics.show_only_own_info_logs()
   config = grid_config(args.data, args.epochs, args.smoke)

@@ -1,6 +1,6 @@
 """Input pipeline: dataset sources, sharded two-view training batches, eval batches.
 
-Augmentations run on the accelerator and live in :mod:`hscl_jax.augment`.
+Augmentations run on the accelerator and live in :mod:`hscl_jax.data.augment`.
 
 Each name is imported from its module on first use, so that `hscl_jax.data.sampling`
 (NumPy only: uniform and class-aware epoch orders) works with the core install, as

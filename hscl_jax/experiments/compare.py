@@ -34,10 +34,10 @@ from absl import flags
 from ml_collections import config_flags
 
 from hscl_jax import errors
-from hscl_jax import linear_probe
-from hscl_jax import metrics
-from hscl_jax import schema
+from hscl_jax.config import schema
+from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import image_grid
+from hscl_jax.rundir import metrics
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Base config file.', lock_config=False)
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/hscl_compare', 'Root of the runs and the report.')

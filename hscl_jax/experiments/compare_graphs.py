@@ -26,8 +26,8 @@ from absl import logging
 from ml_collections import config_flags
 
 from hscl_jax import errors
-from hscl_jax import metrics
 from hscl_jax.experiments import graph_grid
+from hscl_jax.rundir import metrics
 
 _CONFIG = config_flags.DEFINE_config_file(
   'config',

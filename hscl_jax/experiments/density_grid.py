@@ -21,7 +21,7 @@ import os
 import ml_collections
 import numpy as np
 
-from hscl_jax import inspection
+from hscl_jax.evaluation import inspection
 from hscl_jax.experiments import image_grid
 from hscl_jax.experiments import significance
 from hscl_jax.experiments import sweep

@@ -18,10 +18,10 @@ import time
 from absl import logging
 import numpy as np
 
-from hscl_jax import metrics
-from hscl_jax import workdir_lock
 from hscl_jax.experiments import significance
 from hscl_jax.graphs import train
+from hscl_jax.rundir import lock as workdir_lock
+from hscl_jax.rundir import metrics
 
 DATASETS = ('MUTAG', 'PTC', 'ENZYMES', 'IMDB-BINARY', 'IMDB-MULTI')
 METHODS = {'ucl': 'UCL', 'hucl': 'H-UCL', 'scl': 'SCL', 'hscl': 'H-SCL(β)'}

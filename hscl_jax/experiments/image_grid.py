@@ -27,14 +27,14 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import data
-from hscl_jax import inspection
-from hscl_jax import knn
-from hscl_jax import linear_probe
-from hscl_jax import metrics
-from hscl_jax import train
-from hscl_jax import workdir_lock
+from hscl_jax.evaluation import inspection
+from hscl_jax.evaluation import knn
+from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import run_records
 from hscl_jax.experiments import significance
+from hscl_jax.rundir import lock as workdir_lock
+from hscl_jax.rundir import metrics
+from hscl_jax.training import loop as train
 
 BETA_GRID = (0.1, 0.5, 1.0, 2.0, 5.0)
 Preempted = train.Preempted

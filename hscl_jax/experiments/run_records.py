@@ -21,9 +21,9 @@ import shutil
 
 from absl import logging
 
-from hscl_jax import linear_probe
-from hscl_jax import metrics
-from hscl_jax import stored_config
+from hscl_jax.evaluation import linear_probe
+from hscl_jax.rundir import metrics
+from hscl_jax.rundir import stored_config
 
 RECORDS_DIR = 'runs'
 FILES = (metrics.CONFIG_FILE, metrics.METRICS_FILE, linear_probe.RESULT_FILE)

@@ -18,8 +18,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from hscl_jax import errors
-from hscl_jax import metrics
 from hscl_jax.graphs import train
+from hscl_jax.rundir import metrics
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for the results of this run.')
 _CONFIG = config_flags.DEFINE_config_file(

@@ -23,11 +23,11 @@ import optax
 
 from hscl_jax import errors
 from hscl_jax import losses
-from hscl_jax import metrics
-from hscl_jax import workdir_lock
 from hscl_jax.graphs import data
 from hscl_jax.graphs import evaluate
 from hscl_jax.graphs import model as model_lib
+from hscl_jax.rundir import lock as workdir_lock
+from hscl_jax.rundir import metrics
 
 METHODS = ('ucl', 'hucl', 'scl', 'hscl')
 PROTOCOLS = ('leak_free', 'transductive')

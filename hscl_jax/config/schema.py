@@ -17,11 +17,11 @@ from typing import Any
 
 import ml_collections
 
-from hscl_jax import augment
 from hscl_jax import data
 from hscl_jax import errors
 from hscl_jax import models
-from hscl_jax import optim
+from hscl_jax.data import augment
+from hscl_jax.training import optimizers
 
 METHODS = ('ucl', 'hucl', 'scl', 'hscl')
 HARDENINGS = ('exp', 'threshold')
@@ -119,10 +119,10 @@ FIELDS: dict[str, Field] = {
   # model.* and augment.* are checked by the modules that build them (below).
   **{f'model.{name}': Field() for name in models.CONFIG_FIELDS},
   **{f'augment.{f.name}': Field() for f in dataclasses.fields(augment.AugmentParams)},
-  'optimizer.name': Field(choice(optim.OPTIMIZERS)),
+  'optimizer.name': Field(choice(optimizers.OPTIMIZERS)),
   'optimizer.learning_rate': Field(positive('use e.g. 1e-3')),
   'optimizer.weight_decay': Field(at_least(0, 'use e.g. 1e-6')),
-  'optimizer.schedule': Field(choice(optim.LR_SCHEDULES)),
+  'optimizer.schedule': Field(choice(optimizers.LR_SCHEDULES)),
   'optimizer.warmup_epochs': Field(),  # against num_epochs, below
   'optimizer.b1': Field(in_unit_interval('use e.g. 0.9')),
   'optimizer.b2': Field(in_unit_interval('use e.g. 0.9')),
@@ -140,7 +140,7 @@ FIELDS: dict[str, Field] = {
   'knn.temperature': Field(positive('use e.g. 0.5')),
   'knn.batch_size': Field(free=True),  # against the devices, below
   'knn.chunk_size': Field(at_least(1, 'use e.g. 256'), free=True),
-  # Read by hscl_jax.linear_probe (from DIR/config.json), not by training.
+  # Read by hscl_jax.evaluation.linear_probe (from DIR/config.json), not by training.
   'linear_eval.protocol': Field(free=True),
   'linear_eval.num_epochs': Field(at_least(1, 'use e.g. 100'), free=True),
   'linear_eval.learning_rate': Field(positive('use e.g. 1e-3'), free=True),
@@ -285,7 +285,7 @@ def _check_augment(config) -> None:
   try:
     augment.AugmentParams.from_config(config.augment)
   except (TypeError, ValueError) as e:
-    fail('augment', str(e), 'see the fields of hscl_jax.augment.AugmentParams')
+    fail('augment', str(e), 'see the fields of hscl_jax.data.augment.AugmentParams')
 
 
 def validate_config(

@@ -16,9 +16,9 @@ from etils import epath
 import ml_collections
 
 from hscl_jax import errors
-from hscl_jax import metrics
 from hscl_jax import models
-from hscl_jax import schema
+from hscl_jax.config import schema
+from hscl_jax.rundir import metrics
 
 
 class ConfigChangedError(errors.UserError, ValueError):

@@ -13,12 +13,12 @@ from jax.sharding import PartitionSpec as P
 import ml_collections
 import numpy as np
 
-from hscl_jax import augment
 from hscl_jax import data
-from hscl_jax import knn
 from hscl_jax import losses
 from hscl_jax import models
 from hscl_jax import parallel
+from hscl_jax.data import augment
+from hscl_jax.evaluation import knn
 
 
 def make_feature_fn(

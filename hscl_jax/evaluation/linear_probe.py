@@ -26,17 +26,17 @@ from ml_collections import config_dict
 import numpy as np
 import optax
 
-from hscl_jax import augment
-from hscl_jax import checkpointing
 from hscl_jax import data
 from hscl_jax import errors
-from hscl_jax import evaluation
 from hscl_jax import losses
-from hscl_jax import metrics
 from hscl_jax import models
-from hscl_jax import optim
 from hscl_jax import parallel
-from hscl_jax import schema
+from hscl_jax.config import schema
+from hscl_jax.data import augment
+from hscl_jax.evaluation import features as eval_features
+from hscl_jax.rundir import checkpoints
+from hscl_jax.rundir import metrics
+from hscl_jax.training import optimizers
 
 PROTOCOLS = ('features', 'augmented')
 RESULT_FILE = 'linear_eval.json'
@@ -72,8 +72,8 @@ def load_run_config(workdir: str) -> config_dict.ConfigDict:
 
 
 def resolve_step(workdir: str, step: int | None) -> int:
-  steps = checkpointing.finished_steps(workdir)
-  where = checkpointing.directory(workdir)
+  steps = checkpoints.finished_steps(workdir)
+  where = checkpoints.directory(workdir)
   if not steps:
     raise LinearEvalError(f'no checkpoint in {where}: train first (python -m hscl_jax.main).')
   if step is None:
@@ -98,8 +98,8 @@ def restore_encoder(
     for collection in ('params', 'batch_stats')
   }
   try:
-    return checkpointing.restore_subtree(workdir, step, target)
-  except checkpointing.RestoreError as e:
+    return checkpoints.restore_subtree(workdir, step, target)
+  except checkpoints.RestoreError as e:
     raise LinearEvalError(str(e)) from e
 
 
@@ -113,7 +113,7 @@ def restore_usable_encoder(
   """(step, encoder variables) of checkpoint `step`, or by default of the newest one that
   restores (a damaged newer one is skipped with a warning). An unusable checkpoint raises
   LinearEvalError listing the steps that can be used. `modules` as `restore_encoder`'s."""
-  steps = checkpointing.finished_steps(workdir)
+  steps = checkpoints.finished_steps(workdir)
   first = resolve_step(workdir, step)  # raises if there is none, or no such step
   candidates = [first] if step is not None else steps[::-1]
   failed = {}
@@ -186,7 +186,7 @@ class LinearSetup:
 
   def optimizer(self):
     # The paper's linear classifier: Adam with coupled L2, as its encoder's optimizer.
-    return optim.adam_coupled_l2(self.cfg.learning_rate, weight_decay=self.cfg.weight_decay)
+    return optimizers.adam_coupled_l2(self.cfg.learning_rate, weight_decay=self.cfg.weight_decay)
 
 
 def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
@@ -233,8 +233,8 @@ def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
 def _extract(model, variables, params: augment.AugmentParams, source, batch_size):
   """Normalised features and labels of a split (the training program's kNN path, 1 device)."""
   mesh = parallel.make_mesh(jax.devices()[:1])
-  feature_fn = evaluation.make_feature_fn(model, params, mesh)
-  features, labels, mask = evaluation.extract_features(
+  feature_fn = eval_features.make_feature_fn(model, params, mesh)
+  features, labels, mask = eval_features.extract_features(
     feature_fn, variables, source, batch_size, mesh
   )
   return features[mask], labels[mask]

@@ -13,7 +13,7 @@ optimizer state are replicated; the batch is split along 'data'. Inside the step
     cross-device sum (tests/test_train.py checks 4 devices against 1);
   * the optax update runs on the replicated gradient, so replicas stay identical.
 With `chunk_size` > 0 the encoder runs in chunks of that many samples per device
-(hscl_jax.gradcache): forward per chunk keeping only the projections, the loss and its
+(hscl_jax.training.gradcache): forward per chunk keeping only the projections, the loss and its
 gradient with respect to all projections of the global batch, then per chunk the forward
 again with its backward; the same gradient, with one chunk's activations in memory.
 BatchNorm then normalises each chunk (synced over devices) and updates its running
@@ -47,21 +47,21 @@ import ml_collections
 import numpy as np
 import optax
 
-from hscl_jax import augment
-from hscl_jax import checkpointing
 from hscl_jax import data
 from hscl_jax import errors
-from hscl_jax import evaluation
-from hscl_jax import gradcache
 from hscl_jax import losses
-from hscl_jax import metrics
 from hscl_jax import models
-from hscl_jax import negative_queue
-from hscl_jax import optim
 from hscl_jax import parallel
-from hscl_jax import schema
-from hscl_jax import stored_config
-from hscl_jax import workdir_lock
+from hscl_jax.config import schema
+from hscl_jax.data import augment
+from hscl_jax.evaluation import features as eval_features
+from hscl_jax.rundir import checkpoints
+from hscl_jax.rundir import lock as workdir_lock
+from hscl_jax.rundir import metrics
+from hscl_jax.rundir import stored_config
+from hscl_jax.training import gradcache
+from hscl_jax.training import optimizers
+from hscl_jax.training import queue as negative_queue
 
 NonFiniteLossError = errors.NonFiniteLossError
 
@@ -127,7 +127,7 @@ def make_plan(config: ml_collections.ConfigDict, train_order: data.EpochOrder) -
   steps = train_order.steps_per_epoch
   if config.steps_per_epoch_limit is not None:
     steps = min(steps, config.steps_per_epoch_limit)
-  schedule = optim.create_learning_rate_schedule(
+  schedule = optimizers.create_learning_rate_schedule(
     config.optimizer, steps_per_epoch=steps, total_steps=steps * config.num_epochs
   )
   return Plan(steps_per_epoch=steps, num_epochs=config.num_epochs, learning_rate=schedule)
@@ -179,7 +179,7 @@ class TrainState(flax.struct.PyTreeNode):
   # Per-step metrics summed since the start of the epoch (checkpointed, so an epoch
   # interrupted by preemption still reports the mean over all of its steps).
   metric_sums: dict[str, jax.Array]
-  # Negatives beyond the batch (hscl_jax.negative_queue), None with config.queue_size = 0.
+  # Negatives beyond the batch (hscl_jax.training.queue), None with config.queue_size = 0.
   queue: negative_queue.Queue | None = None
   # The momentum key encoder {'params', 'batch_stats'}, None with config.queue_momentum = 0.
   key_encoder: dict[str, Any] | None = None
@@ -505,7 +505,7 @@ def train_and_evaluate(
 
   The workdir is locked for the run (a second run on it stops, naming the holder); resuming
   with a config that differs from DIR/config.json is refused unless the differing fields
-  are in `allowed_config_changes` (see hscl_jax.stored_config).
+  are in `allowed_config_changes` (see hscl_jax.rundir.stored_config).
   """
   start = time.perf_counter()
   mesh = parallel.make_mesh() if mesh is None else mesh
@@ -513,7 +513,7 @@ def train_and_evaluate(
   lock = workdir_lock.acquire_for_run(workdir)
   stopped = True
   try:
-    if checkpointing.finished_steps(workdir):
+    if checkpoints.finished_steps(workdir):
       stored_config.check_unchanged(workdir, config, allowed=allowed_config_changes)
     run = _build_run(config, workdir, mesh)
     try:
@@ -526,7 +526,7 @@ def train_and_evaluate(
     if lock is not None:
       # A run stopped (refused data, a crash, Ctrl-C) before its first checkpoint leaves
       # the workdir as it found it; a preempted one has saved a checkpoint.
-      lock.release(undo=stopped and not checkpointing.finished_steps(workdir))
+      lock.release(undo=stopped and not checkpoints.finished_steps(workdir))
   if not result.preempted and jax.process_index() == 0:
     logging.info('%s', closing_summary(config, workdir, result, time.perf_counter() - start))
   return result
@@ -629,9 +629,9 @@ def _build_run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.shardi
   plan = make_plan(config, train_iter.order)
   augment_params = augment.AugmentParams.from_config(config.augment)
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  optimizer = optim.create_optimizer(config.optimizer, plan.learning_rate)
+  optimizer = optimizers.create_optimizer(config.optimizer, plan.learning_rate)
   state = create_train_state(config, model, optimizer, augment_params.image_size, mesh)
-  checkpointer = checkpointing.Checkpointer(workdir, keep=config.keep_checkpoints)
+  checkpointer = checkpoints.Checkpointer(workdir, keep=config.keep_checkpoints)
   state, start_step, position, records = _restore(checkpointer, state, train_iter)
   metrics.write_config(workdir, config, enabled=is_writer)
   log_queue_memory(config, state)
@@ -654,7 +654,7 @@ def _build_run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.shardi
     plan=plan,
     mesh=mesh,
     train_step=make_train_step(config, model, optimizer, augment_params, mesh),
-    feature_fn=evaluation.make_feature_fn(model, augment_params, mesh),
+    feature_fn=eval_features.make_feature_fn(model, augment_params, mesh),
     train_iter=train_iter,
     train_source=train_source,
     test_source=test_source,
@@ -748,7 +748,7 @@ class _Run:
   train_iter: Any
   train_source: Any
   test_source: Any
-  checkpointer: checkpointing.Checkpointer
+  checkpointer: checkpoints.Checkpointer
   writer: metrics.MetricWriter
   progress: metrics.Progress
   state: TrainState
@@ -877,7 +877,7 @@ class _Run:
   def knn(self) -> dict[str, float]:
     start = time.perf_counter()
     variables = {'params': self.state.params, 'batch_stats': self.state.batch_stats}
-    top1 = evaluation.knn_accuracy(
+    top1 = eval_features.knn_accuracy(
       self.config.knn,
       self.feature_fn,
       variables,

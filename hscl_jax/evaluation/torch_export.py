@@ -36,10 +36,10 @@ from ml_collections import config_dict
 import numpy as np
 import safetensors.numpy
 
-from hscl_jax import augment
 from hscl_jax import errors
-from hscl_jax import linear_probe
 from hscl_jax import models
+from hscl_jax.data import augment
+from hscl_jax.evaluation import linear_probe
 
 FORMATS = ('torch',)
 SUFFIX = '.safetensors'

@@ -1,6 +1,6 @@
 """The figures of `python -m hscl_jax.inspect` (matplotlib, Agg; the `[report]` extra): the
-t-SNE map, the nearest neighbours and the hardest negatives. `hscl_jax.inspection` computes
-what they show.
+t-SNE map, the nearest neighbours and the hardest negatives. `hscl_jax.evaluation.inspection`
+computes what they show.
 
 Each function takes an `inspection.Embedded` (the splits, class names, features and
 projections) and writes one PNG.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from hscl_jax import errors
-from hscl_jax import hard_negatives
+from hscl_jax.evaluation import hard_negatives
 
 TSNE_MAX_POINTS = 5000  # t-SNE is quadratic in memory and slow beyond this on a CPU
 LEGEND_MAX_CLASSES = 20

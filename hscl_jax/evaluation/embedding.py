@@ -2,7 +2,7 @@
 features of any source computed on every device, and the .npz that `python -m
 hscl_jax.embed` writes.
 
-The features are the kNN monitor's: the same feature function (`evaluation.make_feature_fn`),
+The features are the kNN monitor's: the same feature function (`eval_features.make_feature_fn`),
 the same evaluation preprocessing (resize to `config.augment.image_size` and normalise),
 the same batch size (`config.knn.batch_size`, rounded up to a multiple of the devices).
 One pass over the images, no state kept between batches: an interrupted embedding is
@@ -23,14 +23,14 @@ from jax.sharding import PartitionSpec as P
 from ml_collections import config_dict
 import numpy as np
 
-from hscl_jax import augment
 from hscl_jax import data
 from hscl_jax import errors
-from hscl_jax import evaluation
-from hscl_jax import linear_probe
-from hscl_jax import metrics
 from hscl_jax import models
 from hscl_jax import parallel
+from hscl_jax.data import augment
+from hscl_jax.evaluation import features as eval_features
+from hscl_jax.evaluation import linear_probe
+from hscl_jax.rundir import metrics
 
 SPLITS = ('train', 'test')
 PROGRESS_EVERY_SECONDS = 10.0
@@ -137,12 +137,12 @@ def compute_features(
   every device: the backbone's (the kNN monitor's), or the projection head's."""
   mesh = parallel.make_mesh()
   batch_size = -(-encoder.config.knn.batch_size // mesh.size) * mesh.size
-  feature_fn = evaluation.make_feature_fn(
+  feature_fn = eval_features.make_feature_fn(
     encoder.model, encoder.augment_params, mesh, projections=projections
   )
   # Restored onto one device; the feature function wants them replicated over the mesh.
   variables = jax.device_put(encoder.variables, NamedSharding(mesh, P()))
-  features, labels, mask = evaluation.extract_features(
+  features, labels, mask = eval_features.extract_features(
     feature_fn, variables, source, batch_size, mesh, check=_ProgressLine(len(source), batch_size)
   )
   return features[mask], labels[mask]

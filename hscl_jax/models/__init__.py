@@ -241,7 +241,7 @@ BACKBONES: dict[str, tuple[Callable[..., nn.Module], int]] = {
 
 
 def _invalid(field: str, problem: str, fix: str):
-  """The config-error format (hscl_jax.schema prefixes 'config.')."""
+  """The config-error format (hscl_jax.config.schema prefixes 'config.')."""
   raise ValueError(f'model.{field}: {problem}. Fix: {fix}.')
 
 

@@ -23,12 +23,12 @@ from ml_collections import config_dict
 import numpy as np
 
 from hscl_jax import data
-from hscl_jax import embedding
 from hscl_jax import errors
-from hscl_jax import figures
-from hscl_jax import hard_negatives
-from hscl_jax import linear_probe
 from hscl_jax import losses
+from hscl_jax.evaluation import embedding
+from hscl_jax.evaluation import figures
+from hscl_jax.evaluation import hard_negatives
+from hscl_jax.evaluation import linear_probe
 
 HARDENINGS = ('exp', 'threshold')
 TSNE_FILE = 'tsne.png'

@@ -1,0 +1,1 @@
+"""The run config: its fields and their validation."""
