@@ -5,7 +5,7 @@
     python benchmarks/bench_chunking.py --unroll --batches=32,64,128   # chunk_unroll=True
 
 Each setting (batch, chunk_size or 0 = off) runs in a fresh process on a 1-device mesh:
-build the real step (`hscl_jax.train.make_train_step`: augmentation, forward, H-SCL loss
+build the real step (`hscl_jax.training.step.make_train_step`: augmentation, forward, H-SCL loss
 and backward, diagnostics, Adam update) and compile it; report the memory XLA's compiled
 step needs (`xla_mib`: its arguments, outputs and temporaries, from the compiler's memory
 analysis: what a device must hold, independent of the machine's load), and, for batches
@@ -56,8 +56,10 @@ def child(
   from hscl_jax import models
   from hscl_jax import parallel
   from hscl_jax.data import augment
-  from hscl_jax.training import loop as train
   from hscl_jax.training import optimizers
+  from hscl_jax.training import plan as plan_lib
+  from hscl_jax.training import state as state_lib
+  from hscl_jax.training import step as step_lib
 
   config = default.get_config()
   config.model.name = model_name
@@ -72,9 +74,9 @@ def child(
   )
   optimizer = optimizers.create_optimizer(config.optimizer, schedule)
   augment_params = augment.AugmentParams.from_config(config.augment)
-  state = train.create_train_state(config, model, optimizer, image_size, mesh)
-  step = train.make_train_step(config, model, optimizer, augment_params, mesh)
-  hyper = train.loss_hyperparameters(config, 1)
+  state = state_lib.create_train_state(config, model, optimizer, image_size, mesh)
+  step = step_lib.make_train_step(config, model, optimizer, augment_params, mesh)
+  hyper = plan_lib.loss_hyperparameters(config, 1)
   rng = np.random.default_rng(0)
   shape = (batch, VIEWS, image_size, image_size, 3)
   data = parallel.global_batch(

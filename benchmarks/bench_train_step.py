@@ -3,7 +3,7 @@
     python benchmarks/bench_train_step.py          # ResNet-18 and ResNet-50, 32 px
     python benchmarks/bench_train_step.py --models=resnet50 --batch_size=16 --dtype=bfloat16
 
-The step timed is `hscl_jax.train.make_train_step` itself, jitted over a 1-device mesh
+The step timed is `hscl_jax.training.step.make_train_step` itself, jitted over a 1-device mesh
 (jax.shard_map, as in training): on-device SimCLR augmentation of both views, forward,
 the configured loss (configs/default.py: H-SCL, exponential hardening) and its backward,
 the per-step diagnostics (--diagnostics, on by default as in training), the optimizer
@@ -47,8 +47,10 @@ from configs import default  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
-from hscl_jax.training import loop as train  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402
+from hscl_jax.training import plan as plan_lib  # noqa: E402
+from hscl_jax.training import state as state_lib  # noqa: E402
+from hscl_jax.training import step as step_lib  # noqa: E402
 
 VIEWS = 2
 
@@ -100,9 +102,9 @@ def bench_model(name, args):
   )
   optimizer = optimizers.create_optimizer(config.optimizer, schedule)
   augment_params = augment.AugmentParams.from_config(config.augment)
-  state = train.create_train_state(config, model, optimizer, args.image_size, mesh)
-  step = train.make_train_step(config, model, optimizer, augment_params, mesh)
-  hyper = train.loss_hyperparameters(config, 1)
+  state = state_lib.create_train_state(config, model, optimizer, args.image_size, mesh)
+  step = step_lib.make_train_step(config, model, optimizer, augment_params, mesh)
+  hyper = plan_lib.loss_hyperparameters(config, 1)
   rng = np.random.default_rng(0)
   shape = (args.batch_size, VIEWS, args.image_size, args.image_size, 3)
   batch = parallel.global_batch(
@@ -158,7 +160,7 @@ def augment_time(state, batch, augment_params, repeats):
   """Best time of the step's two-view augmentation of the batch, jitted alone."""
   images = batch['image']
   index = jnp.arange(images.shape[0])
-  fn = jax.jit(lambda rng, x: train.augment_batch(rng, 0, x, index, augment_params))
+  fn = jax.jit(lambda rng, x: step_lib.augment_batch(rng, 0, x, index, augment_params))
   jax.block_until_ready(fn(state.rng, images))
   return best_time(fn, state.rng, images, repeats=repeats)
 
@@ -194,7 +196,8 @@ def main():
   parser.add_argument('--torch', action='store_true', help='also time the PyTorch step')
   args = parser.parse_args()
 
-  print(f'devices: {jax.devices()[:1]} (1-device mesh)  step: hscl_jax.train.make_train_step')
+  step_name = 'hscl_jax.training.step.make_train_step'
+  print(f'devices: {jax.devices()[:1]} (1-device mesh)  step: {step_name}')
   peaks = [matmul_peak(args.matmul_size, repeats=5, dtype=args.dtype)]
   print(f'matmul peak ({args.matmul_size}^3 {args.dtype} jnp.dot): {peaks[0] / 1e9:.1f} GFLOP/s')
   results = []

@@ -25,7 +25,7 @@ from hscl_jax.config import schema
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
 from hscl_jax.training import distributed
-from hscl_jax.training import loop as train
+from hscl_jax.training import loop
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
 _CONFIG = config_flags.DEFINE_config_file(
@@ -62,7 +62,7 @@ def main(argv):
   )
   logging.info('JAX %s', distributed.describe(setup))
   result = errors.exit_on_user_error(
-    lambda: train.train_and_evaluate(
+    lambda: loop.train_and_evaluate(
       _CONFIG.value, _WORKDIR.value, allowed_config_changes=tuple(_ALLOW_CONFIG_CHANGE.value)
     ),
     workdir=_WORKDIR.value,

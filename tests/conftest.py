@@ -146,15 +146,15 @@ def pytest_xdist_setupnodes(config, specs):
 @pytest.fixture(scope='session')
 def digits_run(tmp_path_factory):
   """One epoch of H-SCL on digits over the 4 fake devices, trained once per session for
-  the tests that read a finished run: (workdir, config, train.TrainResult)."""
+  the tests that read a finished run: (workdir, config, loop.TrainResult)."""
   if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
   from configs import digits
-  from hscl_jax.training import loop as train
+  from hscl_jax.training import loop
 
   config = digits.get_config()
   config.num_epochs = 1
   config.optimizer.warmup_epochs = 0.0
   config.knn.every_epochs = 0
   workdir = tmp_path_factory.mktemp('digits_run')
-  return workdir, config, train.train_and_evaluate(config, str(workdir))
+  return workdir, config, loop.train_and_evaluate(config, str(workdir))

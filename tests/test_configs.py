@@ -22,8 +22,9 @@ from configs import default  # noqa: E402
 from configs import digits  # noqa: E402
 from configs import stl10  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
-from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402
+from hscl_jax.training import plan as plan_lib  # noqa: E402
 
 ALL_CONFIGS = {'digits': digits, 'cifar10': cifar10, 'cifar100': cifar100, 'stl10': stl10}
 
@@ -307,7 +308,7 @@ def test_invalid_config_stops_before_touching_data_or_workdir(tmp_path):
   config = digits.get_config()
   config.temperature = -1.0
   with pytest.raises(schema.ConfigError, match='temperature'):
-    train.train_and_evaluate(config, str(tmp_path / 'run'))
+    loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not os.path.exists(tmp_path / 'run')
 
 
@@ -317,18 +318,18 @@ def test_batch_larger_than_the_training_split_is_reported(tmp_path):
   with pytest.raises(
     schema.ConfigError, match=r'config\.batch_size: 4096 exceeds the \d+ training'
   ):
-    train.train_and_evaluate(config, str(tmp_path / 'run'))
+    loop.train_and_evaluate(config, str(tmp_path / 'run'))
 
 
 def test_loss_hyperparameters_follow_the_schedules():
   config = default.get_config()
   config.num_epochs, config.tau_start, config.tau_end = 11, -0.5, 0.0
-  first, last = (train.loss_hyperparameters(config, e) for e in (1, 11))
+  first, last = (plan_lib.loss_hyperparameters(config, e) for e in (1, 11))
   assert first['tau'] == pytest.approx(2.718281828 ** (-0.5 / 0.5))
   assert last['tau'] == pytest.approx(1.0)
   assert first['beta'] == last['beta'] == 1.0
   config.beta_anneal_steps = 2  # HCL: beta, then beta/2 from epoch 6, then 0 at the end
-  betas = [float(train.loss_hyperparameters(config, e)['beta']) for e in (1, 5, 6, 11)]
+  betas = [float(plan_lib.loss_hyperparameters(config, e)['beta']) for e in (1, 5, 6, 11)]
   assert betas == [1.0, 1.0, 0.5, 0.0]
 
 

@@ -29,7 +29,7 @@ from hscl_jax.evaluation import features as eval_features  # noqa: E402
 from hscl_jax.evaluation import knn  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
-from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
 
 CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
 NUM_CLASSES = 4
@@ -104,7 +104,7 @@ def test_cifar10_folder_config_runs_an_epoch_on_a_generated_folder(tmp_path):
   write_folder(tmp_path / 'images', {'train': 16, 'test': 10}, shift=70)
   config = short_config(str(tmp_path / 'images'))
   workdir = str(tmp_path / 'run')
-  train.train_and_evaluate(config, workdir)
+  loop.train_and_evaluate(config, workdir)
   (record,) = metrics.read_metrics(workdir)
   assert record['step'] == 3  # 24 subset examples / batch 8: the subset is what is trained on
   expected = recomputed_knn(config, workdir)
@@ -132,7 +132,7 @@ def test_short_real_cifar10_run(tmp_path):
   config.steps_per_epoch_limit = 4
   config.optimizer.warmup_epochs = 0.0
   workdir = str(tmp_path / 'run')
-  train.train_and_evaluate(config, workdir)
+  loop.train_and_evaluate(config, workdir)
   (record,) = metrics.read_metrics(workdir)
   assert record['step'] == 4 and np.isfinite(record['train_loss'])
   assert record['knn_top1'] > 0.2  # 10 classes: chance is 0.1

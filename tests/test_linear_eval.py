@@ -30,7 +30,7 @@ from hscl_jax import models  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
-from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
 
 RESULT_KEYS = ('protocol', 'top1', 'top5', 'checkpoint_step', 'num_train', 'num_test')
 
@@ -52,7 +52,7 @@ def trained(tmp_path_factory):
   workdir = tmp_path_factory.mktemp('run')
   config = one_epoch_config()
   with no_implicit_transfers():
-    train.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(config, str(workdir))
   return workdir, ml_collections.FrozenConfigDict(config)
 
 

@@ -9,8 +9,8 @@ write their results to .npz files; the test compares them here.
     losses.hscl with axis_name (negatives gathered across processes) and its gradient
     w.r.t. replicated weights equal the single-process values (and the unsharded loss);
   * the training program (~1 min on 2 cores, in the default run: it is the only test of
-    train.py's multi-process paths): train.train_and_evaluate on digits (small CNN, a few
-    steps, Orbax checkpoints written collectively by both processes) ends with the
+    the training loop's multi-process paths): loop.train_and_evaluate on digits (small CNN,
+    a few steps, Orbax checkpoints written collectively by both processes) ends with the
     parameters of the single-process run on the same global batches, and a 2-process
     checkpoint resumes with 1 process x 4 devices.
 
@@ -486,7 +486,7 @@ def _train_worker(spec) -> dict:
   jax.config.update('jax_compilation_cache_dir', spec['compilation_cache'])
   jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
   from configs import digits
-  from hscl_jax.training import loop as train
+  from hscl_jax.training import loop
 
   config = digits.get_config()
   config.batch_size = spec['batch_size']
@@ -510,7 +510,7 @@ def _train_worker(spec) -> dict:
   existing = (
     [int(p.name) for p in ckpt_dir.iterdir() if p.name.isdigit()] if ckpt_dir.exists() else []
   )
-  result = train.train_and_evaluate(config, spec['workdir'])
+  result = loop.train_and_evaluate(config, spec['workdir'])
   out = {
     '/'.join(str(getattr(k, 'key', k)) for k in path): _local_value(leaf)
     for path, leaf in jax.tree_util.tree_leaves_with_path(

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 from configs import cifar10  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
-from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
   importlib.util.find_spec('tensorflow') is None,
@@ -116,6 +116,6 @@ def test_prepare_cifar10_offline_then_train_without_tensorflow(tmp_path):
   config.steps_per_epoch_limit = 1
   config.knn.k = 3
   config.knn.batch_size = 8
-  train.train_and_evaluate(config, str(tmp_path / 'run'))
+  loop.train_and_evaluate(config, str(tmp_path / 'run'))
   (record,) = metrics.read_metrics(str(tmp_path / 'run'))
   assert record['step'] == 1 and np.isfinite(record['train_loss']) and 0 <= record['knn_top1'] <= 1

@@ -25,7 +25,7 @@ from test_train import step_projections
 from test_train import tiny_config
 
 from hscl_jax.config import schema
-from hscl_jax.training import loop as train
+from hscl_jax.training import loop
 from hscl_jax.training import queue as negative_queue
 
 # --------------------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_sigterm_resume_restores_the_queue_and_key_encoder(tmp_path, monkeypatch
   parameters, queue and key encoder; the start-up log gives the queue's memory."""
   with caplog.at_level(logging.INFO), monkeypatch.context() as patch:
     first_step = record_first_step(patch)
-    reference = train.train_and_evaluate(_run_config(), str(tmp_path / 'reference'))
+    reference = loop.train_and_evaluate(_run_config(), str(tmp_path / 'reference'))
   assert_first_step_pinned(_run_config(), first_step)  # the reference, pinned
   assert 'Negative queue: 128 slots x 128 features, 0.1 MiB per device.' in caplog.text
   # The key encoder's memory, from its arrays (the queue's: 128 x 128 float32 = 0.0625 MiB).
@@ -222,9 +222,9 @@ def test_sigterm_resume_restores_the_queue_and_key_encoder(tmp_path, monkeypatch
   workdir = str(tmp_path / 'run')
   with monkeypatch.context() as patch:
     fired = _sigterm_at(patch, 'step', 4)
-    stopped = train.train_and_evaluate(_run_config(), workdir)
+    stopped = loop.train_and_evaluate(_run_config(), workdir)
   assert fired and stopped.preempted and int(stopped.state.step) == 4
-  resumed = train.train_and_evaluate(_run_config(), workdir)
+  resumed = loop.train_and_evaluate(_run_config(), workdir)
   assert not resumed.preempted
   for name in ('params', 'opt_state', 'key_encoder', 'queue'):
     _assert_trees_equal(getattr(resumed.state, name), getattr(reference.state, name))

@@ -23,6 +23,7 @@ from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
 
 
 def _tiny_config():
@@ -222,6 +223,6 @@ def test_a_finished_run_is_returned_without_training_it_again(tmp_path, monkeypa
   def train_again(config, workdir):
     raise AssertionError(f'the finished run in {workdir} was trained again')
 
-  monkeypatch.setattr(image_grid.train, 'train_and_evaluate', train_again)
+  monkeypatch.setattr(loop, 'train_and_evaluate', train_again)
   result = image_grid.run_one(base, setting, 0, str(tmp_path), 'features')
   assert (result['setting'], result['seed'], result['linear']['top1']) == (setting, 0, 0.5)

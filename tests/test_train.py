@@ -47,8 +47,12 @@ from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402,E501
 from hscl_jax.rundir import metrics  # noqa: E402,E501
 from hscl_jax.rundir import stored_config  # noqa: E402
-from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402,E501
+from hscl_jax.training import plan as plan_lib  # noqa: E402
+from hscl_jax.training import state as state_lib  # noqa: E402
+from hscl_jax.training import step as step_lib  # noqa: E402
+from hscl_jax.training import summaries  # noqa: E402
 
 EPOCH_KEYS = (
   'epoch',
@@ -107,9 +111,9 @@ def run_steps(config, num_devices, batches):
   )
   optimizer = optimizers.create_optimizer(config.optimizer, schedule)
   params = augment.AugmentParams.from_config(config.augment)
-  state = train.create_train_state(config, model, optimizer, params.image_size, mesh)
-  step = train.make_train_step(config, model, optimizer, params, mesh)
-  hyper = train.loss_hyperparameters(config, 1)
+  state = state_lib.create_train_state(config, model, optimizer, params.image_size, mesh)
+  step = step_lib.make_train_step(config, model, optimizer, params, mesh)
+  hyper = plan_lib.loss_hyperparameters(config, 1)
   states, losses = [jax.device_get(state)], []
   for batch in batches:
     state, loss = step(state, parallel.global_batch(batch, mesh, ('image', 'label')), hyper)
@@ -126,7 +130,7 @@ def _three_steps(config, num_devices, batch):
 
 def step_projections(config, variables, state, batch, num_devices=None):
   """The L2-normalised projections [b, 2, d] (float64) of `batch`'s views at `state`'s
-  rng and step, computed outside the step: the views by train.augment_batch (tested in
+  rng and step, computed outside the step: the views by step_lib.augment_batch (tested in
   test_augment), the model applied by hand to `variables` in train mode, BatchNorm over
   the whole batch (synced over the devices) or, with config.chunk_size, over chunk k of
   every device together (default: all devices)."""
@@ -135,7 +139,7 @@ def step_projections(config, variables, state, batch, num_devices=None):
   images = jnp.asarray(batch['image'])
   # Jitted as wholes, not for the numbers: eagerly, each of their ~200 operations is a
   # program of its own to compile (14 s of a 4-device test's 34 s; 1 s jitted).
-  augment_batch = jax.jit(lambda *a: train.augment_batch(*a, params))
+  augment_batch = jax.jit(lambda *a: step_lib.augment_batch(*a, params))
   apply = jit_apply(model, train=True, mutable=['batch_stats'])
   views = np.asarray(augment_batch(state.rng, state.step, images, jnp.arange(len(images))))
   local = len(images) // (num_devices or jax.device_count())
@@ -163,10 +167,10 @@ def step_loss_reference(config, state, batch, num_devices=None):
 
 
 def record_first_step(patch):
-  """Wraps train.make_train_step: the first step's input state and batch (on the host)
+  """Wraps step_lib.make_train_step: the first step's input state and batch (on the host)
   and its loss, for a pin of a run that a test compares with another run."""
   seen = {}
-  make_train_step = train.make_train_step
+  make_train_step = step_lib.make_train_step
 
   def recording_make_train_step(*args, **kwargs):
     step = make_train_step(*args, **kwargs)
@@ -183,7 +187,7 @@ def record_first_step(patch):
 
     return recording_step
 
-  patch.setattr(train, 'make_train_step', recording_make_train_step)
+  patch.setattr(step_lib, 'make_train_step', recording_make_train_step)
   return seen
 
 
@@ -261,7 +265,7 @@ def compilations():
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
     with pytest.MonkeyPatch.context() as patch:
-      patch.setattr(train._Run, 'finish_epoch', counting_epochs(train._Run.finish_epoch))
+      patch.setattr(loop._Run, 'finish_epoch', counting_epochs(loop._Run.finish_epoch))
       patch.setattr(
         checkpoints.Checkpointer, 'save', flagging_writes(checkpoints.Checkpointer.save)
       )
@@ -297,7 +301,7 @@ def uninterrupted_run(tmp_path_factory):
       first_step = record_first_step(patch)
       with no_implicit_transfers(), compilations() as compiled:
         start = time.perf_counter()
-        result = train.train_and_evaluate(tiny_config(), str(workdir))
+        result = loop.train_and_evaluate(tiny_config(), str(workdir))
         seconds = time.perf_counter() - start
   finally:
     absl_logger.removeHandler(logged)
@@ -374,7 +378,7 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
   compiling = re.search(r'\((\d+\.\d) s of it compiling the step\)', epoch_lines[0])
   other_steps = first['epoch_time'] - tiny_config().batch_size * 2 / first['samples_per_second']
   assert abs(float(compiling.group(1)) - other_steps) <= 0.051, (epoch_lines[0], other_steps)
-  assert epoch_lines[1] == train.epoch_summary(second)  # no compilation in epoch 2
+  assert epoch_lines[1] == summaries.epoch_summary(second)  # no compilation in epoch 2
   rates = f'{first["samples_per_second"]:.0f} samples/s ({first["images_per_second"]:.0f} views/s)'
   assert rates in epoch_lines[0]
   head, *commands = lines[-1].split('\n')
@@ -434,7 +438,7 @@ def test_run_compiles_each_program_once_in_its_first_epoch(uninterrupted_run):
   array (replica-parallel saving), one `slice` program per array shape."""
   _, _, compiled, _, _, _ = uninterrupted_run
   order = data.EpochOrder(1438, global_batch_size=tiny_config().batch_size, seed=0)
-  schedule = train.make_plan(tiny_config(), order).learning_rate.__name__
+  schedule = plan_lib.make_plan(tiny_config(), order).learning_rate.__name__
   ours = ['init', 'per_device_step', schedule, 'per_device', '_predict']
   assert [c.program for c in compiled if not c.in_checkpoint_write] == [
     f'jit({name})' for name in ours
@@ -483,7 +487,7 @@ def _sigterm_at(patch, phase, step=None):
     patch.setattr(owner, name, wrapped)
 
   if phase == 'step':
-    make_train_step = train.make_train_step
+    make_train_step = step_lib.make_train_step
 
     def make_train_step_sending_sigterm(*args, **kwargs):
       train_step = make_train_step(*args, **kwargs)
@@ -496,7 +500,7 @@ def _sigterm_at(patch, phase, step=None):
 
       return step_then_sigterm
 
-    patch.setattr(train, 'make_train_step', make_train_step_sending_sigterm)
+    patch.setattr(step_lib, 'make_train_step', make_train_step_sending_sigterm)
   elif phase == 'knn':
     wrap(eval_features, 'extract_features')
   elif phase == 'record':
@@ -527,14 +531,14 @@ def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
   for interruption in interruptions:
     with monkeypatch.context() as patch, no_implicit_transfers():
       fired = _sigterm_at(patch, *interruption)
-      stopped = train.train_and_evaluate(tiny_config(), str(workdir))
+      stopped = loop.train_and_evaluate(tiny_config(), str(workdir))
     assert fired and stopped.preempted, interruption
     if interruption[0] == 'step':  # it stops at the step the signal came in, not later
       assert int(stopped.state.step) == interruption[1], interruption
       assert max(_checkpoint_steps(workdir)) == interruption[1], interruption
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
   with no_implicit_transfers():
-    resumed = train.train_and_evaluate(tiny_config(), str(workdir))
+    resumed = loop.train_and_evaluate(tiny_config(), str(workdir))
   assert not resumed.preempted
   _assert_trees_equal(resumed.state.params, reference.state.params)
   _assert_trees_equal(resumed.state.opt_state, reference.state.opt_state)
@@ -566,7 +570,7 @@ def test_damaged_metrics_are_rebuilt_from_the_checkpoint(uninterrupted, tmp_path
   shutil.copytree(reference_dir, workdir)
   damage(workdir / metrics.METRICS_FILE)
   with caplog.at_level('WARNING'):
-    again = train.train_and_evaluate(tiny_config(), str(workdir))
+    again = loop.train_and_evaluate(tiny_config(), str(workdir))
   assert not again.preempted
   assert metrics.read_metrics(str(workdir)) == metrics.read_metrics(str(reference_dir))
   assert _deterministic_events(workdir) == _deterministic_events(reference_dir)
@@ -576,7 +580,7 @@ def test_damaged_metrics_are_rebuilt_from_the_checkpoint(uninterrupted, tmp_path
 def test_finished_run_is_not_retrained(uninterrupted, caplog):
   workdir, reference = uninterrupted
   caplog.set_level(logging.INFO, logger='absl')
-  again = train.train_and_evaluate(tiny_config(), str(workdir))
+  again = loop.train_and_evaluate(tiny_config(), str(workdir))
   assert int(again.state.step) == 6 and again.last_record is None and again.already_complete
   knn = f'{metrics.read_metrics(str(workdir))[-1]["knn_top1"]:.4f}'
   assert (
@@ -600,17 +604,17 @@ def test_changed_config_is_refused_unless_allowed(uninterrupted, tmp_path):
     stored_config.ConfigChangedError,
     match='batch_size: 32 -> 64; method: "hscl" -> "ucl".*--allow_config_change',
   ):
-    train.train_and_evaluate(changed, str(workdir))
+    loop.train_and_evaluate(changed, str(workdir))
   assert (workdir / 'config.json').read_text() == stored
   assert len(metrics.read_metrics(str(workdir))) == 2
   longer = tiny_config()
   longer.num_epochs = 3
   with pytest.raises(stored_config.ConfigChangedError, match='num_epochs: 2 -> 3'):
-    train.train_and_evaluate(longer, str(workdir))
+    loop.train_and_evaluate(longer, str(workdir))
   # A named change is allowed (the run is finished: nothing to train); the log period is free.
   deliberate = tiny_config()
   deliberate.knn.k, deliberate.log_every_steps = 50, 1
-  result = train.train_and_evaluate(deliberate, str(workdir), allowed_config_changes=('knn.k',))
+  result = loop.train_and_evaluate(deliberate, str(workdir), allowed_config_changes=('knn.k',))
   assert int(result.state.step) == 6
   assert json.loads((workdir / 'config.json').read_text())['knn']['k'] == 50
 
@@ -665,7 +669,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_newest_good_one(
 
   caplog.clear()
   with caplog.at_level('WARNING'):
-    result = train.train_and_evaluate(tiny_config(), str(workdir))
+    result = loop.train_and_evaluate(tiny_config(), str(workdir))
   assert 'checkpoint at step 6 cannot be restored' in caplog.text
   assert 'resumes from step 3' in caplog.text
   assert (workdir / 'checkpoints_unusable' / '6').is_dir()  # kept aside, not deleted
@@ -691,7 +695,7 @@ def test_one_class_folder_refuses_supervised_methods(tmp_path):
     match=r"config.method: 'hscl' takes its negatives from other classes, but "
     r'the image_folder training split has 1 class.*--config.method=ucl',
   ):
-    train.train_and_evaluate(config, str(tmp_path / 'run'))
+    loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not (tmp_path / 'run' / 'checkpoints').exists()
 
 
@@ -701,13 +705,13 @@ def test_a_refused_start_leaves_no_workdir_and_keeps_what_was_there(tmp_path):
   config = tiny_config()
   config.samples_per_class = 2  # 16 classes per batch of 32; digits has 10
   with pytest.raises(schema.ConfigError, match='samples_per_class'):
-    train.train_and_evaluate(config, str(tmp_path / 'new' / 'parent' / 'run'))
+    loop.train_and_evaluate(config, str(tmp_path / 'new' / 'parent' / 'run'))
   assert list(tmp_path.iterdir()) == []
   existing = tmp_path / 'existing'
   (existing / 'notes').mkdir(parents=True)
   (existing / 'notes' / 'plan.txt').write_text('mine')
   with pytest.raises(schema.ConfigError, match='samples_per_class'):
-    train.train_and_evaluate(config, str(existing))
+    loop.train_and_evaluate(config, str(existing))
   assert sorted(p.name for p in existing.rglob('*')) == ['notes', 'plan.txt']
 
 
@@ -725,14 +729,14 @@ def test_a_run_that_fails_before_its_first_checkpoint_removes_its_workdir(tmp_pa
 
     return step
 
-  monkeypatch.setattr(train, 'make_train_step', crashing_step)
+  monkeypatch.setattr(step_lib, 'make_train_step', crashing_step)
   with pytest.raises(Crash):
-    train.train_and_evaluate(tiny_config(), str(tmp_path / 'run'))
+    loop.train_and_evaluate(tiny_config(), str(tmp_path / 'run'))
   assert list(tmp_path.iterdir()) == []
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-  make_train_step = train.make_train_step
+  make_train_step = step_lib.make_train_step
 
   def make_train_step_diverging_in_epoch_2(*args, **kwargs):
     step = make_train_step(*args, **kwargs)
@@ -744,14 +748,14 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monk
 
     return diverging_step
 
-  monkeypatch.setattr(train, 'make_train_step', make_train_step_diverging_in_epoch_2)
+  monkeypatch.setattr(step_lib, 'make_train_step', make_train_step_diverging_in_epoch_2)
   workdir = tmp_path / 'run'
   with pytest.raises(
-    train.NonFiniteLossError,
+    loop.NonFiniteLossError,
     match=r'Non-finite training loss or gradient .* in epoch 2.*last good checkpoint '
     r'is step 3',
   ):
-    train.train_and_evaluate(tiny_config(), str(workdir))
+    loop.train_and_evaluate(tiny_config(), str(workdir))
   assert _checkpoint_steps(workdir) == [3]
   assert [r['epoch'] for r in metrics.read_metrics(str(workdir))] == [1]
 
@@ -795,7 +799,7 @@ def test_mock_tfds_dataset_one_short_epoch(name, tmp_path):
   with tfds.testing.mock_data(
     num_examples=24, policy=tfds.testing.MockPolicy.USE_FILES, data_dir=str(tmp_path / 'tfds')
   ):
-    result = train.train_and_evaluate(config, str(tmp_path / 'run'))
+    result = loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert int(result.state.step) == 2
   assert _checkpoint_steps(tmp_path / 'run') == [2]
   (record,) = metrics.read_metrics(str(tmp_path / 'run'))
@@ -822,7 +826,7 @@ def test_mock_tfds_dataset_one_short_epoch(name, tmp_path):
 def test_only_the_hyperparameters_in_use_are_logged(method, hardening, diagnostics, logged):
   config = tiny_config()
   config.method, config.hardening, config.diagnostics = method, hardening, diagnostics
-  assert train.used_hyperparameters(config) == logged
+  assert plan_lib.used_hyperparameters(config) == logged
 
 
 @pytest.mark.parametrize('name', optimizers.OPTIMIZERS)
@@ -859,7 +863,7 @@ def test_method_and_option_variants_train(overrides, tmp_path):
       config[node][rest[0]] = value
     else:
       config[node] = value
-  result = train.train_and_evaluate(config, str(tmp_path))
+  result = loop.train_and_evaluate(config, str(tmp_path))
   (record,) = metrics.read_metrics(str(tmp_path))
   assert int(result.state.step) == 3 and np.isfinite(record['train_loss'])
 
@@ -993,7 +997,7 @@ def _reference_step_normalising_each_chunk(config, mesh, chunk_size):
   running statistics updated chunk after chunk."""
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
   augment_params = augment.AugmentParams.from_config(config.augment)
-  loss_fn, _ = train.make_loss_fn(config)
+  loss_fn, _ = step_lib.make_loss_fn(config)
 
   def per_device(state, batch, hyper):
     images, labels = batch['image'], batch['label']
@@ -1004,7 +1008,7 @@ def _reference_step_normalising_each_chunk(config, mesh, chunk_size):
       outputs, stats = [], state.batch_stats
       for start in range(0, local, chunk_size):
         part = slice(start, start + chunk_size)
-        views = train.augment_batch(
+        views = step_lib.augment_batch(
           state.rng, state.step, images[part], index[part], augment_params
         )
         (_, projections), updates = model.apply(
@@ -1038,13 +1042,13 @@ def test_chunked_step_with_batchnorm_normalises_each_chunk(num_devices=4):
     optimizers.create_learning_rate_schedule(config.optimizer, steps_per_epoch=1, total_steps=1),
   )
   augment_params = augment.AugmentParams.from_config(config.augment)
-  state = train.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
+  state = state_lib.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
   batch = parallel.global_batch(_random_batch(1), mesh, ('image', 'label'))
-  hyper = train.loss_hyperparameters(config, 1)
+  hyper = plan_lib.loss_hyperparameters(config, 1)
   params, stats, loss = jax.device_get(
     _reference_step_normalising_each_chunk(config, mesh, config.chunk_size)(state, batch, hyper)
   )
-  step = train.make_train_step(config, model, optimizer, augment_params, mesh)
+  step = step_lib.make_train_step(config, model, optimizer, augment_params, mesh)
   new_state, new_loss = jax.device_get(step(state, batch, hyper))
   np.testing.assert_allclose(new_loss, loss, rtol=1e-6)
   for x, y in zip(_leaves(new_state.params), _leaves(params), strict=True):
@@ -1059,9 +1063,9 @@ def test_chunked_run_resumes_exactly(tmp_path, monkeypatch):
   config.num_epochs, config.knn.every_epochs, config.chunk_size = 1, 0, 4
   with monkeypatch.context() as patch:
     first_step = record_first_step(patch)
-    reference = train.train_and_evaluate(config, str(tmp_path / 'uninterrupted'))
+    reference = loop.train_and_evaluate(config, str(tmp_path / 'uninterrupted'))
   assert_first_step_pinned(config, first_step)  # the reference is pinned too
-  make_train_step = train.make_train_step
+  make_train_step = step_lib.make_train_step
 
   def make_train_step_sending_sigterm(*args, **kwargs):
     step = make_train_step(*args, **kwargs)
@@ -1075,10 +1079,10 @@ def test_chunked_run_resumes_exactly(tmp_path, monkeypatch):
     return step_then_sigterm
 
   with monkeypatch.context() as patch:
-    patch.setattr(train, 'make_train_step', make_train_step_sending_sigterm)
-    stopped = train.train_and_evaluate(config, str(tmp_path / 'run'))
+    patch.setattr(step_lib, 'make_train_step', make_train_step_sending_sigterm)
+    stopped = loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert stopped.preempted and int(stopped.state.step) == 2
-  resumed = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  resumed = loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert int(resumed.state.step) == 3
   for tree in ('params', 'batch_stats', 'opt_state'):
     _assert_trees_equal(getattr(resumed.state, tree), getattr(reference.state, tree))
@@ -1098,7 +1102,7 @@ def test_train_step_exports_for_gpu_and_tpu(chunk_size):
   )
   augment_params = augment.AugmentParams.from_config(config.augment)
   state = jax.eval_shape(
-    lambda: train.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
+    lambda: state_lib.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
   )
   batch = {
     'image': jax.ShapeDtypeStruct((32, 2, 8, 8, 3), np.uint8),
@@ -1106,9 +1110,9 @@ def test_train_step_exports_for_gpu_and_tpu(chunk_size):
   }
   hyper = jax.tree.map(
     lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype),
-    train.loss_hyperparameters(config, 1),
+    plan_lib.loss_hyperparameters(config, 1),
   )
-  step = train.make_train_step(config, model, optimizer, augment_params, mesh)
+  step = step_lib.make_train_step(config, model, optimizer, augment_params, mesh)
   exported = jax.export.export(step, platforms=('cuda', 'tpu'))(state, batch, hyper)
   assert exported.platforms == ('cuda', 'tpu') and exported.nr_devices == 4
   module = exported.mlir_module()

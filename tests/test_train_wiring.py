@@ -30,8 +30,12 @@ from hscl_jax import losses  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
-from hscl_jax.training import loop as train  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402
+from hscl_jax.training import plan as plan_lib  # noqa: E402
+from hscl_jax.training import state as state_lib  # noqa: E402
+from hscl_jax.training import step as step_lib  # noqa: E402
+from hscl_jax.training import summaries  # noqa: E402
 
 
 def _features(seed=0, batch=8, views=2, dim=6):
@@ -41,7 +45,7 @@ def _features(seed=0, batch=8, views=2, dim=6):
 
 def _program_loss(config, z, labels, hyper):
   """The training step's loss function, on one device (its axis is the mesh's)."""
-  loss_fn, _ = train.make_loss_fn(config)
+  loss_fn, _ = step_lib.make_loss_fn(config)
   mesh = parallel.make_mesh(jax.devices()[:1])
   shard = jax.shard_map(
     lambda z, y: loss_fn(z, y, hyper), mesh=mesh, in_specs=(P(parallel.AXIS),) * 2, out_specs=P()
@@ -81,7 +85,7 @@ def test_wiring_loss_is_the_configured_loss_with_every_option(method, hardening)
 
 
 def test_wiring_epoch_of_step_is_one_based():
-  plan = train.Plan(
+  plan = plan_lib.Plan(
     steps_per_epoch=3, num_epochs=4, learning_rate=optimizers.optax.constant_schedule(1.0)
   )
   assert [plan.epoch_of_step(s) for s in range(7)] == [1, 1, 1, 2, 2, 2, 3]
@@ -94,7 +98,7 @@ def test_wiring_hyperparameters_use_the_run_temperature():
   config.num_epochs, config.tau_start, config.tau_end, config.temperature = 5, -0.3, 0.1, 0.2
   for epoch in (1, 3, 5):
     level = -0.3 + (epoch - 1) / 4 * 0.4
-    tau = train.loss_hyperparameters(config, epoch)['tau']
+    tau = plan_lib.loss_hyperparameters(config, epoch)['tau']
     assert float(tau) == pytest.approx(math.exp(level / 0.2), rel=1e-5)
 
 
@@ -124,7 +128,7 @@ def _program_model(config, workdir, monkeypatch):
   monkeypatch.setattr(models, 'create_model', record)
   monkeypatch.setattr(optimizers, 'create_optimizer', stop)
   with pytest.raises(_Built):
-    train.train_and_evaluate(config, str(workdir))
+    loop.train_and_evaluate(config, str(workdir))
   return built[-1]  # the last one built (schema validation builds one first)
 
 
@@ -156,7 +160,7 @@ def test_wiring_program_model_batchnorm_statistics_are_global(tmp_path, monkeypa
 
 
 def test_the_epoch_log_line_shows_the_records_values():
-  """train.epoch_summary, the one line logged per epoch, from a record whose every value
+  """summaries.epoch_summary, the one line logged per epoch, from a record whose every value
   differs (and rounds visibly at the line's precision); the optional figures only when
   the record has them."""
   record = {
@@ -169,12 +173,12 @@ def test_the_epoch_log_line_shows_the_records_values():
     'samples_per_second': 617.2,
     'epoch_time': 12.34,
   }
-  assert train.epoch_summary(record) == (
+  assert summaries.epoch_summary(record) == (
     'epoch 3: loss 4.5679, kNN top-1 0.7123, Assumption 1 0.046, lr 0.00123, '
     '617 samples/s (1234 views/s), 12.3 s'
   )
   del record['knn_top1'], record['assumption1_fraction']
-  assert train.epoch_summary(record) == (
+  assert summaries.epoch_summary(record) == (
     'epoch 3: loss 4.5679, lr 0.00123, 617 samples/s (1234 views/s), 12.3 s'
   )
 
@@ -184,11 +188,15 @@ def test_the_epoch_throughput_leaves_out_the_compiling_steps():
   4 s: its throughput counts the other 8 steps over the other 8 s. An epoch whose every
   step compiled keeps them all (there is nothing else to time); a resumed epoch's position
   round-trips through the checkpoint's metadata."""
-  position = train.EpochPosition(seconds=12.0, steps_timed=10, compile_seconds=4.0, compile_steps=2)
+  position = state_lib.EpochPosition(
+    seconds=12.0, steps_timed=10, compile_seconds=4.0, compile_steps=2
+  )
   assert position.steps_timed_without_compilation() == (8, 8.0)
-  one_step = train.EpochPosition(seconds=3.0, steps_timed=1, compile_seconds=3.0, compile_steps=1)
+  one_step = state_lib.EpochPosition(
+    seconds=3.0, steps_timed=1, compile_seconds=3.0, compile_steps=1
+  )
   assert one_step.steps_timed_without_compilation() == (1, 3.0)
-  restored, records = train.EpochPosition.from_metadata(position.to_metadata([{'epoch': 1}]))
+  restored, records = state_lib.EpochPosition.from_metadata(position.to_metadata([{'epoch': 1}]))
   assert restored == position and records == [{'epoch': 1}]
 
 
@@ -196,12 +204,12 @@ def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():
   config = digits.get_config()
   config.batch_size = 64
   with accepted('a batch of all 64 training examples'):
-    train.check_batch_fits(config, 64)
+    plan_lib.check_batch_fits(config, 64)
   with pytest.raises(
     errors.ConfigError,
     match=r'^config\.batch_size: 64 exceeds the 63 training examples\. Fix: use at most 63\.$',
   ):
-    train.check_batch_fits(config, 63)
+    plan_lib.check_batch_fits(config, 63)
 
 
 def test_a_refused_samples_per_class_suggests_a_batch_every_device_divides():
@@ -214,4 +222,4 @@ def test_a_refused_samples_per_class_suggests_a_batch_every_device_divides():
   config.batch_size, config.samples_per_class = 7, 7
   # Batch 6 would take one of each class; 4 is the largest multiple of 4 devices below 7.
   with pytest.raises(errors.ConfigError, match=r'use --config\.batch_size=4 with samples_per'):
-    train.make_train_loader(config, source)
+    plan_lib.make_train_loader(config, source)

@@ -34,10 +34,11 @@ from hscl_jax.experiments import run_records
 from hscl_jax.experiments import significance
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
-from hscl_jax.training import loop as train
+from hscl_jax.training import loop
+from hscl_jax.training import preemption
 
 BETA_GRID = (0.1, 0.5, 1.0, 2.0, 5.0)
-Preempted = train.Preempted
+Preempted = preemption.Preempted
 TAU_STARTS = (-0.5, -0.3, -0.1)
 TAU_ENDS = (-0.1, 0.0, 0.1)
 METHODS = ('UCL', 'H-UCL', 'SCL', 'H-SCL(β)', 'H-SCL(τ)')
@@ -188,7 +189,7 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str, records
   config = run_config(base, setting, seed, protocol)
   start = time.time()
   try:
-    if train.train_and_evaluate(config, workdir).preempted:
+    if loop.train_and_evaluate(config, workdir).preempted:
       raise Preempted()  # the run saved its checkpoint: the grid stops too
     # Evaluated under the run's lock, so two workers never evaluate the same run.
     with workdir_lock.WorkdirLock(workdir):

@@ -1,0 +1,115 @@
+"""What the config and the dataset size fix before a run starts: its steps and learning-rate
+schedule (`Plan`), its training loader, and each epoch's loss hyperparameters (each
+derived quantity computed here and nowhere else)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import ml_collections
+import numpy as np
+import optax
+
+from hscl_jax import data
+from hscl_jax import losses
+from hscl_jax.config import schema
+from hscl_jax.training import optimizers
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Step counts and schedules that follow from the config and the dataset size."""
+
+  steps_per_epoch: int
+  num_epochs: int
+  learning_rate: optax.Schedule
+
+  @property
+  def total_steps(self) -> int:
+    return self.steps_per_epoch * self.num_epochs
+
+  def epoch_of_step(self, step: int) -> int:
+    """1-based epoch that optimisation step `step` (0-based) belongs to."""
+    return step // self.steps_per_epoch + 1
+
+  def learning_rate_at(self, step: int) -> float:
+    """The learning rate of `step`, on the host. The optax schedule is jnp code: evaluated
+    eagerly it would compile a dozen one-op programs; here it is one compiled program."""
+    return float(jax.device_get(self._compiled_learning_rate(jax.device_put(np.int32(step)))))
+
+  @functools.cached_property
+  def _compiled_learning_rate(self):
+    return jax.jit(self.learning_rate)
+
+
+def check_batch_fits(config: ml_collections.ConfigDict, num_train_examples: int) -> None:
+  if config.batch_size > num_train_examples:
+    schema.fail(
+      'batch_size',
+      f'{config.batch_size} exceeds the {num_train_examples} training examples',
+      f'use at most {num_train_examples}',
+    )
+
+
+def make_train_loader(config: ml_collections.ConfigDict, train_source) -> data.TrainLoader:
+  """This process's two-view batches of the run's training subset, in the config's order."""
+  check_batch_fits(config, len(train_source))
+  return data.TrainLoader(
+    train_source,
+    global_batch_size=config.batch_size,
+    seed=config.seed,
+    positive_mode=config.positive_mode,
+    samples_per_class=config.samples_per_class,
+    shard_index=jax.process_index(),
+    shard_count=jax.process_count(),
+    num_classes=train_source.num_classes,
+    # What the config check asks of a batch_size: a refused m may suggest one.
+    batch_multiple=math.lcm(jax.device_count(), jax.process_count()),
+  )
+
+
+def make_plan(config: ml_collections.ConfigDict, train_order: data.EpochOrder) -> Plan:
+  """The plan of a run whose epochs visit the training examples in `train_order`."""
+  steps = train_order.steps_per_epoch
+  if config.steps_per_epoch_limit is not None:
+    steps = min(steps, config.steps_per_epoch_limit)
+  schedule = optimizers.create_learning_rate_schedule(
+    config.optimizer, steps_per_epoch=steps, total_steps=steps * config.num_epochs
+  )
+  return Plan(steps_per_epoch=steps, num_epochs=config.num_epochs, learning_rate=schedule)
+
+
+def loss_hyperparameters(config: ml_collections.ConfigDict, epoch: int) -> dict[str, np.ndarray]:
+  """beta (HCL annealing if enabled) and tau (eq. 4) of a 1-based epoch, on the host.
+
+  They enter the compiled step as arrays (`parallel.replicated`), so changing them never
+  recompiles.
+  """
+  if config.beta_anneal_steps > 0:
+    beta = losses.beta_schedule(
+      epoch, beta=config.beta, num_epochs=config.num_epochs, num_steps=config.beta_anneal_steps
+    )
+  else:
+    beta = config.beta
+  tau = losses.tau_schedule(
+    epoch,
+    start=config.tau_start,
+    end=config.tau_end,
+    num_epochs=config.num_epochs,
+    temperature=config.temperature,
+  )
+  return {'beta': np.float32(beta), 'tau': np.float32(tau)}
+
+
+def used_hyperparameters(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  """The entries of `loss_hyperparameters` that the loss or the diagnostics read."""
+  hardening_parameter = 'beta' if config.hardening == 'exp' else 'tau'
+  used = set()
+  if config.method == 'hucl':
+    used.add('beta')
+  if config.method == 'hscl' or config.diagnostics:
+    used.add(hardening_parameter)
+  return tuple(sorted(used))

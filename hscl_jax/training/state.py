@@ -1,0 +1,151 @@
+"""The training state (parameters, BatchNorm statistics, optimizer state, the augmentations'
+key, the epoch's metric sums, the negative queue and key encoder), its initial value on the
+mesh and its checkpoint form; and where an epoch stands (`EpochPosition`), stored with
+each checkpoint as its metadata."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+import ml_collections
+import optax
+
+from hscl_jax import models
+from hscl_jax.training import queue as negative_queue
+
+
+class TrainState(flax.struct.PyTreeNode):
+  step: jax.Array  # optimisation steps taken
+  params: Any
+  batch_stats: Any
+  opt_state: Any
+  rng: jax.Array  # root key of the augmentations (typed key array)
+  # Per-step metrics summed since the start of the epoch (checkpointed, so an epoch
+  # interrupted by preemption still reports the mean over all of its steps).
+  metric_sums: dict[str, jax.Array]
+  # Negatives beyond the batch (hscl_jax.training.queue), None with config.queue_size = 0.
+  queue: negative_queue.Queue | None = None
+  # The momentum key encoder {'params', 'batch_stats'}, None with config.queue_momentum = 0.
+  key_encoder: dict[str, Any] | None = None
+
+
+def metric_names(config: ml_collections.ConfigDict) -> tuple[str, ...]:
+  names = ('train_loss', 'grad_norm')
+  if config.diagnostics:
+    names += ('loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl', 'assumption1_fraction')
+  return names
+
+
+def create_train_state(
+  config: ml_collections.ConfigDict,
+  model: models.ContrastiveModel,
+  optimizer: optax.GradientTransformation,
+  image_size: int,
+  mesh: jax.sharding.Mesh,
+) -> TrainState:
+  """Initial state, replicated over the mesh. Same seed -> same state on any device count.
+
+  Computed by a jit whose outputs are replicated over the mesh, so every process holds its
+  devices' copies (a device_put of one device's arrays would not reach other processes).
+  """
+
+  def init() -> TrainState:
+    init_key, augment_key = jax.random.split(jax.random.key(config.seed))
+    variables = models.initialize(model, init_key, (image_size, image_size, 3))
+    return TrainState(
+      step=jnp.zeros((), jnp.int32),
+      params=variables['params'],
+      batch_stats=variables['batch_stats'],
+      opt_state=optimizer.init(variables['params']),
+      rng=augment_key,
+      metric_sums={name: jnp.zeros((), jnp.float32) for name in metric_names(config)},
+      queue=(
+        negative_queue.empty(config.queue_size, config.model.head_out)
+        if config.queue_size
+        else None
+      ),
+      # θ_k starts at θ_q: the first step's keys are the online features.
+      key_encoder=(
+        {'params': variables['params'], 'batch_stats': variables['batch_stats']}
+        if config.queue_momentum > 0
+        else None
+      ),
+    )
+
+  return jax.jit(init, out_shardings=NamedSharding(mesh, P()))()
+
+
+def state_to_checkpoint(state: TrainState) -> dict[str, Any]:
+  """Pytree of plain arrays (Orbax stores key data, not typed keys); the parts a run does
+  not use (no queue, no key encoder) are left out, so its checkpoints are as before."""
+  tree = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+  tree['rng'] = jax.random.key_data(state.rng)
+  if state.queue is not None:
+    tree['queue'] = dataclasses.asdict(state.queue)
+  return {name: value for name, value in tree.items() if value is not None}
+
+
+def state_from_checkpoint(tree: dict[str, Any]) -> TrainState:
+  tree = {**tree, 'rng': jax.random.wrap_key_data(tree['rng'])}
+  if 'queue' in tree:
+    tree['queue'] = negative_queue.Queue(**tree['queue'])
+  return TrainState(**tree)
+
+
+@dataclasses.dataclass
+class EpochPosition:
+  """What a checkpoint knows beyond the state, so that a resumed run writes exactly the
+  records an uninterrupted one would.
+
+  steps_done: the epoch's steps are all taken but its record is not written (a SIGTERM
+    at its last step or during its kNN): the resumed run computes the record first;
+  seconds, steps_timed: the epoch's training time so far, so that its record reports the
+    whole epoch's throughput;
+  compile_seconds, compile_steps: of those, the first step of each process that ran in the
+    epoch (it compiles): the record's throughput leaves them out, as the progress line does.
+  The checkpoint also keeps every metrics record written so far, to rebuild a damaged
+  metrics.jsonl.
+  """
+
+  steps_done: bool = False
+  seconds: float = 0.0
+  steps_timed: int = 0
+  compile_seconds: float = 0.0
+  compile_steps: int = 0
+
+  def steps_timed_without_compilation(self) -> tuple[int, float]:
+    """(steps, seconds) of the epoch's throughput: the compiling steps left out, unless
+    they were all its steps (an epoch of one step)."""
+    steps = self.steps_timed - self.compile_steps
+    if steps <= 0:
+      return self.steps_timed, self.seconds
+    return steps, self.seconds - self.compile_seconds
+
+  def to_metadata(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    # Key names of the checkpoints written before this class existed, so they resume.
+    return {
+      'epoch_end_pending': self.steps_done,
+      'epoch_seconds': self.seconds,
+      'epoch_steps_timed': self.steps_timed,
+      'epoch_compile_seconds': self.compile_seconds,
+      'epoch_compile_steps': self.compile_steps,
+      'records': records,
+    }
+
+  @classmethod
+  def from_metadata(cls, metadata: dict[str, Any]) -> tuple[EpochPosition, list | None]:
+    """(position, records); records are None in older checkpoints (the file is trusted)."""
+    position = cls(
+      steps_done=bool(metadata.get('epoch_end_pending', False)),
+      seconds=float(metadata.get('epoch_seconds', 0.0)),
+      steps_timed=int(metadata.get('epoch_steps_timed', 0)),
+      compile_seconds=float(metadata.get('epoch_compile_seconds', 0.0)),
+      compile_steps=int(metadata.get('epoch_compile_steps', 0)),
+    )
+    return position, metadata.get('records')

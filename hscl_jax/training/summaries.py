@@ -1,0 +1,87 @@
+"""The lines a run logs: each epoch's summary, the final kNN, what a class-aware epoch
+visits, the memory the queue and the key encoder hold."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from absl import logging
+import ml_collections
+
+from hscl_jax import data
+from hscl_jax.training import queue as negative_queue
+from hscl_jax.training import state as state_lib
+
+
+def epoch_summary(record: dict[str, Any], *, compile_seconds: float = 0.0) -> str:
+  """One concise log line per epoch (the full record is in metrics.jsonl); the throughput
+  leaves out the step that compiled, whose time is shown apart."""
+  parts = [f'epoch {record["epoch"]}: loss {record["train_loss"]:.4f}']
+  if 'knn_top1' in record:
+    parts.append(f'kNN top-1 {record["knn_top1"]:.4f}')
+  if 'assumption1_fraction' in record:
+    parts.append(f'Assumption 1 {record["assumption1_fraction"]:.3f}')
+  parts.append(f'lr {record["learning_rate"]:.3g}')
+  # Samples (the batch's images) apart from views (two per sample, what the encoder sees).
+  parts.append(
+    f'{record["samples_per_second"]:.0f} samples/s ({record["images_per_second"]:.0f} views/s)'
+  )
+  epoch_time = f'{record["epoch_time"]:.1f} s'
+  if compile_seconds:
+    epoch_time += f' ({compile_seconds:.1f} s of it compiling the step)'
+  parts.append(epoch_time)
+  return ', '.join(parts)
+
+
+def final_knn(records: list[dict[str, Any]]) -> str:
+  """The last kNN top-1 of a run's records, as the closing lines show it."""
+  values = [r['knn_top1'] for r in records if 'knn_top1' in r]
+  return f'final kNN top-1 {values[-1]:.4f}' if values else 'no kNN evaluated'
+
+
+# Below this share of the training examples per epoch, a class-aware run is warned: its
+# epochs (and so its schedule, in steps) are much shorter than uniform batches' epochs.
+LOW_EPOCH_SHARE = 0.5
+
+
+def class_aware_epoch_lines(
+  config: ml_collections.ConfigDict, order: data.EpochOrder
+) -> tuple[str, str | None]:
+  """(what a class-aware epoch is, a warning where it visits few of the examples, or None)."""
+  m, batch, steps = config.samples_per_class, config.batch_size, order.steps_per_epoch
+  uniform = data.steps_per_epoch(order.num_examples, batch)
+  share = steps * batch / order.num_examples
+  info = (
+    f'Class-aware batches: {m} samples of each of {batch // m} classes per batch; an epoch '
+    f'of {steps} steps visits {share:.1%} of the {order.num_examples} training examples '
+    f'(uniform batches: {uniform} steps).'
+  )
+  if share >= LOW_EPOCH_SHARE:
+    return info, None
+  longer = math.ceil(config.num_epochs * uniform / steps)
+  warning = (
+    f'Class-aware epochs visit only {share:.1%} of the training examples ({steps} steps '
+    f'instead of {uniform}): the smaller classes run out of groups of {m} early, so each '
+    f'epoch, and the learning-rate schedule in steps, is {uniform / steps:.1f}x shorter. '
+    f'Fix: --config.num_epochs={longer} trains as many steps as uniform batches would, or '
+    'balance the classes (--config.train_examples), or use --config.samples_per_class=0.'
+  )
+  return info, warning
+
+
+def log_queue_memory(config: ml_collections.ConfigDict, state: state_lib.TrainState) -> None:
+  """The memory the queue and the key encoder hold on every device (both replicated)."""
+  if state.queue is not None:
+    logging.info(
+      'Negative queue: %d slots x %d features, %.1f MiB per device.',
+      config.queue_size,
+      config.model.head_out,
+      negative_queue.nbytes(state.queue) / 2**20,
+    )
+  if state.key_encoder is not None:
+    logging.info(
+      'Momentum key encoder (m = %g): %.1f MiB per device.',
+      config.queue_momentum,
+      negative_queue.nbytes(state.key_encoder) / 2**20,
+    )
