@@ -18,9 +18,9 @@ from ml_collections import config_flags
 
 from hscl_jax import errors
 from hscl_jax.config import schema
-from hscl_jax.evaluation import linear_probe
 from hscl_jax.evaluation import torch_export
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import trained_run
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 # Required though there is one format, so that commands stay explicit if another comes.
@@ -42,7 +42,7 @@ _CHECKPOINT_STEP = flags.DEFINE_integer(
 
 def _export_from_flags() -> dict:
   workdir = _WORKDIR.value
-  config = _CONFIG.value if _CONFIG.value is not None else linear_probe.load_run_config(workdir)
+  config = _CONFIG.value if _CONFIG.value is not None else trained_run.load_run_config(workdir)
   return torch_export.export_torch(
     workdir, _OUT.value, config=config, checkpoint_step=_CHECKPOINT_STEP.value
   )

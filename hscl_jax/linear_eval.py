@@ -22,6 +22,7 @@ from hscl_jax.config import schema
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import trained_run
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 _CONFIG = config_flags.DEFINE_config_file(
@@ -40,7 +41,7 @@ def _evaluate_from_flags() -> dict[str, Any]:
   num_epochs = _NUM_EPOCHS.value
   linear_probe.check_num_epochs_flag(num_epochs)
   workdir = _WORKDIR.value
-  config = _CONFIG.value if _CONFIG.value is not None else linear_probe.load_run_config(workdir)
+  config = _CONFIG.value if _CONFIG.value is not None else trained_run.load_run_config(workdir)
   if _PROTOCOL.value is not None:
     config.linear_eval.protocol = _PROTOCOL.value
   if num_epochs is not None:

@@ -29,6 +29,7 @@ from hscl_jax.evaluation import features as eval_features  # noqa: E402
 from hscl_jax.evaluation import knn  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
+from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 
 CIFAR10 = REPO.parent / 'shared' / 'data' / 'cifar10'
@@ -68,7 +69,7 @@ def recomputed_knn(config, workdir, *, bank_split: str = 'subset', k: int | None
   `bank_split='train'`, the whole train split), with config.knn's k (or `k`)."""
   model = models.create_model(config.model)
   size = config.augment.image_size
-  step, variables = linear_probe.restore_usable_encoder(workdir, None, model, (size, size, 3))
+  step, variables = trained_run.restore_usable_encoder(workdir, None, model, (size, size, 3))
   mesh = parallel.make_mesh(jax.devices()[:1])
   params = augment.AugmentParams.from_config(config.augment)
   feature_fn = eval_features.make_feature_fn(model, params, mesh)

@@ -16,7 +16,7 @@ from hscl_jax import losses
 from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import hard_negatives
 from hscl_jax.evaluation import inspection
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.rundir import trained_run
 
 
 def _batch(n=18, dim=4, num_classes=3, seed=0):
@@ -229,7 +229,7 @@ def test_bad_settings_are_one_line_before_any_work(digits_run, tmp_path, kwargs,
 def test_workdir_without_checkpoint_is_one_line(digits_run, tmp_path):
   workdir, _, _ = digits_run
   (tmp_path / 'config.json').write_text((workdir / 'config.json').read_text())
-  with pytest.raises(linear_probe.LinearEvalError, match='no checkpoint in .*: train first'):
+  with pytest.raises(trained_run.LinearEvalError, match='no checkpoint in .*: train first'):
     inspection.inspect_run(str(tmp_path), str(tmp_path / 'out'))
 
 

@@ -30,6 +30,7 @@ from hscl_jax import models  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
+from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 
 RESULT_KEYS = ('protocol', 'top1', 'top5', 'checkpoint_step', 'num_train', 'num_test')
@@ -95,7 +96,7 @@ def _recomputed_accuracies(config, workdir, step, classifier, source):
   model = models.create_model(config.model)
   params = augment.AugmentParams.from_config(config.augment)
   size = params.image_size
-  variables = linear_probe.restore_encoder(str(workdir), step, model, (size, size, 3))
+  variables = trained_run.restore_encoder(str(workdir), step, model, (size, size, 3))
   images = np.stack([source[i]['image'] for i in range(len(source))])
   labels = np.asarray([source[i]['label'] for i in range(len(source))])
   features = np.asarray(
@@ -175,17 +176,17 @@ def test_augmented_protocol(trained, tmp_path):
 
 def test_clear_errors_name_the_path(trained, tmp_path):
   workdir, config = trained
-  with pytest.raises(linear_probe.LinearEvalError, match=str(tmp_path / 'config.json')):
-    linear_probe.load_run_config(str(tmp_path))
-  with pytest.raises(linear_probe.LinearEvalError, match='no checkpoint in'):
+  with pytest.raises(trained_run.LinearEvalError, match=str(tmp_path / 'config.json')):
+    trained_run.load_run_config(str(tmp_path))
+  with pytest.raises(trained_run.LinearEvalError, match='no checkpoint in'):
     linear_probe.linear_evaluate(config, str(tmp_path))
-  with pytest.raises(linear_probe.LinearEvalError, match='no checkpoint for step 12345'):
+  with pytest.raises(trained_run.LinearEvalError, match='no checkpoint for step 12345'):
     linear_probe.linear_evaluate(config, str(workdir), checkpoint_step=12345)
 
   other_model = one_epoch_config()
   other_model.model.head_hidden = 64  # head differs: still fine, only the encoder is read
   other_model.model.name = 'resnet18'
-  with pytest.raises(linear_probe.LinearEvalError, match='checkpoints'):
+  with pytest.raises(trained_run.LinearEvalError, match='checkpoints'):
     linear_probe.linear_evaluate(other_model, str(workdir))
 
   corrupt = tmp_path / 'corrupt'
@@ -196,7 +197,7 @@ def test_clear_errors_name_the_path(trained, tmp_path):
   for path in state_dir.rglob('*'):
     if path.is_file() and path.stat().st_size > 100:
       path.write_bytes(b'garbage')
-  with pytest.raises(linear_probe.LinearEvalError, match=str(state_dir)):
+  with pytest.raises(trained_run.LinearEvalError, match=str(state_dir)):
     linear_probe.linear_evaluate(config, str(corrupt))
   assert not (corrupt / linear_probe.RESULT_FILE).exists()
 
@@ -210,7 +211,7 @@ def test_augmented_views_are_drawn_anew_for_each_epoch_batch_and_seed(trained):
   params = augment.AugmentParams.from_config(config.augment)
   size = params.image_size
   step = max(checkpoints.finished_steps(str(workdir)))
-  variables = linear_probe.restore_encoder(str(workdir), step, model, (size, size, 3))
+  variables = trained_run.restore_encoder(str(workdir), step, model, (size, size, 3))
   source = data.SubsetSource(data.run_sources(config)[0], np.arange(64))
   batches = {
     seed: linear_probe._augmented_batches(model, variables, source, params, seed) for seed in (0, 1)
@@ -230,7 +231,7 @@ def test_the_num_epochs_flag_accepts_one_and_none_and_refuses_zero():
   for value in (1, None):
     with accepted(f'--num_epochs={value}'):
       linear_probe.check_num_epochs_flag(value)
-  with refused(r'^--num_epochs must be >= 1, got 0 .* Fix: ', linear_probe.LinearEvalError):
+  with refused(r'^--num_epochs must be >= 1, got 0 .* Fix: ', trained_run.LinearEvalError):
     linear_probe.check_num_epochs_flag(0)
 
 

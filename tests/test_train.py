@@ -43,10 +43,10 @@ from hscl_jax import parallel  # noqa: E402,E501
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402,E501
 from hscl_jax.evaluation import features as eval_features  # noqa: E402
-from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402,E501
 from hscl_jax.rundir import metrics  # noqa: E402,E501
 from hscl_jax.rundir import stored_config  # noqa: E402
+from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402,E501
 from hscl_jax.training import plan as plan_lib  # noqa: E402
@@ -658,14 +658,14 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_newest_good_one(
   config = tiny_config()
   model = models.create_model(config.model)
   with caplog.at_level('WARNING'):
-    step, _ = linear_probe.restore_usable_encoder(str(workdir), None, model, (8, 8, 3))
+    step, _ = trained_run.restore_usable_encoder(str(workdir), None, model, (8, 8, 3))
   assert step == 3 and 'step(s) [6] cannot be restored' in caplog.text
   with pytest.raises(
-    linear_probe.LinearEvalError,
+    trained_run.LinearEvalError,
     match=r'checkpoint step 6 cannot be used: .*Usable steps: \[3\]; '
     r'pass --checkpoint_step=3',
   ):
-    linear_probe.restore_usable_encoder(str(workdir), 6, model, (8, 8, 3))
+    trained_run.restore_usable_encoder(str(workdir), 6, model, (8, 8, 3))
 
   caplog.clear()
   with caplog.at_level('WARNING'):

@@ -29,8 +29,8 @@ from hscl_jax import models
 from hscl_jax import parallel
 from hscl_jax.data import augment
 from hscl_jax.evaluation import features as eval_features
-from hscl_jax.evaluation import linear_probe
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import trained_run
 
 SPLITS = ('train', 'test')
 PROGRESS_EVERY_SECONDS = 10.0
@@ -68,7 +68,7 @@ def restore(
   params = augment.AugmentParams.from_config(config.augment)
   size = params.image_size
   modules = ('encoder', 'head') if with_head else ('encoder',)
-  step, variables = linear_probe.restore_usable_encoder(
+  step, variables = trained_run.restore_usable_encoder(
     workdir, checkpoint_step, model, (size, size, 3), modules
   )
   return TrainedEncoder(config, step, model, variables, params)
@@ -182,8 +182,8 @@ def embed(
   `split` (split: row i is example i of the split as the run reads it). Inputs are checked
   before any work. Returns a summary."""
   _check_request(out, folder, split)
-  config = linear_probe.load_run_config(workdir)
-  linear_probe.resolve_step(workdir, checkpoint_step)  # no checkpoint: one line, now
+  config = trained_run.load_run_config(workdir)
+  trained_run.resolve_step(workdir, checkpoint_step)  # no checkpoint: one line, now
   image_size = augment.AugmentParams.from_config(config.augment).image_size
   source = folder_source(folder, image_size) if folder is not None else split_source(config, split)
   encoder = restore(workdir, config, checkpoint_step=checkpoint_step, with_head=projections)

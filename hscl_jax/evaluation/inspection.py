@@ -28,7 +28,7 @@ from hscl_jax import losses
 from hscl_jax.evaluation import embedding
 from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import hard_negatives
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.rundir import trained_run
 
 HARDENINGS = ('exp', 'threshold')
 TSNE_FILE = 'tsne.png'
@@ -113,7 +113,7 @@ class Embedded:
 def embed_splits(workdir: str, config, checkpoint_step: int | None) -> tuple[int, Embedded]:
   """(checkpoint step, Embedded): backbone features of both splits, projections of the test
   split."""
-  linear_probe.resolve_step(workdir, checkpoint_step)  # no checkpoint: one line, now
+  trained_run.resolve_step(workdir, checkpoint_step)  # no checkpoint: one line, now
   train, test = data.run_sources(config)
   encoder = embedding.restore(workdir, config, checkpoint_step=checkpoint_step, with_head=True)
   train_features, train_labels = embedding.compute_features(encoder, train)
@@ -176,7 +176,7 @@ def inspect_run(
   if k < 1:
     raise InspectError(f'--k={k} must be >= 1 (the top-k negatives counted); e.g. --k=8.')
   figures.pyplot()  # no matplotlib: one line, before any work
-  config = linear_probe.load_run_config(workdir)
+  config = trained_run.load_run_config(workdir)
   choice = run_hardening(config, hardening, beta, tau)
   choice.function()  # a bad β or τ is refused before any work
   step, embedded = embed_splits(workdir, config, checkpoint_step)

@@ -27,130 +27,27 @@ import numpy as np
 import optax
 
 from hscl_jax import data
-from hscl_jax import errors
 from hscl_jax import losses
 from hscl_jax import models
 from hscl_jax import parallel
 from hscl_jax.config import schema
 from hscl_jax.data import augment
 from hscl_jax.evaluation import features as eval_features
-from hscl_jax.rundir import checkpoints
-from hscl_jax.rundir import metrics
+from hscl_jax.rundir import trained_run
 from hscl_jax.training import optimizers
 
 PROTOCOLS = ('features', 'augmented')
 RESULT_FILE = 'linear_eval.json'
 
 
-class LinearEvalError(errors.UserError, RuntimeError):
-  """A workdir, config or checkpoint that linear evaluation cannot use (names the path)."""
-
-
 def check_num_epochs_flag(num_epochs: int | None) -> None:
   """`linear_eval --num_epochs`: None (the config's value) or at least 1."""
   if num_epochs is not None and num_epochs < 1:
-    raise LinearEvalError(
+    raise trained_run.LinearEvalError(
       f'--num_epochs must be >= 1, got {num_epochs} (the classifier would stay at its '
       'initialisation). Fix: pass e.g. --num_epochs=100, or leave it out for the '
       "config's value."
     )
-
-
-# ----------------------------------------------------------------------------------------
-# Reading the run.
-
-
-def load_run_config(workdir: str) -> config_dict.ConfigDict:
-  path = os.path.join(workdir, metrics.CONFIG_FILE)
-  if not os.path.isfile(path):
-    raise LinearEvalError(
-      f'{path} not found: --workdir must be the directory of a training run '
-      '(python -m hscl_jax.main --workdir=DIR writes it), or pass --config=FILE.'
-    )
-  with open(path) as f:
-    return config_dict.ConfigDict(json.load(f))
-
-
-def resolve_step(workdir: str, step: int | None) -> int:
-  steps = checkpoints.finished_steps(workdir)
-  where = checkpoints.directory(workdir)
-  if not steps:
-    raise LinearEvalError(f'no checkpoint in {where}: train first (python -m hscl_jax.main).')
-  if step is None:
-    return steps[-1]
-  if step not in steps:
-    raise LinearEvalError(f'no checkpoint for step {step} in {where}; available: {steps}.')
-  return step
-
-
-def restore_encoder(
-  workdir: str,
-  step: int,
-  model: models.ContrastiveModel,
-  image_shape: tuple[int, int, int],
-  modules: tuple[str, ...] = ('encoder',),
-) -> dict[str, Any]:
-  """Model variables holding only the entries of `modules` (the encoder by default; add
-  'head' for the projection head), restored onto the default device."""
-  abstract = jax.eval_shape(lambda: models.initialize(model, jax.random.key(0), image_shape))
-  target = {
-    collection: {module: abstract[collection][module] for module in modules}
-    for collection in ('params', 'batch_stats')
-  }
-  try:
-    return checkpoints.restore_subtree(workdir, step, target)
-  except checkpoints.RestoreError as e:
-    raise LinearEvalError(str(e)) from e
-
-
-def restore_usable_encoder(
-  workdir: str,
-  step: int | None,
-  model: models.ContrastiveModel,
-  image_shape: tuple[int, int, int],
-  modules: tuple[str, ...] = ('encoder',),
-) -> tuple[int, dict[str, Any]]:
-  """(step, encoder variables) of checkpoint `step`, or by default of the newest one that
-  restores (a damaged newer one is skipped with a warning). An unusable checkpoint raises
-  LinearEvalError listing the steps that can be used. `modules` as `restore_encoder`'s."""
-  steps = checkpoints.finished_steps(workdir)
-  first = resolve_step(workdir, step)  # raises if there is none, or no such step
-  candidates = [first] if step is not None else steps[::-1]
-  failed = {}
-  for candidate in candidates:
-    try:
-      variables = restore_encoder(workdir, candidate, model, image_shape, modules)
-    except LinearEvalError as e:
-      failed[candidate] = e
-      continue
-    if failed:
-      logging.warning(
-        'Checkpoint step(s) %s cannot be restored (%s); using step %d.',
-        sorted(failed),
-        next(iter(failed.values())),
-        candidate,
-      )
-    return candidate, variables
-  usable = [
-    s for s in steps[::-1] if s not in failed and _restores(workdir, s, model, image_shape, modules)
-  ]
-  first_step, first_error = next(iter(failed.items()))
-  raise LinearEvalError(
-    f'checkpoint step {first_step} cannot be used: {first_error} Usable steps: '
-    f'{sorted(usable) or "none"}' + (f'; pass --checkpoint_step={usable[0]}.' if usable else '.')
-  )
-
-
-def _restores(workdir, step, model, image_shape, modules) -> bool:
-  try:
-    restore_encoder(workdir, step, model, image_shape, modules)
-  except LinearEvalError:
-    return False
-  return True
-
-
-# ----------------------------------------------------------------------------------------
-# Features and the linear classifier.
 
 
 def _cross_entropy(classifier, features, labels):
@@ -272,7 +169,7 @@ def linear_evaluate(
   model = models.create_model(config.model)
   params = augment.AugmentParams.from_config(config.augment)
   image_size = params.image_size
-  step, variables = restore_usable_encoder(
+  step, variables = trained_run.restore_usable_encoder(
     workdir, checkpoint_step, model, (image_size, image_size, 3)
   )
   train_source, test_source = data.run_sources(config)

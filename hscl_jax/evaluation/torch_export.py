@@ -39,7 +39,7 @@ import safetensors.numpy
 from hscl_jax import errors
 from hscl_jax import models
 from hscl_jax.data import augment
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.rundir import trained_run
 
 FORMATS = ('torch',)
 SUFFIX = '.safetensors'
@@ -228,11 +228,11 @@ def export_torch(
   """Writes the backbone of checkpoint `checkpoint_step` (default: the newest usable) to
   `out` (.safetensors) and its metadata to metadata_path(out); returns the metadata."""
   if config is None:
-    config = linear_probe.load_run_config(workdir)
+    config = trained_run.load_run_config(workdir)
   check_exportable(config, out)
   model = models.create_model(config.model)
   size = config.augment.image_size
-  step, variables = linear_probe.restore_usable_encoder(
+  step, variables = trained_run.restore_usable_encoder(
     workdir, checkpoint_step, model, (size, size, 3)
   )
   backbone = models.make_backbone(config.model.name, stem=config.model.stem)

@@ -34,6 +34,7 @@ from hscl_jax.experiments import run_records
 from hscl_jax.experiments import significance
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import trained_run
 from hscl_jax.training import loop
 from hscl_jax.training import preemption
 
@@ -153,7 +154,7 @@ def finished_run(root: str, setting: Setting, seed: int, linear_eval) -> dict | 
   history = metrics.read_metrics(workdir)
   with open(os.path.join(workdir, metrics.CONFIG_FILE)) as f:
     num_epochs = json.load(f)['num_epochs']
-  last_step = linear_probe.resolve_step(workdir, None)
+  last_step = trained_run.resolve_step(workdir, None)
   if not run_records.is_finished(
     history, result, num_epochs, last_step, linear_eval, LINEAR_EVAL_KEYS
   ):
