@@ -47,6 +47,7 @@ from configs import default  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
+from hscl_jax.models import factory  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
 from hscl_jax.training import state as state_lib  # noqa: E402
@@ -185,7 +186,7 @@ def main():
   parser.add_argument('--batch_size', type=int, default=8, help='samples per step (x2 views)')
   parser.add_argument('--image_size', type=int, default=32)
   parser.add_argument('--steps', type=int, default=3, help='timed steps after one warm-up')
-  parser.add_argument('--dtype', default='float32', choices=tuple(models.DTYPES))
+  parser.add_argument('--dtype', default='float32', choices=tuple(factory.DTYPES))
   parser.add_argument(
     '--diagnostics',
     action=argparse.BooleanOptionalAction,

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 from hscl_jax import models
+from hscl_jax.models import backbones
+from hscl_jax.models import layers
 
 
 def model_config(**overrides):
@@ -110,7 +112,7 @@ def test_parameter_counts():
     ('resnet50', 'cifar'),
     ('resnet18', 'imagenet'),
   ):
-    model = models.make_backbone(name, stem=stem)
+    model = backbones.make_backbone(name, stem=stem)
     x = jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32)
     params = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False), x)['params']
     counts[name, stem] = sum(p.size for p in jax.tree.leaves(params))
@@ -127,7 +129,7 @@ def test_parameter_counts():
 def test_small_cnn_halves_the_side_at_its_strided_layers(side, sides):
   """Strides (1, 2, 1, 2): an 8x8 digit is 8, 4, 4 and 2 pixels wide after the four
   convolutions (the class docstring's 2x2 before pooling), a 32x32 image 32, 16, 16, 8."""
-  model = models.make_backbone('small_cnn')
+  model = backbones.make_backbone('small_cnn')
   x = jax.ShapeDtypeStruct((1, side, side, 3), jnp.float32)
 
   def convolved(x):
@@ -375,7 +377,7 @@ def test_activation_is_applied_at_every_site(name, sites):
   model.activation: relu's max, silu's logistic, gelu's tanh (the approximate form), each
   exactly once per site, and no other activation's primitive."""
   primitive = {'relu': 'max', 'silu': 'logistic', 'gelu': 'tanh'}
-  assert set(primitive) == set(models.ACTIVATIONS)
+  assert set(primitive) == set(layers.ACTIVATIONS)
   for activation, own in primitive.items():
     model = models.create_model(model_config(name=name, activation=activation))
     counts = _primitive_counts(model, primitive.values())
@@ -489,7 +491,7 @@ def test_strided_convolutions_pad_as_torchvision(name, stem, size):
   """strided_padding='symmetric' pads the stride-2 3x3 convolutions one pixel on each side
   (torchvision's, the paper's model), 'same' as Flax's 'SAME' (runs stored before the
   field). Every strided convolution sees an even size (8, 4, 2), where the two differ."""
-  stage_sizes = models.BACKBONES[name][0].keywords['stage_sizes']
+  stage_sizes = backbones.BACKBONES[name][0].keywords['stage_sizes']
   x = np.random.default_rng(1).normal(size=(2, size, size, 3)).astype(np.float32)
   pads = {'symmetric': _torchvision_pads, 'same': _flax_same_pads}
   for padding, other in (('symmetric', 'same'), ('same', 'symmetric')):
@@ -506,7 +508,7 @@ def test_strided_convolutions_pad_as_torchvision(name, stem, size):
 def test_small_cnn_ignores_strided_padding():
   """Only the ResNets have torchvision's counterpart; small_cnn keeps Flax's 'SAME'."""
   outputs = []
-  for padding in models.STRIDED_PADDINGS:
+  for padding in layers.STRIDED_PADDINGS:
     model = models.create_model(model_config(strided_padding=padding))
     variables = host_variables(model, (8, 8, 3), random_norms=True)
     x = np.random.default_rng(1).normal(size=(2, 8, 8, 3)).astype(np.float32)

@@ -26,6 +26,7 @@ from configs import default  # noqa: E402
 from hscl_jax import errors  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax.evaluation import torch_export  # noqa: E402
+from hscl_jax.models import backbones  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
 
@@ -142,7 +143,7 @@ def test_state_dict_values_and_metadata_without_torch(tmp_path, name, stem, bloc
   out = tmp_path / 'backbone.safetensors'
   with accepted(f'a {name} with the {stem} stem'):  # each layer's name read, none refused
     meta = torch_export.export_torch(str(tmp_path / 'run'), str(out))
-  stage_sizes = models.BACKBONES[name][0].keywords['stage_sizes']
+  stage_sizes = backbones.BACKBONES[name][0].keywords['stage_sizes']
   expected = _expected_state(variables, block, stage_sizes)
   written = safetensors.numpy.load_file(str(out))
   assert len(expected) == keys and sorted(written) == sorted(expected)
@@ -168,7 +169,7 @@ def test_only_a_run_stored_before_strided_padding_needs_the_hook(name, convs):
   """Its metadata names the stride-2 3x3 convolutions to pad as Flax's 'SAME'; a new
   run's has none (stock torchvision)."""
   config = export_config(name, 'cifar', 32)
-  backbone = models.make_backbone(name)
+  backbone = backbones.make_backbone(name)
   meta = torch_export.export_metadata(config, backbone, STEP, 'run')
   assert meta['strided_padding'] == 'symmetric' and 'same_padding_convs' not in meta
   del config.model['strided_padding']

@@ -22,6 +22,7 @@ torch = pytest.importorskip('torch')
 from configs import default  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax import models  # noqa: E402
+from hscl_jax.models import resnet  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / 'benchmarks')]  # a script, imported as such
@@ -168,7 +169,7 @@ def test_small_cnn_and_its_head_compute_ours():
 def test_a_resnet_of_each_block_computes_ours(block):
   """Two stages of one block each (the second strided, with a projection shortcut; the
   symmetric padding of the CIFAR stem's ResNets) at 8 px, standard deviation 1e-3."""
-  ours = models.ResNet(stage_sizes=(1, 1), block_cls=getattr(models, block))
+  ours = resnet.ResNet(stage_sizes=(1, 1), block_cls=getattr(resnet, block))
   theirs, _ = torch_reference.resnet((1, 1), getattr(torch_reference, block))
   compare_train_step(ours, theirs, 8, 1e-3, lambda output: output)
 

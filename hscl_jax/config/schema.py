@@ -21,6 +21,7 @@ from hscl_jax import data
 from hscl_jax import errors
 from hscl_jax import models
 from hscl_jax.data import augment
+from hscl_jax.models import factory
 from hscl_jax.training import optimizers
 
 METHODS = ('ucl', 'hucl', 'scl', 'hscl')
@@ -117,7 +118,7 @@ FIELDS: dict[str, Field] = {
   'queue_size': Field(),  # against the global batch, below
   'queue_momentum': Field(in_unit_interval('use 0 (no key encoder) or e.g. 0.999 (MoCo-v2)')),
   # model.* and augment.* are checked by the modules that build them (below).
-  **{f'model.{name}': Field() for name in models.CONFIG_FIELDS},
+  **{f'model.{name}': Field() for name in factory.CONFIG_FIELDS},
   **{f'augment.{f.name}': Field() for f in dataclasses.fields(augment.AugmentParams)},
   'optimizer.name': Field(choice(optimizers.OPTIMIZERS)),
   'optimizer.learning_rate': Field(positive('use e.g. 1e-3')),

@@ -39,6 +39,9 @@ import safetensors.numpy
 from hscl_jax import errors
 from hscl_jax import models
 from hscl_jax.data import augment
+from hscl_jax.models import backbones
+from hscl_jax.models import factory
+from hscl_jax.models import resnet
 from hscl_jax.rundir import trained_run
 
 FORMATS = ('torch',)
@@ -69,7 +72,7 @@ def check_exportable(config: config_dict.ConfigDict, out: str) -> None:
       f'config.model.norm is {config.model.norm!r}: only BatchNorm ResNets export '
       "(torchvision's ResNet has BatchNorm layers); train with model.norm='batch'."
     )
-  activation = models.configured(config.model, 'activation')
+  activation = factory.configured(config.model, 'activation')
   if activation != 'relu':
     raise ExportError(
       f'config.model.activation is {activation!r}: only ReLU ResNets export '
@@ -82,7 +85,7 @@ def check_exportable(config: config_dict.ConfigDict, out: str) -> None:
     raise ExportError(f'--out={out}: directory {directory} does not exist. Fix: create it first.')
 
 
-def _torch_block_names(backbone: models.ResNet) -> list[tuple[str, str]]:
+def _torch_block_names(backbone: resnet.ResNet) -> list[tuple[str, str]]:
   """(Flax block name, torchvision prefix) of every residual block, in order."""
   names = []
   block_type = backbone.block_cls.__name__
@@ -125,7 +128,7 @@ def _block_layers(params, stats) -> dict[str, tuple[str, Any, Any]]:
 
 
 def torch_state_dict(
-  backbone: models.ResNet, variables: dict[str, Any], batches: int
+  backbone: resnet.ResNet, variables: dict[str, Any], batches: int
 ) -> dict[str, np.ndarray]:
   """torchvision ResNet state_dict (without `fc`) of the encoder in `variables`
   ({'params': {'encoder': ...}, 'batch_stats': {'encoder': ...}})."""
@@ -148,13 +151,13 @@ def torch_state_dict(
   return state
 
 
-def same_padding_convs(backbone: models.ResNet) -> list[str]:
+def same_padding_convs(backbone: resnet.ResNet) -> list[str]:
   """The torchvision names of the stride-2 3x3 convolutions (first block of layers 2-4)."""
   conv = STRIDED_CONV[backbone.block_cls.__name__]
   return [f'layer{layer + 1}.0.{conv}' for layer in range(1, len(backbone.stage_sizes))]
 
 
-def _same_padding(backbone: models.ResNet) -> dict[str, Any]:
+def _same_padding(backbone: resnet.ResNet) -> dict[str, Any]:
   """The metadata of a run whose strided convolutions pad as Flax's 'SAME' (the hook's)."""
   return {
     'same_padding_convs': same_padding_convs(backbone),
@@ -185,11 +188,11 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray], metadata: dict[
   os.replace(temporary, path)
 
 
-def export_metadata(config, backbone: models.ResNet, step: int, workdir: str) -> dict[str, Any]:
+def export_metadata(config, backbone: resnet.ResNet, step: int, workdir: str) -> dict[str, Any]:
   """What a PyTorch user needs to build the model and feed it (the JSON beside the file)."""
   params = augment.AugmentParams.from_config(config.augment)
   cifar = config.model.stem == 'cifar'
-  strided_padding = models.configured(config.model, 'strided_padding')
+  strided_padding = factory.configured(config.model, 'strided_padding')
   width = backbone.num_filters
   return {
     'architecture': config.model.name,
@@ -235,7 +238,7 @@ def export_torch(
   step, variables = trained_run.restore_usable_encoder(
     workdir, checkpoint_step, model, (size, size, 3)
   )
-  backbone = models.make_backbone(config.model.name, stem=config.model.stem)
+  backbone = backbones.make_backbone(config.model.name, stem=config.model.stem)
   metadata = export_metadata(config, backbone, step, workdir)
   state = torch_state_dict(backbone, variables, batches=step)
   write_safetensors(out, state, {'hscl_jax': json.dumps(metadata)})

@@ -16,8 +16,8 @@ from etils import epath
 import ml_collections
 
 from hscl_jax import errors
-from hscl_jax import models
 from hscl_jax.config import schema
+from hscl_jax.models import factory
 from hscl_jax.rundir import metrics
 
 
@@ -45,10 +45,10 @@ def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tu
 
   A field only one of them has comes from another version of hscl_jax (a field added or
   removed since the run started); it does not stop the run from resuming, except a model
-  field whose absence means the old behaviour (models.as_trained), which is compared.
+  field whose absence means the old behaviour (factory.as_trained), which is compared.
   """
   if isinstance(stored.get('model'), dict):
-    stored = {**stored, 'model': models.as_trained(stored['model'])}
+    stored = {**stored, 'model': factory.as_trained(stored['model'])}
   old, new = _flatten(stored), _flatten(current)
   return {
     field: (old[field], new[field])

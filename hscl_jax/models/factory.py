@@ -1,0 +1,105 @@
+"""The model a config names: `create_model` (the one validation of config.model), the
+fields a stored run lacks (`as_trained`), and the initial variables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from hscl_jax.models import backbones
+from hscl_jax.models import heads
+from hscl_jax.models import layers
+
+# The fields of config.model, which `create_model` reads (and validates).
+CONFIG_FIELDS = (
+  'name',
+  'stem',
+  'norm',
+  'activation',
+  'strided_padding',
+  'head_hidden',
+  'head_out',
+  'dtype',
+  'bn_momentum',
+)
+
+
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+
+# What a run stored before a field existed trained with (its config.json lacks the field).
+STORED_WITHOUT = {'activation': 'relu', 'strided_padding': 'same'}
+
+
+_CHOICES = {'activation': layers.ACTIVATIONS, 'strided_padding': layers.STRIDED_PADDINGS}
+
+
+def configured(model_config, field: str) -> str:
+  """config.model.<field> (activation or strided_padding), validated; a run stored
+  before the field existed: what it trained with (STORED_WITHOUT)."""
+  value = model_config.get(field, STORED_WITHOUT[field])
+  layers.check_choice(field, value, _CHOICES[field])
+  return value
+
+
+def as_trained(stored_model: dict[str, Any]) -> dict[str, Any]:
+  """A stored config.model (as DIR/config.json holds it) with the value its run trained
+  with of each field it lacks that shapes its backbone (STORED_WITHOUT): resuming it with
+  today's default would silently change the model."""
+  shaped = set(STORED_WITHOUT)
+  if not str(stored_model.get('name', '')).startswith('resnet'):
+    shaped.discard('strided_padding')  # small_cnn's convolutions pad as Flax's 'SAME'
+  return {**{f: STORED_WITHOUT[f] for f in shaped}, **stored_model}
+
+
+def create_model(model_config, *, bn_axis_name: str | None = None) -> heads.ContrastiveModel:
+  """ContrastiveModel from `config.model` (name, stem, norm, activation, strided_padding,
+  head_hidden, head_out, dtype, bn_momentum).
+
+  The one validation of config.model: raises ValueError naming the field and the fix.
+  """
+  name = model_config.name
+  backbones.check_name(name)
+  norm = model_config.norm
+  layers.check_choice('norm', norm, layers.NORMS)
+  layers.check_choice('stem', model_config.stem, layers.STEMS)
+  layers.check_choice('dtype', model_config.dtype, DTYPES)
+  activation = configured(model_config, 'activation')
+  strided_padding = configured(model_config, 'strided_padding')
+  if not 0.0 <= model_config.bn_momentum < 1.0:
+    layers.invalid(
+      'bn_momentum', f'must be in [0, 1), got {model_config.bn_momentum}', 'use e.g. 0.9'
+    )
+  for field in ('head_hidden', 'head_out'):
+    if int(model_config[field]) <= 0:
+      layers.invalid(field, f'must be positive, got {model_config[field]}', 'use e.g. 128')
+  return heads.ContrastiveModel(
+    backbone=name,
+    stem=model_config.stem,
+    head_hidden=int(model_config.head_hidden),
+    head_out=int(model_config.head_out),
+    dtype=DTYPES[model_config.dtype],
+    norm=norm,
+    activation=activation,
+    strided_padding=strided_padding,
+    bn_axis_name=bn_axis_name,
+    bn_momentum=float(model_config.bn_momentum),
+  )
+
+
+def initialize(model: nn.Module, key: jax.Array, image_shape: Sequence[int]) -> dict:
+  """Initial variables {'params', 'batch_stats'} for images of shape `image_shape` (H, W, C).
+
+  ``batch_stats`` is empty ({}) for a model without BatchNorm.
+  """
+
+  @jax.jit
+  def init(key):
+    return model.init(key, jnp.zeros((1, *image_shape), jnp.float32), train=False)
+
+  variables = init(key)
+  return {'params': variables['params'], 'batch_stats': variables.get('batch_stats', {})}
