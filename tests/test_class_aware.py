@@ -19,7 +19,7 @@ from test_data_loaders import take  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.data import sampling  # noqa: E402
-from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import image_batches  # noqa: E402
 
 
 def unbalanced_labels(seed=0, num_classes=9):
@@ -304,9 +304,9 @@ def _assert_m_per_class(order, labels, m):
 def test_the_report_counts_m_minus_1_same_class_samples_per_anchor():
   labels = unbalanced_labels()
   for m, batch in ((2, 8), (4, 16)):
-    mean, with_one = image_grid.same_class_per_anchor(labels, batch, 1, 2, m)
+    mean, with_one = image_batches.same_class_per_anchor(labels, batch, 1, 2, m)
     assert (mean, with_one) == (m - 1, 1.0)
-  uniform, _ = image_grid.same_class_per_anchor(labels, 16, 1, 2)
+  uniform, _ = image_batches.same_class_per_anchor(labels, 16, 1, 2)
   assert 0 < uniform < 3  # ~ (16 - 1) / 9 on uniform batches
 
 
@@ -382,6 +382,6 @@ def test_a_digits_run_with_4_per_class_meets_3_and_its_first_loss_is_eq_3(tmp_pa
   np.testing.assert_allclose(
     seen['loss'], step_loss_reference(config, seen['state'], seen['batch']), rtol=2e-5
   )
-  assert image_grid.same_class_per_anchor(train_labels, 32, config.seed, 1, 4) == (3.0, 1.0)
+  assert image_batches.same_class_per_anchor(train_labels, 32, config.seed, 1, 4) == (3.0, 1.0)
   history = metrics.read_metrics(str(tmp_path))
   assert history[-1]['step'] == 2 and np.isfinite(history[-1]['train_loss'])

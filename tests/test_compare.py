@@ -18,6 +18,10 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 from configs import digits  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import image_plots  # noqa: E402
+from hscl_jax.experiments import image_report  # noqa: E402
+from hscl_jax.experiments import image_runs  # noqa: E402
+from hscl_jax.experiments import raw_pixels  # noqa: E402
 
 
 def test_settings_cover_the_paper_grids():
@@ -72,10 +76,10 @@ def test_queue_grid_adds_scl_and_hscl_with_a_queue():
   for setting in queued:
     schema.validate_config(image_grid.run_config(config, setting, 0), num_devices=1)
   runs = [_fake_run(s, seed, 0.9 if s.queue_size else 0.5) for s in grid for seed in (0, 1)]
-  summary = image_grid.summarise(runs)
-  best = image_grid.best_per_method(summary)
+  summary = image_report.summarise(runs)
+  best = image_report.best_per_method(summary)
   assert not any(s.queue_size for s in best.values())
-  table = '\n'.join(image_grid.queue_table(summary))
+  table = '\n'.join(image_report.queue_table(summary))
   assert '| SCL (queue 4032, m=0.99) | 0, 1 | 50.00 ± 0.00 | 90.00 ± 0.00 |' in table
 
 
@@ -102,22 +106,22 @@ def _fake_run(setting, seed, top1):
 
 def test_report_table_and_plots(tmp_path, monkeypatch):
   figures = {}
-  original_save = image_grid._save
+  original_save = image_plots._save
 
   def keep(fig, out_dir, name):
     figures[name] = fig
     return original_save(fig, out_dir, name)
 
-  monkeypatch.setattr(image_grid, '_save', keep)
+  monkeypatch.setattr(image_plots, '_save', keep)
   config = digits.get_config()
   plan = image_grid.settings(config, {'beta'})
   runs = [
     _fake_run(s, seed, 0.5 + 0.01 * i + 0.001 * seed) for i, s in enumerate(plan) for seed in (0, 1)
   ]
-  summary = image_grid.summarise(runs)
-  best = image_grid.best_per_method(summary)
+  summary = image_report.summarise(runs)
+  best = image_report.best_per_method(summary)
   assert best['H-SCL(β)'].overrides[-1] == ('beta', 5.0)  # the highest top-1 of the grid
-  plots = image_grid.plot_report(summary, best, str(tmp_path))
+  plots = image_plots.plot_report(summary, best, str(tmp_path))
   assert all((tmp_path / p).stat().st_size > 1000 for p in plots)
   # Fig. 1: a curve per method; Fig. 4: per H-SCL setting; Fig. 5: one row, a panel per
   # H-SCL setting, each with the four losses.
@@ -133,12 +137,12 @@ def test_report_table_and_plots(tmp_path, monkeypatch):
   assert [ax.get_title() for ax in panels] == [f'{s.label} (Fig. 5)' for s in hard]
   for ax in panels:
     assert [line.get_label() for line in ax.lines] == ['UCL', 'HUCL', 'SCL', 'HSCL']
-  report = image_grid.markdown_report(summary, best, config, [0, 1], 'features', {'beta'}, plots)
+  report = image_report.markdown_report(summary, best, config, [0, 1], 'features', {'beta'}, plots)
   values = 100 * np.array([0.5, 0.501])
   assert f'{values.mean():.2f} ± {values.std(ddof=1):.2f}' in _cells(report, 'UCL')
   assert 'Ranking by mean linear top-1: H-SCL(τ) > H-SCL(β) > SCL > H-UCL > UCL.' in report
   raw = {'top1': 0.4321, 'bank': 1438, 'queries': 359}
-  with_raw = image_grid.markdown_report(
+  with_raw = image_report.markdown_report(
     summary, best, config, [0, 1], 'features', {'beta'}, plots, raw
   )
   row = f'| raw pixels | weighted kNN, k={config.knn.k} | — | — | 43.21 |'
@@ -205,7 +209,7 @@ def test_compare_with_no_finished_run_says_so(tmp_path):
 
 def test_ranking_marks_ties():
   scores = {'UCL': 0.90, 'SCL': 0.95, 'H-UCL': 0.90}
-  assert image_grid._ranking(list(scores), scores.get) == 'SCL > UCL = H-UCL'
+  assert image_report._ranking(list(scores), scores.get) == 'SCL > UCL = H-UCL'
 
 
 def _write_inspect_figures(folder: pathlib.Path, fraction: float) -> dict:
@@ -224,14 +228,14 @@ def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
   config = digits.get_config()
   plan = image_grid.settings(config, {'beta'})
   runs = [_fake_run(s, 0, 0.5 + 0.01 * i) for i, s in enumerate(plan)]
-  best = image_grid.best_per_method(image_grid.summarise(runs))
+  best = image_report.best_per_method(image_report.summarise(runs))
   root, report_dir = tmp_path / 'root', tmp_path / 'report'
   hscl = pathlib.Path(image_grid.run_dir(str(root), best['H-SCL(β)'], 0)) / 'inspect'
   statistic = _write_inspect_figures(hscl, 0.4567)
   ucl = pathlib.Path(image_grid.run_dir(str(root), best['UCL'], 0)) / 'inspect'
   ucl.mkdir(parents=True)
   (ucl / 'tsne.png').write_bytes(b'png')
-  lines = image_grid.inspect_links(str(root), best, 0, str(report_dir))
+  lines = image_report.inspect_links(str(root), best, 0, str(report_dir))
   rows = [line for line in lines if line.startswith('| ') and 'setting' not in line]
   relative = f'inspect/{best["H-SCL(β)"].slug}_seed0'  # copied beside the report
   assert (report_dir / relative / 'false_negatives.json').read_text() == json.dumps(statistic)
@@ -240,13 +244,13 @@ def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
     f'[neighbours]({relative}/neighbours.png) · '
     f'[hardest_negatives]({relative}/hardest_negatives.png) | 45.7 % (k = 8) |'
   ]
-  report = image_grid.markdown_report(
-    image_grid.summarise(runs), best, config, [0], 'features', {'beta'}, [], inspected=lines
+  report = image_report.markdown_report(
+    image_report.summarise(runs), best, config, [0], 'features', {'beta'}, [], inspected=lines
   )
   assert rows[0] in report
   # The copies serve once the runs' workdirs are gone; a report elsewhere has none.
-  assert image_grid.inspect_links(str(tmp_path / 'gone'), best, 0, str(report_dir)) == lines
-  assert image_grid.inspect_links(str(tmp_path / 'gone'), best, 0, str(tmp_path / 'new')) == []
+  assert image_report.inspect_links(str(tmp_path / 'gone'), best, 0, str(report_dir)) == lines
+  assert image_report.inspect_links(str(tmp_path / 'gone'), best, 0, str(tmp_path / 'new')) == []
 
 
 def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monkeypatch):
@@ -255,23 +259,23 @@ def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monke
   config = digits.get_config()
   plan = [(s, seed) for seed in (1, 0) for s in image_grid.settings(config, set())]
   fake = lambda base, s, seed, *_: _fake_run(s, seed, 0.5 + 0.001 * seed)
-  monkeypatch.setattr(image_grid, 'completed_run', fake)
-  monkeypatch.setattr(image_grid, 'raw_pixel_knn', lambda *_: None)
-  monkeypatch.setattr(image_grid, 'plot_report', lambda *_: [])
+  monkeypatch.setattr(image_runs, 'completed_run', fake)
+  monkeypatch.setattr(raw_pixels, 'raw_pixel_knn', lambda *_: None)
+  monkeypatch.setattr(image_plots, 'plot_report', lambda *_: [])
   root = tmp_path / 'root'
   for s, _ in plan[: len(plan) // 2]:  # each setting's seed-0 run has every figure
     _write_inspect_figures(pathlib.Path(image_grid.run_dir(str(root), s, 0)) / 'inspect', 0.25)
-  report = image_grid.write_report(config, str(root), plan, set(), 'features')
+  report = image_report.write_report(config, str(root), plan, set(), 'features')
   assert '## What the encoders learned (seed 0;' in report
   assert report.endswith(f'\n{len(plan)} runs finished.\n')
   # Two settings' seed-1 runs not finished: the footer counts them.
   unfinished = set(plan[:2])
   monkeypatch.setattr(
-    image_grid,
+    image_runs,
     'completed_run',
     lambda b, s, seed, *a: None if (s, seed) in unfinished else fake(b, s, seed),
   )
-  report = image_grid.write_report(config, str(root), plan, set(), 'features')
+  report = image_report.write_report(config, str(root), plan, set(), 'features')
   assert report.endswith(f'\n{len(plan) - 2} runs finished, 2 missing.\n')
 
 
@@ -335,9 +339,9 @@ def test_table_cells_are_recomputed_from_the_runs():
   config = digits.get_config()
   plan = image_grid.settings(config, {'beta'})
   runs = _grid_runs(plan)
-  summary = image_grid.summarise(runs)
-  best = image_grid.best_per_method(summary)
-  report = image_grid.markdown_report(summary, best, config, SEEDS, 'features', {'beta'}, [])
+  summary = image_report.summarise(runs)
+  best = image_report.best_per_method(summary)
+  report = image_report.markdown_report(summary, best, config, SEEDS, 'features', {'beta'}, [])
   for method in image_grid.METHODS:
     own = [s for s in plan if s.method == method]
     mean_top1 = [np.mean([r['linear']['top1'] for r in runs if r['setting'] == s]) for s in own]
@@ -365,12 +369,14 @@ def test_the_report_header_names_the_training_subset_and_the_grids():
   no subset without one, and the grids searched in alphabetical order."""
   config = digits.get_config()
   plan = image_grid.settings(config, set())
-  summary = image_grid.summarise(_grid_runs(plan))
-  best = image_grid.best_per_method(summary)
-  report = lambda: image_grid.markdown_report(summary, best, config, SEEDS, 'features', set(), [])
+  summary = image_report.summarise(_grid_runs(plan))
+  best = image_report.best_per_method(summary)
+  report = lambda: image_report.markdown_report(summary, best, config, SEEDS, 'features', set(), [])
   config.train_examples, config.num_epochs = None, 7
   assert 'Seeds: 0, 1, 2; 7 epochs, batch' in report()
-  grids = image_grid.markdown_report(summary, best, config, SEEDS, 'features', {'tau', 'beta'}, [])
+  grids = image_report.markdown_report(
+    summary, best, config, SEEDS, 'features', {'tau', 'beta'}, []
+  )
   assert 'Grids searched: beta, tau (best setting' in grids  # in alphabetical order
   config.train_examples = 500
   subset = 'Seeds: 0, 1, 2; a class-balanced subset of 500 training examples (bank of the kNN'
@@ -399,8 +405,8 @@ def test_speed_table_is_recomputed_from_the_knn_curves():
   runs = [
     _run(s, seed, 0.5, 0.9, curve) for s in plan for seed, curve in enumerate(curves[s.method])
   ]
-  summary = image_grid.summarise(runs)
-  report = '\n'.join(image_grid.speed_table(summary, image_grid.best_per_method(summary)))
+  summary = image_report.summarise(runs)
+  report = '\n'.join(image_report.speed_table(summary, image_report.best_per_method(summary)))
   target = np.mean([curve[-1] for curve in curves['SCL']])
   assert f"SCL's final {100 * target:.2f} % (epoch 3)" in report
   reached = {m: _first_epoch_reaching(c, target) for m, c in curves.items()}
@@ -425,7 +431,7 @@ def test_queue_table_pairs_runs_by_seed():
     for seed in (SEEDS[1:] if s.queue_size else SEEDS)
     for f in [0.05 * seed**2 + (0.1 if s.queue_size else 0)]
   ]
-  table = '\n'.join(image_grid.queue_table(image_grid.summarise(runs)))
+  table = '\n'.join(image_report.queue_table(image_report.summarise(runs)))
   for queued in (s for s in plan if s.queue_size):
     pick = lambda setting: [r for r in runs if r['setting'] == setting and r['seed'] in (1, 2)]
     plain_runs, queue_runs = pick(queued.without_queue()), pick(queued)
@@ -444,8 +450,8 @@ def test_queue_table_pairs_runs_by_seed():
 def test_time_table_sums_each_runs_epochs():
   config = digits.get_config()
   plan = image_grid.settings(config, set())
-  summary = image_grid.summarise(_grid_runs(plan))
-  lines = image_grid.run_times(summary)
+  summary = image_report.summarise(_grid_runs(plan))
+  lines = image_report.run_times(summary)
   for setting, stats in summary.items():
     runs = stats['runs']
     train_s = np.mean([sum(r['epoch_time'] for r in run['history']) for run in runs])
@@ -472,10 +478,10 @@ def test_raw_pixel_knn_is_recomputed(tmp_path, monkeypatch):
   differently."""
   (bank, bank_labels), (queries, query_labels) = _pixel_split(0, 60, 0.0), _pixel_split(1, 40, 0.15)
   sources = (data.ArraySource(bank, bank_labels, 3), data.ArraySource(queries, query_labels, 3))
-  monkeypatch.setattr(image_grid.data, 'run_sources', lambda config: sources)
+  monkeypatch.setattr(data, 'run_sources', lambda config: sources)
   config = digits.get_config()
   config.knn.k, config.knn.temperature = 20, 0.5
-  result = image_grid.raw_pixel_knn(config, str(tmp_path))
+  result = raw_pixels.raw_pixel_knn(config, str(tmp_path))
   bank_x = bank.reshape(60, -1) / 255.0
   query_x = queries.reshape(40, -1) / 255.0
 

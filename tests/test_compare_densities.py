@@ -22,6 +22,8 @@ from hscl_jax.evaluation import inspection  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.experiments import density_grid  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import image_pairs  # noqa: E402
+from hscl_jax.experiments import image_runs  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
 
@@ -67,7 +69,7 @@ def write_record(records, config, setting, seed, top1, knn):
         )
       )
       f.write('\n')
-  linear = {k: run.linear_eval[k] for k in image_grid.LINEAR_EVAL_KEYS}
+  linear = {k: run.linear_eval[k] for k in image_runs.LINEAR_EVAL_KEYS}
   linear.update(top1=top1, top5=1.0, checkpoint_step=10 * run.num_epochs)
   with open(os.path.join(directory, linear_probe.RESULT_FILE), 'w') as f:
     json.dump(linear, f)
@@ -243,7 +245,7 @@ def test_the_plot_draws_each_pairs_mean_and_spread_at_the_measured_densities(tmp
   uniform_x = loader_same_class(0, [0, 1, 2])
   expected = []
   for column, name in ((0, 'linear top-1'), (1, 'kNN top-1')):
-    for first, second in image_grid.PAIRS:
+    for first, second in image_pairs.PAIRS:
       points = []
       for x, grid in ((uniform_x, UNIFORM), (3.0, FOUR)):
         if first in grid and second in grid:

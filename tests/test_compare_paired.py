@@ -15,7 +15,10 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from configs import digits  # noqa: E402
 from hscl_jax import data  # noqa: E402
+from hscl_jax.experiments import image_batches  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import image_pairs  # noqa: E402
+from hscl_jax.experiments import image_report  # noqa: E402
 
 sys.path.insert(0, str(REPO / 'tests'))
 from test_significance import expected_rows  # noqa: E402
@@ -84,9 +87,9 @@ def test_paired_table_matches_a_hand_computation():
   runs = [
     _run(by_method[m], seed, *values) for m, seeds in GRID.items() for seed, values in seeds.items()
   ]
-  summary = image_grid.summarise(runs)
-  best = image_grid.best_per_method(summary)
-  table = image_grid.paired_table(summary, best)
+  summary = image_report.summarise(runs)
+  best = image_report.best_per_method(summary)
+  table = image_pairs.paired_table(summary, best)
   # Per seed, first − second over the seeds both finished (by position instead, H-UCL's
   # seeds 1, 2 would pair with 0, 1): linear then kNN, Holm over the table's 8 rows.
   rows = [
@@ -116,7 +119,7 @@ def test_same_class_count_is_that_of_the_loaders_batches():
     for _ in range(2 * 3):  # 2 epochs of 3 batches (2 of the 50 examples dropped per epoch)
       batch = next(loader)['label']
       others += [int((batch == label).sum()) - 1 for label in batch]
-    mean, with_one = image_grid.same_class_per_anchor(labels, 16, seed, num_epochs=2)
+    mean, with_one = image_batches.same_class_per_anchor(labels, 16, seed, num_epochs=2)
     assert mean == pytest.approx(np.mean(others)) and 0 < mean < 15
     assert with_one == pytest.approx(np.mean(np.array(others) > 0)) and 0 < with_one < 1
 
@@ -151,13 +154,13 @@ def test_labels_in_a_batch_table_has_every_setting_from_its_own_runs():
   labels = data.run_sources(config)[0].labels()
 
   counted = lambda seeds: counted_in_loader(labels, 64, seeds, num_epochs=2)
-  table = '\n'.join(image_grid.batch_composition(config, plan))
+  table = '\n'.join(image_batches.batch_composition(config, plan))
   ucl, scl = counted([0, 1]), counted([2])
   assert f'| UCL | 0, 1 | 64 | uniform | {ucl[0]:.2f} | {100 * ucl[1]:.1f} % |' in table
   assert f'| SCL | 2 | 64 | uniform | {scl[0]:.2f} | {100 * scl[1]:.1f} % |' in table
   assert f'{ucl[0]:.2f}' != f'{counted([0])[0]:.2f}'  # both seeds count
   config.samples_per_class = 16
-  table = '\n'.join(image_grid.batch_composition(config, plan[:1]))
+  table = '\n'.join(image_batches.batch_composition(config, plan[:1]))
   assert '| UCL | 0 | 64 | class-aware, 16 per class | 15.00 | 100.0 % |' in table
 
 

@@ -25,7 +25,9 @@ import pytest
 
 from hscl_jax.config import schema
 from hscl_jax.data import image_folder
+from hscl_jax.experiments import image_batches
 from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import image_runs
 from hscl_jax.experiments import run_records
 from hscl_jax.rundir import metrics
 
@@ -160,7 +162,7 @@ def test_the_config_is_the_papers_protocol_at_the_density_it_claims():
   # 100 classes x 250 images in uniform batches of 512: 511 x 249 / 24,999 others of the
   # anchor's class, measured in the batches the loader draws (one epoch, seed 0).
   labels = np.repeat(np.arange(100), 250)
-  mean, with_one = image_grid.same_class_per_anchor(labels, 512, seed=0, num_epochs=1)
+  mean, with_one = image_batches.same_class_per_anchor(labels, 512, seed=0, num_epochs=1)
   assert abs(mean - 511 * 249 / 24_999) < 0.05 and with_one > 0.99
 
 
@@ -193,7 +195,7 @@ def write_record(results: pathlib.Path, config, setting, seed: int) -> pathlib.P
   epochs = range(1, run.num_epochs + 1)
   lines = [json.dumps(dict(epoch=epoch, step=3 * epoch)) for epoch in epochs]
   (directory / 'metrics.jsonl').write_text('\n'.join(lines) + '\n')
-  linear = {key: run.linear_eval[key] for key in image_grid.LINEAR_EVAL_KEYS}
+  linear = {key: run.linear_eval[key] for key in image_runs.LINEAR_EVAL_KEYS}
   linear.update(checkpoint_step=3 * run.num_epochs, top1=0.5)
   (directory / 'linear_eval.json').write_text(json.dumps(linear))
   return directory

@@ -21,6 +21,8 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 from configs import digits  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import image_report  # noqa: E402
+from hscl_jax.experiments import image_runs  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
@@ -44,9 +46,9 @@ def recorded_grid(tmp_path_factory):
   root, report_dir = tmp / 'root', tmp / 'report'
   with _absl_messages() as messages:
     start = time.time()
-    image_grid.run_grid(config, str(root), plan, 'features', records=str(report_dir))
+    image_runs.run_grid(config, str(root), plan, 'features', records=str(report_dir))
     seconds = time.time() - start
-  report = image_grid.write_report(config, str(root), plan, set(), 'features', str(report_dir))
+  report = image_report.write_report(config, str(root), plan, set(), 'features', str(report_dir))
   return config, plan, root, report_dir, report, messages, seconds
 
 
@@ -98,9 +100,9 @@ def test_report_and_grid_go_on_from_the_records_alone(recorded_grid, tmp_path):
   copy = tmp_path / 'report'
   shutil.copytree(report_dir, copy)
   gone = tmp_path / 'gone'
-  image_grid.run_grid(config, str(gone), plan, 'features', records=str(copy))
+  image_runs.run_grid(config, str(gone), plan, 'features', records=str(copy))
   assert not pathlib.Path(image_grid.run_dir(str(gone), *plan[0])).exists()
-  again = image_grid.write_report(config, str(gone), plan, set(), 'features', str(copy))
+  again = image_report.write_report(config, str(gone), plan, set(), 'features', str(copy))
   assert again == report
   linear = json.loads((copy / 'runs' / plan[0][0].slug / 'seed0' / 'linear_eval.json').read_text())
   assert f'{100 * linear["top1"]:.2f}' in again
@@ -109,7 +111,7 @@ def test_report_and_grid_go_on_from_the_records_alone(recorded_grid, tmp_path):
 def _read(record, config, **linear_changes):
   config.linear_eval.protocol = 'features'
   linear_eval = {**config.linear_eval.to_dict(), **linear_changes}
-  return run_records.read_record(str(record), config, linear_eval, image_grid.LINEAR_EVAL_KEYS)
+  return run_records.read_record(str(record), config, linear_eval, image_runs.LINEAR_EVAL_KEYS)
 
 
 def test_a_record_of_another_run_is_not_taken_for_this_one(recorded_grid):
@@ -199,16 +201,16 @@ def test_a_finished_workdir_is_recorded_and_its_record_then_stands_in_for_it(tmp
   workdir = pathlib.Path(image_grid.run_dir(str(root), setting, 3))
   config = image_grid.run_config(base, setting, 3, 'features')
   _finished_workdir(workdir, config, last_step=30, top1=0.25)
-  done = image_grid.completed_run(base, setting, 3, str(root), 'features', str(records))
+  done = image_runs.completed_run(base, setting, 3, str(root), 'features', str(records))
   assert done is not None and (done['seed'], done['linear']['top1']) == (3, 0.25)
   record = pathlib.Path(run_records.record_dir(str(records), setting.slug, 3))
   for name in run_records.FILES:
     assert (record / name).read_bytes() == (workdir / name).read_bytes(), name
   shutil.rmtree(workdir)
-  again = image_grid.completed_run(base, setting, 3, str(root), 'features', str(records))
+  again = image_runs.completed_run(base, setting, 3, str(root), 'features', str(records))
   assert again is not None
   assert (again['linear'], again['history']) == (done['linear'], done['history'])
-  assert image_grid.completed_run(base, setting, 4, str(root), 'features', str(records)) is None
+  assert image_runs.completed_run(base, setting, 4, str(root), 'features', str(records)) is None
 
 
 def test_a_finished_run_is_returned_without_training_it_again(tmp_path, monkeypatch):
@@ -224,5 +226,5 @@ def test_a_finished_run_is_returned_without_training_it_again(tmp_path, monkeypa
     raise AssertionError(f'the finished run in {workdir} was trained again')
 
   monkeypatch.setattr(loop, 'train_and_evaluate', train_again)
-  result = image_grid.run_one(base, setting, 0, str(tmp_path), 'features')
+  result = image_runs.run_one(base, setting, 0, str(tmp_path), 'features')
   assert (result['setting'], result['seed'], result['linear']['top1']) == (setting, 0, 0.5)

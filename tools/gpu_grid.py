@@ -14,7 +14,7 @@ writes), in at most --budget_s (540 s):
    of `benchmarks/bench_train_step.py` run now, and the epochs that make one run take
    --run_target_s (epochs_for);
 3. the runs of GRID not yet recorded in docs/results/tin100_gpu/runs/, in GRID's order,
-   each in a process of its own (`gpu_grid.py one`: hscl_jax.experiments.image_grid's
+   each in a process of its own (`gpu_grid.py one`: hscl_jax.experiments.image_runs'
    run_one, the kNN monitor and the linear evaluation, its record written as `compare`
    writes one), started only while the time left holds the run's estimate (the slowest
    run this session or a merged one took, else the calibration's prediction, x --margin):
@@ -28,7 +28,7 @@ version, the date, E and its calibration, each run's status and seconds), gpu_gr
 `merge`, here: unpacks the records into docs/results/tin100_gpu/runs/, keeps the session
 as sessions/<date>.json, writes E into configs/tin100.py the first time (refuses records
 of another E after that), and rewrites docs/results/tin100_gpu/report.md with
-hscl_jax.experiments.image_grid (Table I, paired differences by seed, the same-class count
+hscl_jax.experiments.image_report (Table I, paired differences by seed, the same-class count
 per anchor measured from the batches, Fig. 1's epochs to SCL's final kNN) and a note on
 the data and the devices. --data is the pack unpacked (configs/tin100.py's first command
 writes it): the report's raw-pixel kNN and its batch counts read it.
@@ -97,6 +97,7 @@ def recorded(config, plan, results: pathlib.Path) -> list:
   """The pairs of `plan` whose finished record (this config's, as `compare` reads it) is
   in results/runs/."""
   from hscl_jax.experiments import image_grid
+  from hscl_jax.experiments import image_runs
   from hscl_jax.experiments import run_records
 
   done = []
@@ -104,7 +105,7 @@ def recorded(config, plan, results: pathlib.Path) -> list:
     run = image_grid.run_config(config, setting, seed, config.linear_eval.protocol)
     directory = run_records.record_dir(str(results), setting.slug, seed)
     linear_eval = run.linear_eval.to_dict()
-    keys = image_grid.LINEAR_EVAL_KEYS
+    keys = image_runs.LINEAR_EVAL_KEYS
     if run_records.read_record(directory, run, linear_eval, keys) is not None:
       done.append((setting, seed))
   return done
@@ -291,18 +292,18 @@ def run(args) -> None:
 
 
 def one(args) -> None:
-  """One run of the grid (image_grid.run_one: train, kNN monitor, linear evaluation, the
+  """One run of the grid (image_runs.run_one: train, kNN monitor, linear evaluation, the
   record in --records), then a JSON line: the device, jax's version, linear top-1."""
   import jax
 
-  from hscl_jax.experiments import image_grid
+  from hscl_jax.experiments import image_runs
   from hscl_jax.rundir import metrics
 
   metrics.show_only_own_info_logs()
   config = grid_config(args.data, args.epochs, args.smoke)
   (pair,) = [(s, k) for s, k in grid_plan(config) if (s.slug, k) == (args.slug, args.seed)]
   protocol = config.linear_eval.protocol
-  result = image_grid.run_one(config, *pair, args.root, protocol, args.records)
+  result = image_runs.run_one(config, *pair, args.root, protocol, args.records)
   top1 = None if result is None else result['linear']['top1']
   print(json.dumps(dict(device=jax.devices()[0].device_kind, jax=jax.__version__, top1=top1)))
 
@@ -382,7 +383,7 @@ def unpack_returned(returned: pathlib.Path, results: pathlib.Path) -> dict:
 
 
 def merge(args) -> None:
-  from hscl_jax.experiments import image_grid
+  from hscl_jax.experiments import image_report
 
   results, data = pathlib.Path(args.results), pathlib.Path(args.data)
   if data.name != 'tin100' or not (data / 'train').is_dir():
@@ -401,15 +402,15 @@ def merge(args) -> None:
   config = grid_config(str(data), epochs, session['smoke'])
   sessions = [first_light.read_json(p) for p in sorted((results / SESSIONS_DIR).glob('*.json'))]
   with tempfile.TemporaryDirectory() as root:  # no workdirs: the records alone
-    report = image_grid.write_report(
+    report = image_report.write_report(
       config, root, grid_plan(config), set(), config.linear_eval.protocol, str(results)
     )
   if report is None:
     print(f'no finished run recorded in {results} yet')
     return
   note = data_note(config, sessions, calibration)
-  (results / image_grid.REPORT_FILE).write_text(report + note)
-  print(f'{results / image_grid.REPORT_FILE}: {report.splitlines()[-1]}')
+  (results / image_report.REPORT_FILE).write_text(report + note)
+  print(f'{results / image_report.REPORT_FILE}: {report.splitlines()[-1]}')
 
 
 def parse_args(argv=None):

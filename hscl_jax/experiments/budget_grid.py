@@ -5,7 +5,7 @@ comparison (`python -m hscl_jax.experiments.compare`) of the same base config wi
 `num_epochs`, whose finished runs are recorded in its report directory (REPORT/runs/). From
 those records alone this writes one report, over the seeds each method finished at every
 budget (so that a budget's figures and its pairs are those of the same seeds): Table I per
-budget; the paired differences of image_grid.PAIRS at each budget; each method's runs at a
+budget; the paired differences of image_pairs.PAIRS at each budget; each method's runs at a
 longer budget against its runs of the same seeds at the shortest; how each pair's
 difference moved with the budget (its per-seed difference at the longer budget minus that
 at the shortest); every one of them with its tests of significance, Holm-adjusted over all
@@ -21,6 +21,8 @@ import os
 import numpy as np
 
 from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import image_pairs
+from hscl_jax.experiments import image_report
 from hscl_jax.experiments import significance
 from hscl_jax.experiments import sweep
 
@@ -33,8 +35,8 @@ class Budget:
 
   epochs: int
   records: str
-  summary: dict  # image_grid.summarise, over the seeds of every budget
-  best: dict  # image_grid.best_per_method
+  summary: dict  # image_report.summarise, over the seeds of every budget
+  best: dict  # image_report.best_per_method
 
   @property
   def label(self) -> str:
@@ -70,8 +72,8 @@ def measure(base, budgets: list[tuple[int, str]], protocol: str) -> list[Budget]
   for (epochs, records), runs in zip(budgets, runs_per_budget):
     kept = [run for run in runs if run['seed'] in seeds.get(run['setting'].method, ())]
     if kept:
-      summary = image_grid.summarise(kept)
-      measured.append(Budget(epochs, records, summary, image_grid.best_per_method(summary)))
+      summary = image_report.summarise(kept)
+      measured.append(Budget(epochs, records, summary, image_report.best_per_method(summary)))
   return measured if len(measured) == len(budgets) else []
 
 
@@ -79,19 +81,19 @@ def pair_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
   """PAIRS' per-seed differences at each budget: ('pair | budget | seeds | measure' cells,
   differences) rows."""
   rows = []
-  for first, second in image_grid.PAIRS:
+  for first, second in image_pairs.PAIRS:
     for b in measured:
       if first not in b.best or second not in b.best:
         continue
-      for key, name in image_grid.MEASURES:
-        diff = image_grid.paired_differences(b.summary, b.best, key, first, second)
+      for key, name in image_pairs.MEASURES:
+        diff = image_pairs.paired_differences(b.summary, b.best, key, first, second)
         prefix = f'{first} − {second} | {b.label} | {", ".join(map(str, diff))} | {name}'
         rows.append((prefix, list(diff.values())))
   return rows
 
 
 def _seed_values(b: Budget, method: str, key: str) -> dict[int, float]:
-  return image_grid.seed_values(b.summary[b.best[method]], key)
+  return image_pairs.seed_values(b.summary[b.best[method]], key)
 
 
 def longer_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
@@ -101,8 +103,8 @@ def longer_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
     for b in measured[1:]:
       if method not in b.best or method not in shortest.best:
         continue
-      for key, name in image_grid.MEASURES:
-        diff = image_grid.seed_differences(
+      for key, name in image_pairs.MEASURES:
+        diff = image_pairs.seed_differences(
           _seed_values(b, method, key), _seed_values(shortest, method, key)
         )
         prefix = f'{method} | {b.label} − {shortest.label} | {", ".join(map(str, diff))} | {name}'
@@ -113,17 +115,17 @@ def longer_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
 def moved_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
   """How each pair's per-seed difference moved: at a longer budget minus at the shortest."""
   shortest, rows = measured[0], []
-  for first, second in image_grid.PAIRS:
+  for first, second in image_pairs.PAIRS:
     for b in measured[1:]:
       both = (first in m.best and second in m.best for m in (shortest, b))
       if not all(both):
         continue
-      for key, name in image_grid.MEASURES:
+      for key, name in image_pairs.MEASURES:
         longer, short = (
-          image_grid.paired_differences(m.summary, m.best, key, first, second)
+          image_pairs.paired_differences(m.summary, m.best, key, first, second)
           for m in (b, shortest)
         )
-        diff = image_grid.seed_differences(longer, short)
+        diff = image_pairs.seed_differences(longer, short)
         prefix = (
           f'{first} − {second} | {b.label} − {shortest.label} | '
           f'{", ".join(map(str, diff))} | {name}'
@@ -145,7 +147,7 @@ def speed_rows(measured: list[Budget]) -> list[str]:
       continue
     cells = []
     for b, target in zip(measured, targets):
-      epoch = image_grid.first_epoch_reaching(b.summary[b.best[method]]['runs'], target)
+      epoch = image_report.first_epoch_reaching(b.summary[b.best[method]]['runs'], target)
       cells.append('not reached' if epoch is None else f'{epoch} of {b.epochs}')
     lines.append(f'| {method} | {" | ".join(cells)} |')
   return lines + ['']

@@ -37,6 +37,8 @@ from hscl_jax import errors
 from hscl_jax.config import schema
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import image_report
+from hscl_jax.experiments import image_runs
 from hscl_jax.rundir import metrics
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Base config file.', lock_config=False)
@@ -81,11 +83,11 @@ def main(argv):
   report_args = (_CONFIG.value, _WORKDIR.value, plan, grids, _PROTOCOL.value)
   if not _REPORT_ONLY.value:
     try:
-      errors.exit_on_user_error(lambda: image_grid.run_grid(*run_args), workdir=_WORKDIR.value)
-    except image_grid.Preempted:
+      errors.exit_on_user_error(lambda: image_runs.run_grid(*run_args), workdir=_WORKDIR.value)
+    except image_runs.Preempted:
       sys.exit(143)  # SIGTERM: the run in progress saved; the same command resumes the grid
   report = errors.exit_on_user_error(
-    lambda: image_grid.write_report(*report_args, report_dir=_REPORT_DIR.value),
+    lambda: image_report.write_report(*report_args, report_dir=_REPORT_DIR.value),
     workdir=_WORKDIR.value,
   )
   print(report or f'No finished run in {_WORKDIR.value} yet.')

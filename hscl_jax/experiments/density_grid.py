@@ -22,7 +22,10 @@ import ml_collections
 import numpy as np
 
 from hscl_jax.evaluation import inspection
+from hscl_jax.experiments import image_batches
 from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import image_pairs
+from hscl_jax.experiments import image_report
 from hscl_jax.experiments import significance
 from hscl_jax.experiments import sweep
 
@@ -65,8 +68,8 @@ class Measured:
   """One density's finished runs and what its batches held."""
 
   density: Density
-  summary: dict  # image_grid.summarise
-  best: dict  # image_grid.best_per_method
+  summary: dict  # image_report.summarise
+  best: dict  # image_report.best_per_method
   same_class: float  # other samples of an anchor's class per batch, mean over its seeds
   seeds: list[int]
 
@@ -80,13 +83,13 @@ def measure(base, density: Density, protocol: str, labels: np.ndarray) -> Measur
   config = density_config(base, density)
   seeds = sorted({run['seed'] for run in runs})
   counts = [
-    image_grid.same_class_per_anchor(
+    image_batches.same_class_per_anchor(
       labels, config.batch_size, seed, config.num_epochs, density.samples_per_class
     )[0]
     for seed in seeds
   ]
-  summary = image_grid.summarise(runs)
-  best = image_grid.best_per_method(summary)
+  summary = image_report.summarise(runs)
+  best = image_report.best_per_method(summary)
   return Measured(density, summary, best, float(np.mean(counts)), seeds)
 
 
@@ -101,7 +104,7 @@ def pair_differences(m: Measured, first: str, second: str) -> dict[str, dict[int
   if first not in m.best or second not in m.best:
     return {}
   out = {
-    key: image_grid.paired_differences(m.summary, m.best, key, first, second)
+    key: image_pairs.paired_differences(m.summary, m.best, key, first, second)
     for key in ('top1', 'knn')
   }
   return out if out['top1'] else {}
@@ -111,10 +114,10 @@ def paired_rows(measured: list[Measured]) -> list[tuple[str, list[float]]]:
   """PAIRS' per-seed differences at each density, against its same-class count:
   ('pair | batches | same-class | seeds | measure' cells, differences) rows."""
   rows = []
-  for first, second in image_grid.PAIRS:
+  for first, second in image_pairs.PAIRS:
     for m in measured:
       diff = pair_differences(m, first, second)
-      for key, measure in image_grid.MEASURES if diff else ():
+      for key, measure in image_pairs.MEASURES if diff else ():
         prefix = f'{first} − {second} | {m.density.label} | {m.same_class:.2f}'
         seeds = ', '.join(map(str, diff[key]))
         rows.append((f'{prefix} | {seeds} | {measure}', list(diff[key].values())))
@@ -130,10 +133,10 @@ def uniform_rows(measured: list[Measured]) -> list[tuple[str, list[float]]]:
     for method in image_grid.METHODS:
       if m is uniform or method not in m.best or method not in uniform.best:
         continue
-      for key, measure in image_grid.MEASURES:
-        diff = image_grid.seed_differences(
-          image_grid.seed_values(m.summary[m.best[method]], key),
-          image_grid.seed_values(uniform.summary[uniform.best[method]], key),
+      for key, measure in image_pairs.MEASURES:
+        diff = image_pairs.seed_differences(
+          image_pairs.seed_values(m.summary[m.best[method]], key),
+          image_pairs.seed_values(uniform.summary[uniform.best[method]], key),
         )
         if diff:
           seeds = ', '.join(map(str, diff))
@@ -206,7 +209,7 @@ def plot_pairs(measured: list[Measured], out_dir: str) -> str:
 
   fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
   for ax, (key, name) in zip(axes, (('top1', 'linear top-1'), ('knn', 'kNN top-1'))):
-    for first, second in image_grid.PAIRS:
+    for first, second in image_pairs.PAIRS:
       points = [(m.same_class, pair_differences(m, first, second)) for m in measured]
       points = [(x, 100 * np.array(list(d[key].values()))) for x, d in points if d]
       if points:
@@ -227,7 +230,7 @@ def plot_pairs(measured: list[Measured], out_dir: str) -> str:
 def write_report(base, densities: list[Density], protocol: str, report_dir: str) -> str | None:
   """REPORT_DIR/report.md and its plot from the densities' records; returns the text
   (None while no density has a finished run)."""
-  labels = image_grid.training_labels(base)
+  labels = image_batches.training_labels(base)
   measured = [m for d in densities if (m := measure(base, d, protocol, labels)) is not None]
   if not measured:
     return None

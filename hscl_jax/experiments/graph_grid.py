@@ -168,7 +168,7 @@ def _results_table(runs, datasets, betas, repeats) -> list[str]:
 
 
 # Table II's claims as pairs: hardening with labels against labels alone and against
-# hardening alone; labels and hardening each against UCL (image_grid.PAIRS' order).
+# hardening alone; labels and hardening each against UCL (image_pairs.PAIRS' order).
 PAIRS = (('hscl', 'scl'), ('hscl', 'hucl'), ('scl', 'ucl'), ('hucl', 'ucl'))
 
 

@@ -14,6 +14,8 @@ import os
 import ml_collections
 
 from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import image_report
+from hscl_jax.experiments import image_runs
 
 MAX_SEEDS = 20  # seeds looked for in a point's records
 
@@ -46,7 +48,7 @@ def recorded_runs(config, records: str, protocol: str) -> list[dict]:
   runs = []
   for setting in image_grid.settings(config, set()):
     for seed in range(MAX_SEEDS):
-      run = image_grid.completed_run(config, setting, seed, no_workdir, protocol, records)
+      run = image_runs.completed_run(config, setting, seed, no_workdir, protocol, records)
       if run is not None:
         runs.append(run)
   return runs
@@ -68,7 +70,7 @@ def method_tables(columns, what: str) -> list[str]:
       for _, summary, best in columns:
         stats = summary.get(best.get(method))
         cells.append(
-          '' if stats is None else f'{image_grid.mean_std(stats[key])} (n={len(stats[key])})'
+          '' if stats is None else f'{image_report.mean_std(stats[key])} (n={len(stats[key])})'
         )
       if any(cells):
         lines.append(f'| {method} | {" | ".join(cells)} |')

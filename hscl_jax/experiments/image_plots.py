@@ -1,0 +1,65 @@
+"""The image comparison's plots: kNN accuracy per epoch (Fig. 1), the anchors satisfying
+Assumption 1 (Fig. 4) and the four losses per epoch (Fig. 5)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from hscl_jax.experiments import image_grid
+
+FOUR_LOSSES = ('loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl')
+
+
+def curves(runs, key):
+  """Mean over seeds of a per-epoch metric (epochs where every seed has it)."""
+  per_seed = [{r['epoch']: r[key] for r in run['history'] if key in r} for run in runs]
+  epochs = sorted(set.intersection(*(set(c) for c in per_seed))) if per_seed else []
+  return epochs, [np.mean([c[e] for c in per_seed]) for e in epochs]
+
+
+def plot_report(summary, best, out_dir: str) -> list[str]:
+  """Figs. 1, 4, 5 as PNGs; returns their file names."""
+  import matplotlib
+
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+
+  files = []
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for method in image_grid.METHODS:
+    if method in best:
+      ax.plot(*curves(summary[best[method]]['runs'], 'knn_top1'), label=best[method].label)
+  ax.set(xlabel='epoch', ylabel='kNN top-1 (test)', title='kNN accuracy per epoch (Fig. 1)')
+  ax.legend(fontsize=7)
+  files.append(_save(fig, out_dir, 'fig1_knn.png'))
+
+  hard = [best[m] for m in ('H-SCL(β)', 'H-SCL(τ)') if m in best]
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for setting in hard:
+    ax.plot(*curves(summary[setting]['runs'], 'assumption1_fraction'), label=setting.label)
+  ax.set(
+    xlabel='epoch',
+    ylabel='fraction of anchors',
+    ylim=(0, 1.02),
+    title='Anchors satisfying Assumption 1 (Fig. 4)',
+  )
+  if hard:  # no H-SCL run finished yet: an empty plot, without a legend warning
+    ax.legend(fontsize=7)
+  files.append(_save(fig, out_dir, 'fig4_assumption1.png'))
+
+  fig, axes = plt.subplots(1, max(len(hard), 1), figsize=(6 * max(len(hard), 1), 4), squeeze=False)
+  for ax, setting in zip(axes[0], hard):
+    for key in FOUR_LOSSES:
+      ax.plot(*curves(summary[setting]['runs'], key), label=key.replace('loss_', '').upper())
+    ax.set(xlabel='epoch', ylabel='loss (same positives)', title=f'{setting.label} (Fig. 5)')
+    ax.legend(fontsize=7)
+  files.append(_save(fig, out_dir, 'fig5_losses.png'))
+  return files
+
+
+def _save(fig, out_dir, name):
+  fig.tight_layout()
+  fig.savefig(os.path.join(out_dir, name), dpi=110)
+  return name
