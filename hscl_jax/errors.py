@@ -56,7 +56,7 @@ def is_disk_full(error: BaseException) -> bool:
 
 def disk_full_message(workdir: str) -> str:
   """The one line for a full disk under `workdir` (training says which checkpoint is
-  intact: `checkpointing.disk_full_message`)."""
+  intact: `rundir.checkpoints.disk_full_message`)."""
   return f'no space at {workdir}. Fix: free space (or move the workdir) and rerun the same command.'
 
 

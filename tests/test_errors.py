@@ -36,7 +36,7 @@ def test_disk_full_message_names_the_last_good_checkpoint(tmp_path):
 
 def test_a_full_disk_outside_training_is_one_line_with_the_fix():
   """errors.disk_full_message, user_message's default for a full disk (the programs that
-  write no checkpoint: embed, inspect, export); training passes checkpointing's."""
+  write no checkpoint: embed, inspect, export); training passes rundir/checkpoints'."""
   full = OSError(errno.ENOSPC, 'No space left on device')
   expected = 'no space at /w/run. Fix: free space (or move the workdir) and rerun the same command.'
   assert errors.disk_full_message('/w/run') == expected

@@ -3,9 +3,9 @@
 Every module of hscl_jax belongs to a unit: a top-level module (`errors`, `main`), a
 package whose modules may import each other (`data`, `graphs`, `losses`, `models`), or a
 module of a package whose modules are units of their own (`training/step`,
-`rundir/checkpoints`, `experiments/image_grid`). docs/layout.md's table lists, per unit,
+`rundir/checkpoints`, `experiments/image_grid`). docs/layout.md's tables list, per unit,
 the units it may import; this test reads every `hscl_jax` import (local ones included) and
-fails on one the table does not allow, and on a unit the table does not list.
+fails on one the tables do not allow, and on a unit they do not list.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ stopped, on any machine, without the runs' checkpoints.
 Several processes may run the same command on one DIR (e.g. one per core, under
 `taskset`): a run another process holds is skipped; `--report_only` then writes the
 report from the finished runs.
-The work is done by hscl_jax.experiments.image_grid.
+The work is done by hscl_jax.experiments.image_grid (the grid), image_runs (its runs) and
+image_report (the report).
 """
 
 from __future__ import annotations
