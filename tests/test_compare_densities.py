@@ -25,6 +25,7 @@ from hscl_jax.experiments import image_grid  # noqa: E402
 from hscl_jax.experiments import image_pairs  # noqa: E402
 from hscl_jax.experiments import image_runs  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
+from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
 
 sys.path.insert(0, str(REPO / 'tests'))
@@ -59,9 +60,9 @@ def write_record(records, config, setting, seed, top1, knn):
   run = image_grid.run_config(config, setting, seed, PROTOCOL)
   directory = run_records.record_dir(records, setting.slug, seed)
   os.makedirs(directory)
-  with open(os.path.join(directory, metrics.CONFIG_FILE), 'w') as f:
+  with open(os.path.join(directory, layout.CONFIG_FILE), 'w') as f:
     json.dump(metrics.config_as_json(run), f)
-  with open(os.path.join(directory, metrics.METRICS_FILE), 'w') as f:
+  with open(os.path.join(directory, layout.METRICS_FILE), 'w') as f:
     for epoch in range(1, run.num_epochs + 1):
       f.write(
         json.dumps(

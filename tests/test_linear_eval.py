@@ -30,6 +30,7 @@ from hscl_jax import models  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
+from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 
@@ -119,7 +120,7 @@ def add_untrained_checkpoint(workdir, config, step: int) -> None:
   checkpointer = checkpoints.Checkpointer(str(elsewhere), keep=1)
   checkpointer.save(step, jax.device_get(dict(variables)), iterator_state={})
   checkpointer.close()
-  shutil.move(elsewhere / checkpoints.CHECKPOINT_DIR / str(step), workdir / 'checkpoints')
+  shutil.move(elsewhere / layout.CHECKPOINT_DIR / str(step), workdir / 'checkpoints')
 
 
 def test_reported_accuracy_is_recomputed_on_the_test_split(trained, tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from etils import epath
 import pytest
 import tensorboard_events  # tests/ is on sys.path (pytest)
 
+from hscl_jax.rundir import layout
 from hscl_jax.rundir import metrics
 
 
@@ -20,7 +21,7 @@ def _records(*steps):
 
 
 def _write_lines(workdir, lines):
-  (workdir / metrics.METRICS_FILE).write_text(''.join(line + '\n' for line in lines))
+  (workdir / layout.METRICS_FILE).write_text(''.join(line + '\n' for line in lines))
 
 
 def test_torn_last_line_is_dropped_with_a_warning(tmp_path, caplog):
@@ -44,7 +45,7 @@ def test_bad_line_in_the_middle_is_named(tmp_path):
 def test_a_write_that_dies_leaves_the_previous_file(tmp_path, monkeypatch):
   writer = metrics.MetricWriter(str(tmp_path))
   writer.write(10, {'epoch': 1, 'train_loss': 0.1})
-  before = (tmp_path / metrics.METRICS_FILE).read_text()
+  before = (tmp_path / layout.METRICS_FILE).read_text()
   real_write_text = epath.Path.write_text
 
   def dies_halfway(path, text, *args, **kwargs):
@@ -56,7 +57,7 @@ def test_a_write_that_dies_leaves_the_previous_file(tmp_path, monkeypatch):
     writer.write(20, {'epoch': 2, 'train_loss': 0.05})
   monkeypatch.undo()
   writer.close()
-  assert (tmp_path / metrics.METRICS_FILE).read_text() == before
+  assert (tmp_path / layout.METRICS_FILE).read_text() == before
   assert metrics.read_metrics(str(tmp_path)) == [{'step': 10, 'epoch': 1, 'train_loss': 0.1}]
 
 
@@ -71,7 +72,7 @@ def one_second(monkeypatch):
 
 
 def _scalars(workdir):
-  return tensorboard_events.scalars(workdir / metrics.EVENTS_DIR).get('train_loss', {})
+  return tensorboard_events.scalars(workdir / layout.EVENTS_DIR).get('train_loss', {})
 
 
 def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path, one_second):

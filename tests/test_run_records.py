@@ -24,6 +24,7 @@ from hscl_jax.experiments import image_grid  # noqa: E402
 from hscl_jax.experiments import image_report  # noqa: E402
 from hscl_jax.experiments import image_runs  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
+from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 
@@ -138,7 +139,7 @@ def test_a_record_of_another_run_is_not_taken_for_this_one(recorded_grid):
   linear['checkpoint_step'] -= 1
   (stale / linear_probe.RESULT_FILE).write_text(json.dumps(linear))
   assert _read(stale, same) is None
-  (stale / metrics.METRICS_FILE).unlink()  # a record without its history
+  (stale / layout.METRICS_FILE).unlink()  # a record without its history
   assert _read(stale, same) is None
 
 
@@ -185,7 +186,7 @@ def _finished_workdir(workdir, config, *, last_step, top1):
   """A run's workdir as a finished run leaves it, checkpoints reduced to their step names."""
   metrics.write_config(str(workdir), config)
   history = [{'epoch': e, 'step': last_step * e // config.num_epochs} for e in range(1, 3)]
-  (workdir / metrics.METRICS_FILE).write_text(''.join(json.dumps(r) + '\n' for r in history))
+  (workdir / layout.METRICS_FILE).write_text(''.join(json.dumps(r) + '\n' for r in history))
   linear = {**config.linear_eval.to_dict(), 'checkpoint_step': last_step, 'top1': top1}
   (workdir / linear_probe.RESULT_FILE).write_text(json.dumps(linear))
   (workdir / 'checkpoints' / str(last_step)).mkdir(parents=True)

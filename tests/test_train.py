@@ -44,6 +44,7 @@ from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402,E501
 from hscl_jax.evaluation import features as eval_features  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402,E501
+from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402,E501
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
@@ -568,7 +569,7 @@ def test_damaged_metrics_are_rebuilt_from_the_checkpoint(uninterrupted, tmp_path
   reference_dir, _ = uninterrupted
   workdir = tmp_path / 'run'
   shutil.copytree(reference_dir, workdir)
-  damage(workdir / metrics.METRICS_FILE)
+  damage(workdir / layout.METRICS_FILE)
   with caplog.at_level('WARNING'):
     again = loop.train_and_evaluate(tiny_config(), str(workdir))
   assert not again.preempted
@@ -637,7 +638,7 @@ def test_a_checkpoint_moved_aside_is_waited_for_by_every_process(
     lambda name: barriers.append((name, damaged.exists())),
   )
   checkpointer._move_aside(6, ValueError('truncated'), fallback=3)
-  moved = tmp_path / checkpoints.UNUSABLE_DIR / '6'
+  moved = tmp_path / layout.UNUSABLE_DIR / '6'
   assert (moved.is_dir(), damaged.exists()) == ((True, False) if index == 0 else (False, True))
   assert barriers == ([] if processes == 1 else [('moved aside checkpoint 6', index != 0)])
 
@@ -733,6 +734,44 @@ def test_a_run_that_fails_before_its_first_checkpoint_removes_its_workdir(tmp_pa
   with pytest.raises(Crash):
     loop.train_and_evaluate(tiny_config(), str(tmp_path / 'run'))
   assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stopped_first_epoch_removes_only_what_the_run_wrote(tmp_path, monkeypatch):
+  """In the first epoch a user writes a file into the workdir and another run makes its
+  directory there (a --workdir on a shared parent); then the run crashes before its first
+  checkpoint. The run's own entries go (config.json, metrics, TensorBoard: the workdir's
+  layout); the user's file and the other run's directory stay, and so does the workdir."""
+  workdir = tmp_path / 'shared'
+  make_train_step = step_lib.make_train_step
+
+  class Crash(Exception):
+    pass
+
+  def step_then_others_write_then_crash(*args, **kwargs):
+    step = make_train_step(*args, **kwargs)
+
+    def stepped(state, batch, hyper):
+      if int(state.step) == 1:
+        assert (workdir / layout.CONFIG_FILE).exists() and (workdir / layout.EVENTS_DIR).exists()
+        raise Crash()
+      (workdir / 'notes.txt').write_text('mine')
+      (workdir / 'other_run' / 'checkpoints' / '5').mkdir(parents=True)
+      (workdir / 'other_run' / 'config.json').write_text('{}')
+      return step(state, batch, hyper)
+
+    return stepped
+
+  monkeypatch.setattr(step_lib, 'make_train_step', step_then_others_write_then_crash)
+  with pytest.raises(Crash):
+    loop.train_and_evaluate(tiny_config(), str(workdir))
+  assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*')) == [
+    'shared',
+    'shared/notes.txt',
+    'shared/other_run',
+    'shared/other_run/checkpoints',
+    'shared/other_run/checkpoints/5',
+    'shared/other_run/config.json',
+  ]
 
 
 def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):

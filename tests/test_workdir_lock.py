@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from hscl_jax.rundir import layout
 from hscl_jax.rundir import lock as workdir_lock
 
 HOLD = """
@@ -37,7 +38,7 @@ def _holder(workdir):
 
 
 def _lock_record(workdir):
-  return json.loads((workdir / workdir_lock.LOCK_FILE).read_text())
+  return json.loads((workdir / layout.LOCK_FILE).read_text())
 
 
 def test_live_holder_refuses_within_seconds_naming_host_and_pid(tmp_path):
@@ -52,7 +53,7 @@ def test_live_holder_refuses_within_seconds_naming_host_and_pid(tmp_path):
     assert time.monotonic() - start < 5
   finally:
     holder.communicate('\n', timeout=30)
-  assert not (tmp_path / workdir_lock.LOCK_FILE).exists()  # released on exit
+  assert not (tmp_path / layout.LOCK_FILE).exists()  # released on exit
   with workdir_lock.WorkdirLock(str(tmp_path)):
     assert _lock_record(tmp_path)['pid'] == os.getpid()
 
@@ -77,7 +78,7 @@ def test_reused_pid_and_other_hosts(tmp_path):
   other = {'host': here + '-other', 'pid': 1, 'heartbeat': time.time()}
   assert not workdir_lock.is_stale(other)
   assert workdir_lock.is_stale({**other, 'heartbeat': time.time() - 2 * workdir_lock.STALE_SECONDS})
-  (tmp_path / workdir_lock.LOCK_FILE).write_text(json.dumps(other))
+  (tmp_path / layout.LOCK_FILE).write_text(json.dumps(other))
   with pytest.raises(workdir_lock.WorkdirBusyError, match=f'host {here}-other, pid 1'):
     workdir_lock.WorkdirLock(str(tmp_path)).acquire()
 
@@ -107,7 +108,7 @@ def test_a_run_taken_over_before_it_releases_leaves_the_new_holder_alone(tmp_pat
     time.sleep(0.02)
   assert _lock_record(tmp_path) == taken  # A never wrote over B's record
   first.release()
-  assert (tmp_path / workdir_lock.LOCK_FILE).exists()  # nor removed it
+  assert (tmp_path / layout.LOCK_FILE).exists()  # nor removed it
   assert _lock_record(tmp_path) == taken
   with pytest.raises(workdir_lock.WorkdirBusyError):
     workdir_lock.WorkdirLock(str(tmp_path)).acquire()
@@ -117,7 +118,7 @@ def test_a_run_taken_over_before_it_releases_leaves_the_new_holder_alone(tmp_pat
 
 def _foreign_lock(workdir, **fields):
   record = {'host': socket.gethostname(), 'pid': 4242, 'start_time': None, **fields}
-  (workdir / workdir_lock.LOCK_FILE).write_text(json.dumps(record))
+  (workdir / layout.LOCK_FILE).write_text(json.dumps(record))
   return record
 
 
@@ -179,7 +180,7 @@ def test_other_hosts_lock_is_stale_after_stale_seconds_without_a_heartbeat(tmp_p
   here); a record without a heartbeat gives no sign of life, so it is stale."""
   fields = {} if age is None else {'heartbeat': time.time() - age}
   _foreign_lock(tmp_path, host=socket.gethostname() + '-other', pid=1, **fields)
-  record = json.loads((tmp_path / workdir_lock.LOCK_FILE).read_text())
+  record = json.loads((tmp_path / layout.LOCK_FILE).read_text())
   assert workdir_lock.is_stale(record, stale_seconds=1.0) == stale
   lock = workdir_lock.WorkdirLock(str(tmp_path), stale_seconds=1.0)
   if stale:
@@ -199,7 +200,7 @@ def test_a_run_on_one_process_takes_the_lock_and_a_live_holder_refuses_it(tmp_pa
     assert _lock_record(tmp_path)['pid'] == os.getpid()
   finally:
     lock.release()
-  assert not (tmp_path / workdir_lock.LOCK_FILE).exists()
+  assert not (tmp_path / layout.LOCK_FILE).exists()
   holder = _holder(tmp_path)
   try:
     with pytest.raises(workdir_lock.WorkdirBusyError, match=f'pid {holder.pid}\\)'):

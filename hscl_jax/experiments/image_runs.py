@@ -12,6 +12,7 @@ from absl import logging
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import image_grid
 from hscl_jax.experiments import run_records
+from hscl_jax.rundir import layout
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import trained_run
@@ -35,7 +36,7 @@ def finished_run(root: str, setting: image_grid.Setting, seed: int, linear_eval)
   with open(result_path) as f:
     result = json.load(f)
   history = metrics.read_metrics(workdir)
-  with open(os.path.join(workdir, metrics.CONFIG_FILE)) as f:
+  with open(os.path.join(workdir, layout.CONFIG_FILE)) as f:
     num_epochs = json.load(f)['num_epochs']
   last_step = trained_run.resolve_step(workdir, None)
   if not run_records.is_finished(

@@ -22,11 +22,12 @@ import shutil
 from absl import logging
 
 from hscl_jax.evaluation import linear_probe
+from hscl_jax.rundir import layout
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import stored_config
 
 RECORDS_DIR = 'runs'
-FILES = (metrics.CONFIG_FILE, metrics.METRICS_FILE, linear_probe.RESULT_FILE)
+FILES = (layout.CONFIG_FILE, layout.METRICS_FILE, linear_probe.RESULT_FILE)
 # Where the data lies on this machine: differs between machines, not between runs.
 LOCATION_FIELDS = ('folder', 'data_dir')
 
@@ -62,7 +63,7 @@ def read_record(directory: str, config, linear_eval: dict, keys) -> dict | None:
   (every epoch logged) evaluated with `linear_eval` (the fields `keys`); None otherwise."""
   if not all(os.path.isfile(os.path.join(directory, name)) for name in FILES):
     return None
-  with open(os.path.join(directory, metrics.CONFIG_FILE)) as f:
+  with open(os.path.join(directory, layout.CONFIG_FILE)) as f:
     recorded_config = json.load(f)
   with open(os.path.join(directory, linear_probe.RESULT_FILE)) as f:
     linear = json.load(f)

@@ -33,8 +33,8 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
-CHECKPOINT_DIR = 'checkpoints'
-UNUSABLE_DIR = 'checkpoints_unusable'  # checkpoints that failed to restore, kept for inspection
+from hscl_jax.rundir import layout
+
 STATE = 'state'
 DATA_ITERATOR = 'data_iterator'
 
@@ -45,7 +45,7 @@ class RestoreError(RuntimeError):
 
 def directory(workdir: str) -> epath.Path:
   """DIR/checkpoints: where the run in `workdir` keeps its checkpoints."""
-  return epath.Path(workdir) / CHECKPOINT_DIR
+  return epath.Path(workdir) / layout.CHECKPOINT_DIR
 
 
 def finished_steps(workdir: str) -> list[int]:
@@ -250,7 +250,7 @@ class Checkpointer:
     return None
 
   def _move_aside(self, step: int, error: BaseException | None, *, fallback: int) -> None:
-    destination = epath.Path(self._workdir) / UNUSABLE_DIR / str(step)
+    destination = epath.Path(self._workdir) / layout.UNUSABLE_DIR / str(step)
     if jax.process_index() == 0:
       destination.parent.mkdir(parents=True, exist_ok=True)
       if destination.exists():

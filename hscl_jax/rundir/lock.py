@@ -26,8 +26,8 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from hscl_jax import errors
+from hscl_jax.rundir import layout
 
-LOCK_FILE = 'run.lock'
 HEARTBEAT_SECONDS = 15.0
 # 4 missed heartbeats: a run restarted on other hosts after a hard preemption (the old
 # hosts gone without releasing) waits about a minute at most.
@@ -123,7 +123,7 @@ class WorkdirLock:
     heartbeat_seconds: float = HEARTBEAT_SECONDS,
     stale_seconds: float = STALE_SECONDS,
   ):
-    self.path = os.path.join(workdir, LOCK_FILE)
+    self.path = os.path.join(workdir, layout.LOCK_FILE)
     self._heartbeat_seconds = heartbeat_seconds
     self._stale_seconds = stale_seconds
     self._record = None
@@ -191,7 +191,7 @@ class WorkdirLock:
     for stale in sorted(
       p
       for p in os.listdir(os.path.dirname(self.path) or '.')
-      if p.startswith(LOCK_FILE + '.stale-')
+      if p.startswith(layout.LOCK_FILE + '.stale-')
     ):
       try:
         os.remove(os.path.join(os.path.dirname(self.path) or '.', stale))
@@ -210,8 +210,10 @@ class WorkdirLock:
 
   def release(self, *, undo: bool = False) -> None:
     """Removes the lock if this process still holds it. With `undo` (a run that stopped
-    before its first checkpoint), also what appeared in the workdir since the lock was
-    taken and the directories `acquire` created, never anything that was there before."""
+    before its first checkpoint), also what the run wrote: the entries named by
+    `layout.RUN_ENTRIES` that appeared since the lock was taken, then the directories
+    `acquire` created if they are empty. Nothing that was there before, and nothing of
+    another name (a user's file, another run's directory put there meanwhile), is touched."""
     if undo and self._record is not None and self._read() == self._record:
       self._remove_new_entries()
     self._stop.set()
@@ -230,10 +232,8 @@ class WorkdirLock:
 
   def _remove_new_entries(self) -> None:
     workdir = os.path.dirname(self.path) or '.'
-    for name in set(os.listdir(workdir)) - self._found:
+    for name in (set(os.listdir(workdir)) - self._found) & layout.RUN_ENTRIES:
       path = os.path.join(workdir, name)
-      if path == self.path or name.startswith(LOCK_FILE + '.'):
-        continue  # the lock (and its heartbeat's temporary file) is the lock's to remove
       if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
       else:

@@ -20,10 +20,8 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import errors
+from hscl_jax.rundir import layout
 
-METRICS_FILE = 'metrics.jsonl'
-CONFIG_FILE = 'config.json'
-EVENTS_DIR = 'tensorboard'
 _WRITERS_OPENED = itertools.count()
 
 
@@ -63,7 +61,7 @@ def _to_python(value: Any) -> Any:
 def write_text_atomically(path: epath.Path, text: str) -> None:
   """Writes a temporary file beside ``path`` and renames it over ``path``, so a crash
   leaves the old contents or the new ones, never a torn file."""
-  temporary = path.with_name(f'.{path.name}.tmp')
+  temporary = path.with_name(layout.temporary(path.name))
   temporary.write_text(text)
   temporary.replace(path)
 
@@ -80,7 +78,7 @@ def write_config(workdir: str, config: ml_collections.ConfigDict, *, enabled: bo
   directory = epath.Path(workdir)
   directory.mkdir(parents=True, exist_ok=True)
   text = json.dumps(config_as_json(config), indent=2, sort_keys=True)
-  write_text_atomically(directory / CONFIG_FILE, text + '\n')
+  write_text_atomically(directory / layout.CONFIG_FILE, text + '\n')
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
@@ -89,7 +87,7 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
   A torn last line (a copy or a filesystem that cut the file) is dropped with a warning;
   a bad line elsewhere raises ValueError naming it.
   """
-  path = epath.Path(workdir) / METRICS_FILE
+  path = epath.Path(workdir) / layout.METRICS_FILE
   if not path.exists():
     return []
   lines = [line for line in path.read_text().splitlines() if line.strip()]
@@ -136,7 +134,7 @@ class MetricWriter:
     records: list[dict[str, Any]] | None = None,
   ):
     self._enabled = enabled
-    self._path = epath.Path(workdir) / METRICS_FILE
+    self._path = epath.Path(workdir) / layout.METRICS_FILE
     self._tensorboard = None
     self.records = []
     if not enabled:
@@ -149,7 +147,7 @@ class MetricWriter:
     # TensorBoard hides the events logged earlier at steps >= purge_step.
     differing = on_file[rebuilt : rebuilt + 1] + self.records[rebuilt : rebuilt + 1]
     self._tensorboard = tensorboardX.SummaryWriter(
-      logdir=os.path.join(workdir, EVENTS_DIR),
+      logdir=os.path.join(workdir, layout.EVENTS_DIR),
       purge_step=min((r['step'] for r in differing), default=keep_through_step + 1),
       flush_secs=30,
       # tensorboardX names the file by the second it opens and the host: a resume within

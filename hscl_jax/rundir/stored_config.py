@@ -18,6 +18,7 @@ import ml_collections
 from hscl_jax import errors
 from hscl_jax.config import schema
 from hscl_jax.models import factory
+from hscl_jax.rundir import layout
 from hscl_jax.rundir import metrics
 
 
@@ -62,7 +63,7 @@ def check_unchanged(
 ) -> None:
   """Raises ConfigChangedError if `config` differs from DIR/config.json in a field that is
   neither free nor `allowed` (dotted names; a section name allows all its fields)."""
-  path = epath.Path(workdir) / metrics.CONFIG_FILE
+  path = epath.Path(workdir) / layout.CONFIG_FILE
   if not path.exists():
     return
   try:

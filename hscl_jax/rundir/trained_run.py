@@ -16,7 +16,7 @@ from ml_collections import config_dict
 from hscl_jax import errors
 from hscl_jax import models
 from hscl_jax.rundir import checkpoints
-from hscl_jax.rundir import metrics
+from hscl_jax.rundir import layout
 
 
 class LinearEvalError(errors.UserError, RuntimeError):
@@ -24,7 +24,7 @@ class LinearEvalError(errors.UserError, RuntimeError):
 
 
 def load_run_config(workdir: str) -> config_dict.ConfigDict:
-  path = os.path.join(workdir, metrics.CONFIG_FILE)
+  path = os.path.join(workdir, layout.CONFIG_FILE)
   if not os.path.isfile(path):
     raise LinearEvalError(
       f'{path} not found: --workdir must be the directory of a training run '
