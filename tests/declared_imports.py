@@ -144,6 +144,19 @@ def _install(recorder: Recorder) -> None:
   importlib.util.find_spec = recording_find_spec
 
 
+def _is_a_test_s_own(module) -> bool:
+  """A module a test wrote and imported from its own folder (a file outside every
+  installation's site-packages): no package to declare."""
+  path = getattr(module, '__file__', None)
+  if not path:
+    return False
+  parts = pathlib.Path(os.path.realpath(path)).parts
+  return not any(p in ('site-packages', 'dist-packages') for p in parts) and not any(
+    os.path.realpath(path).startswith(os.path.realpath(p) + os.sep)
+    for p in (sys.prefix, sys.base_prefix)
+  )
+
+
 def _reach(names: set[str]) -> set[str]:
   """The top-level third-party modules that importing `names` loads: each name's top level,
   and for a module of ours, its module-level imports, followed through our modules."""
@@ -163,6 +176,8 @@ def _reach(names: set[str]) -> set[str]:
         todo.extend(_module_level_imports(path))
     elif _is_ours(getattr(sys.modules.get(top), '__file__', None)):
       continue  # `from ours import name`: a name defined in our module, not a module
+    elif _is_a_test_s_own(sys.modules.get(top)):
+      continue
     elif module is not None or name == top:
       tops.add(top)
   return tops - set(sys.stdlib_module_names) - {'__future__'}

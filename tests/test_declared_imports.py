@@ -46,15 +46,18 @@ def _distribution(site: pathlib.Path, name: str, module: str, requires=()) -> No
 
 
 def _run_probes(tmp_path, files: dict[str, str]) -> subprocess.CompletedProcess:
-  site, ours = tmp_path / 'site', tmp_path / 'ours'
+  site, ours = tmp_path / 'lib' / 'site-packages', tmp_path / 'ours'
   _distribution(site, 'probe-dist', 'probe_module')
   _distribution(site, 'probe-guard', 'probe_guard', requires=['probe-brought'])
   _distribution(site, 'probe-brought', 'probe_brought')
   ours.mkdir()
+  (tmp_path / 'elsewhere').mkdir()  # a module a test writes and imports: no package
+  (tmp_path / 'elsewhere' / 'probe_own.py').write_text('VALUE = 2\n')
   (ours / 'conftest.py').write_text(_CONFTEST.format(tests=str(REPO / 'tests'), ours=str(ours)))
   for name, text in files.items():
     (ours / name).write_text(textwrap.dedent(text))
-  env = {**os.environ, 'PYTHONPATH': os.pathsep.join([str(site), str(ours)])}
+  path = [str(site), str(ours), str(tmp_path / 'elsewhere')]
+  env = {**os.environ, 'PYTHONPATH': os.pathsep.join(path)}
   command = [sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', '-p', 'no:xdist', '-v']
   return subprocess.run(
     [*command, '-rs', str(ours)], cwd=ours, env=env, capture_output=True, text=True, timeout=120
@@ -75,7 +78,8 @@ def test_a_test_that_imports_an_undeclared_package_fails_and_one_that_asks_first
   """Directly, through a function of ours that imports it, and through a module of ours
   that imports it at its top (loaded by an earlier file too: followed statically);
   importorskip and find_spec guard it, and asking for a distribution guards what it
-  brings. Packages of the [test] extra and the standard library never fail."""
+  brings. Packages of the [test] extra, the standard library and a module a test wrote
+  itself never fail."""
   out = _run_probes(
     tmp_path,
     files := {
@@ -101,6 +105,9 @@ def test_a_test_that_imports_an_undeclared_package_fails_and_one_that_asks_first
           import probe_brought
         def test_declared_and_standard():
           assert numpy.ones(1).sum() == 1 and json.dumps(1) == '1'
+        def test_a_module_of_its_own():
+          import probe_own
+          assert probe_own.VALUE == 2
         def test_skips_before_importing():
           pytest.importorskip('not_installed_anywhere')
           import probe_module
@@ -119,6 +126,7 @@ def test_a_test_that_imports_an_undeclared_package_fails_and_one_that_asks_first
     'test_asks_with_find_spec': 'PASSED',
     'test_brought_by_what_it_asked_for': 'PASSED',
     'test_declared_and_standard': 'PASSED',
+    'test_a_module_of_its_own': 'PASSED',
     'test_skips_before_importing': 'SKIPPED',
     'test_fails_anyway': 'FAILED',
     'test_module_level_first': 'FAILED',
