@@ -91,15 +91,38 @@ SESSIONS = ROOT / '.mutation_sessions'
 _DATA = ('tests/test_data_sources.py', 'tests/test_data_loaders.py')
 _ENTRY = 'tests/test_entry_points.py'  # a program's argv check and its thinness
 _LOSSES = ('tests/test_losses.py', 'tests/test_loss_properties.py', 'tests/test_losses_queue.py')
+# Modules split from one keep the original's files (hscl_jax/train.py, models.py,
+# linear_probe.py, experiments/image_grid.py): each part's own are not told apart yet.
+_TRAIN = (
+  'tests/test_train.py',
+  'tests/test_train_wiring.py',
+  'tests/test_queue_training.py',  # the queue's and key encoder's steps and log lines
+)
+_MODELS = ('tests/test_models.py', 'tests/test_configs.py')  # test_configs: its checks' bounds
+_LINEAR_PROBE = ('tests/test_linear_eval.py', 'tests/test_randomness.py')
+_IMAGE_GRID = (
+  'tests/test_compare.py',
+  'tests/test_compare_paired.py',
+  'tests/test_compare_densities.py',
+  'tests/test_compare_budgets.py',
+  'tests/test_run_records.py',
+)
+# A unit package's __init__: a docstring that imports nothing (tests/test_layout.py checks).
+_LAYOUT = 'tests/test_layout.py'
 # Each measured module -> the test files written for it, by hand (whole files, never a -k
 # chosen for a mutant). TESTS_OF adds the files the measured map (coverage_map.py) finds
 # executing the module; tests/test_mutation_score.py checks that the two agree.
 HAND_TESTS_OF = {
   'hscl_jax/__init__.py': ('tests/test_package.py',),
-  'hscl_jax/augment.py': ('tests/test_augment.py',),
-  'hscl_jax/checkpointing.py': ('tests/test_errors.py', 'tests/test_train.py'),
+  'hscl_jax/config/__init__.py': (_LAYOUT,),
+  'hscl_jax/config/schema.py': (
+    'tests/test_configs.py',
+    'tests/test_config_properties.py',
+    'tests/test_stored_config.py',  # which fields are free on resume
+  ),
   'hscl_jax/data/__init__.py': _DATA,
   'hscl_jax/data/arrays.py': (*_DATA, 'tests/test_randomness.py'),
+  'hscl_jax/data/augment.py': ('tests/test_augment.py',),
   'hscl_jax/data/errors.py': ('tests/test_prepare.py', 'tests/test_data_sources.py'),
   'hscl_jax/data/image_folder.py': ('tests/test_data_sources.py', 'tests/test_tiny_imagenet.py'),
   'hscl_jax/data/loaders.py': (*_DATA, 'tests/test_class_aware.py', 'tests/test_randomness.py'),
@@ -107,11 +130,20 @@ HAND_TESTS_OF = {
   'hscl_jax/data/sources.py': ('tests/test_data_sources.py', 'tests/test_data_tfds.py'),
   'hscl_jax/data/tfds_prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py'),
   'hscl_jax/data/tfds_sources.py': ('tests/test_data_tfds.py',),
-  'hscl_jax/distributed.py': ('tests/test_multiprocess.py',),
   'hscl_jax/embed.py': ('tests/test_embed.py', _ENTRY),
-  'hscl_jax/embedding.py': ('tests/test_embed.py',),
   'hscl_jax/errors.py': ('tests/test_errors.py', 'tests/test_main_errors.py'),
-  'hscl_jax/evaluation.py': ('tests/test_knn.py', 'tests/test_embed.py'),
+  'hscl_jax/evaluation/__init__.py': (_LAYOUT,),
+  'hscl_jax/evaluation/embedding.py': ('tests/test_embed.py',),
+  'hscl_jax/evaluation/features.py': ('tests/test_knn.py', 'tests/test_embed.py'),
+  'hscl_jax/evaluation/figures.py': ('tests/test_inspect.py', 'tests/test_figures.py'),
+  'hscl_jax/evaluation/hard_negatives.py': ('tests/test_inspect.py',),
+  'hscl_jax/evaluation/inspection.py': ('tests/test_inspect.py',),
+  'hscl_jax/evaluation/knn.py': ('tests/test_knn.py',),
+  'hscl_jax/evaluation/linear_probe.py': _LINEAR_PROBE,
+  'hscl_jax/evaluation/torch_export.py': (
+    'tests/test_torch_export_errors.py',
+    'tests/test_torch_export.py',
+  ),
   'hscl_jax/experiments/__init__.py': ('tests/test_compare.py',),
   'hscl_jax/experiments/compare.py': (
     'tests/test_compare.py',
@@ -124,13 +156,13 @@ HAND_TESTS_OF = {
   'hscl_jax/experiments/compare_graphs.py': (_ENTRY,),
   'hscl_jax/experiments/density_grid.py': ('tests/test_compare_densities.py',),
   'hscl_jax/experiments/graph_grid.py': ('tests/test_graphs.py',),
-  'hscl_jax/experiments/image_grid.py': (
-    'tests/test_compare.py',
-    'tests/test_compare_paired.py',
-    'tests/test_compare_densities.py',
-    'tests/test_compare_budgets.py',
-    'tests/test_run_records.py',
-  ),
+  'hscl_jax/experiments/image_batches.py': _IMAGE_GRID,
+  'hscl_jax/experiments/image_grid.py': _IMAGE_GRID,
+  'hscl_jax/experiments/image_pairs.py': _IMAGE_GRID,
+  'hscl_jax/experiments/image_plots.py': _IMAGE_GRID,
+  'hscl_jax/experiments/image_report.py': _IMAGE_GRID,
+  'hscl_jax/experiments/image_runs.py': _IMAGE_GRID,
+  'hscl_jax/experiments/raw_pixels.py': _IMAGE_GRID,
   'hscl_jax/experiments/run_records.py': ('tests/test_run_records.py',),
   'hscl_jax/experiments/significance.py': (
     'tests/test_significance.py',
@@ -143,8 +175,6 @@ HAND_TESTS_OF = {
     'tests/test_compare_budgets.py',
   ),
   'hscl_jax/export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py', _ENTRY),
-  'hscl_jax/figures.py': ('tests/test_inspect.py', 'tests/test_figures.py'),
-  'hscl_jax/gradcache.py': ('tests/test_gradcache.py',),
   'hscl_jax/graphs/__init__.py': ('tests/test_graphs.py',),
   'hscl_jax/graphs/__main__.py': ('tests/test_graphs.py', _ENTRY),
   'hscl_jax/graphs/data.py': ('tests/test_graphs.py',),
@@ -152,37 +182,44 @@ HAND_TESTS_OF = {
   'hscl_jax/graphs/model.py': ('tests/test_graphs.py',),
   'hscl_jax/graphs/prepare.py': ('tests/test_graphs.py',),
   'hscl_jax/graphs/train.py': ('tests/test_graphs.py', 'tests/test_randomness.py'),
-  'hscl_jax/hard_negatives.py': ('tests/test_inspect.py',),
   'hscl_jax/inspect.py': ('tests/test_inspect.py', _ENTRY),
-  'hscl_jax/inspection.py': ('tests/test_inspect.py',),
-  'hscl_jax/knn.py': ('tests/test_knn.py',),
   'hscl_jax/linear_eval.py': ('tests/test_linear_eval.py', 'tests/test_main_errors.py', _ENTRY),
-  'hscl_jax/linear_probe.py': ('tests/test_linear_eval.py', 'tests/test_randomness.py'),
   'hscl_jax/losses/__init__.py': _LOSSES,
   'hscl_jax/losses/diagnostics.py': ('tests/test_losses.py',),
   'hscl_jax/losses/graph.py': ('tests/test_graph_loss.py',),
   'hscl_jax/losses/image.py': _LOSSES,
   'hscl_jax/losses/kernel.py': _LOSSES,
   'hscl_jax/main.py': ('tests/test_main_errors.py', _ENTRY),
-  'hscl_jax/metrics.py': ('tests/test_metrics.py', 'tests/test_stored_config.py'),
-  'hscl_jax/models.py': ('tests/test_models.py', 'tests/test_configs.py'),  # its checks' bounds
-  'hscl_jax/negative_queue.py': ('tests/test_queue_training.py',),
-  'hscl_jax/optim.py': ('tests/test_optim.py',),
+  'hscl_jax/models/__init__.py': _MODELS,
+  'hscl_jax/models/backbones.py': _MODELS,
+  'hscl_jax/models/factory.py': _MODELS,
+  'hscl_jax/models/heads.py': _MODELS,
+  'hscl_jax/models/layers.py': _MODELS,
+  'hscl_jax/models/resnet.py': _MODELS,
+  'hscl_jax/models/small_cnn.py': _MODELS,
   'hscl_jax/parallel.py': ('tests/test_train_wiring.py', 'tests/test_knn.py'),
   'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py', _ENTRY),
-  'hscl_jax/schema.py': (
-    'tests/test_configs.py',
-    'tests/test_config_properties.py',
-    'tests/test_stored_config.py',  # which fields are free on resume
+  'hscl_jax/rundir/__init__.py': (_LAYOUT,),
+  'hscl_jax/rundir/checkpoints.py': ('tests/test_errors.py', 'tests/test_train.py'),
+  'hscl_jax/rundir/lock.py': ('tests/test_workdir_lock.py',),
+  'hscl_jax/rundir/metrics.py': ('tests/test_metrics.py', 'tests/test_stored_config.py'),
+  'hscl_jax/rundir/stored_config.py': ('tests/test_stored_config.py',),
+  'hscl_jax/rundir/trained_run.py': _LINEAR_PROBE,
+  'hscl_jax/training/__init__.py': (_LAYOUT,),
+  'hscl_jax/training/distributed.py': ('tests/test_multiprocess.py',),
+  'hscl_jax/training/gradcache.py': ('tests/test_gradcache.py',),
+  'hscl_jax/training/loop.py': (
+    *_TRAIN,
+    'tests/test_multiprocess.py',  # its multi-process paths, in the processes it starts
+    'tests/test_prepare_offline.py',  # a run on prepared data (with TensorFlow only)
   ),
-  'hscl_jax/stored_config.py': ('tests/test_stored_config.py',),
-  'hscl_jax/torch_export.py': ('tests/test_torch_export_errors.py', 'tests/test_torch_export.py'),
-  'hscl_jax/train.py': (
-    'tests/test_train.py',
-    'tests/test_train_wiring.py',
-    'tests/test_queue_training.py',  # the queue's and key encoder's steps and log lines
-  ),
-  'hscl_jax/workdir_lock.py': ('tests/test_workdir_lock.py',),
+  'hscl_jax/training/optimizers.py': ('tests/test_optim.py',),
+  'hscl_jax/training/plan.py': _TRAIN,
+  'hscl_jax/training/preemption.py': _TRAIN,
+  'hscl_jax/training/queue.py': ('tests/test_queue_training.py',),
+  'hscl_jax/training/state.py': _TRAIN,
+  'hscl_jax/training/step.py': _TRAIN,
+  'hscl_jax/training/summaries.py': _TRAIN,
   # The code outside the package that spends GPU time (issue 48 item 3).
   'benchmarks/accelerator.py': ('tests/test_benchmarks.py',),
   'benchmarks/torch_reference.py': ('tests/test_benchmarks.py',),
@@ -210,7 +247,15 @@ UNCREDITED = {
   'hscl_jax/linear_eval.py': (_STARTS_PROGRAMS, _ENTRY),
   'hscl_jax/main.py': (_STARTS_PROGRAMS, _ENTRY),
   'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py', _ENTRY),
-  'hscl_jax/schema.py': ('tests/test_stored_config.py',),  # FREE_FIELDS, made at import
+  'hscl_jax/config/schema.py': ('tests/test_stored_config.py',),  # FREE_FIELDS, made at import
+  # Docstrings, run at import.
+  **{
+    f'hscl_jax/{p}/__init__.py': (_LAYOUT,) for p in ('config', 'evaluation', 'rundir', 'training')
+  },
+  'hscl_jax/training/loop.py': (
+    'tests/test_multiprocess.py',  # in the processes it starts
+    'tests/test_prepare_offline.py',  # skipped without TensorFlow, as the map is measured
+  ),
 }
 
 
@@ -987,7 +1032,7 @@ def format_row(t: Tally) -> str:
 
 def make_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('modules', nargs='*', help='paths such as hscl_jax/knn.py')
+  parser.add_argument('modules', nargs='*', help='paths such as hscl_jax/evaluation/knn.py')
   parser.add_argument('--sample', type=int, default=25, help='mutants per module (--all: total)')
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument(
@@ -1059,7 +1104,9 @@ def main() -> int:
   args = parser.parse_args()
   unknown = [m for m in args.modules if m not in TESTS_OF]
   if unknown or not (args.modules or args.all):
-    parser.error(f'give modules of hscl_jax/ (as hscl_jax/knn.py) or --all; unknown: {unknown}')
+    parser.error(
+      f'give modules of hscl_jax/ (as hscl_jax/evaluation/knn.py) or --all; unknown: {unknown}'
+    )
   if args.recheck + args.report + args.restamp > 1:
     parser.error('give one of --recheck, --report and --restamp')
   if args.all:

@@ -105,7 +105,7 @@ def test_a_mutant_runs_the_files_that_execute_its_statement(monkeypatch):
 
 def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
   """Two test files of a probe: one runs errors.fail, the other disk_full_message and
-  workdir_lock's import only (at collection: no test's). Measured in a copy of the last
+  rundir/lock's import only (at collection: no test's). Measured in a copy of the last
   commit: every measured module gets an entry with the digest of its committed source."""
   if not (REPO / '.git').exists():  # the map itself runs the suite in such a copy
     pytest.skip('measures a copy of the last commit: needs a git checkout, this is a copy')
@@ -115,7 +115,7 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
     "    errors.fail('x', 'bad', 'fix')\n"
   )
   (tmp_path / 'test_message.py').write_text(
-    'from hscl_jax import errors, workdir_lock\n\n'
+    'from hscl_jax import errors\nfrom hscl_jax.rundir import lock\n\n'
     "def test_message():\n  assert '/w.' in errors.disk_full_message('/w')\n"
   )
   (tmp_path / 'test_shared.py').write_text(
@@ -141,8 +141,8 @@ def test_the_map_is_measured_from_the_tests_that_execute_each_module(tmp_path):
   )
   assert raised in coverage_map.parse_ranges(errors['tests']['test_fails.py'])
   assert raised not in coverage_map.parse_ranges(errors['tests']['test_message.py'])
-  assert modules['hscl_jax/workdir_lock.py']['tests'] == {}  # imported, never called
-  assert modules['hscl_jax/knn.py']['tests'] == {}
+  assert modules['hscl_jax/rundir/lock.py']['tests'] == {}  # imported, never called
+  assert modules['hscl_jax/evaluation/knn.py']['tests'] == {}
   assert errors['sha256'] == hashlib.sha256(committed).hexdigest()
   # The map by test: each test's lines (without xdist's group in its id) and its seconds.
   by_test = record['by_test']
@@ -227,10 +227,12 @@ def names_module(text: str, module: str) -> bool:
 
 
 def test_names_module_reads_imports_and_programs():
-  assert names_module('from hscl_jax import errors, knn\n', 'hscl_jax/knn.py')
+  assert names_module(
+    'from hscl_jax.evaluation import features, knn\n', 'hscl_jax/evaluation/knn.py'
+  )
   assert names_module("['-m', 'hscl_jax.graphs']", 'hscl_jax/graphs/__main__.py')
   assert names_module('import hscl_jax.experiments.compare\n', 'hscl_jax/experiments/compare.py')
-  assert not names_module('from hscl_jax import knnx\n', 'hscl_jax/knn.py')
+  assert not names_module('from hscl_jax.evaluation import knnx\n', 'hscl_jax/evaluation/knn.py')
   assert not names_module('from hscl_jax.data import errors\n', 'hscl_jax/errors.py')
 
 
@@ -573,8 +575,8 @@ def test_the_second_run_of_a_crash_decides_and_is_never_judged_not_viable():
 
 
 def test_the_second_run_has_every_test_and_the_first_stops_at_one():
-  first = mutation_score.test_command('hscl_jax/knn.py').split()
-  every = mutation_score.test_command('hscl_jax/knn.py', first_failure=False).split()
+  first = mutation_score.test_command('hscl_jax/evaluation/knn.py').split()
+  every = mutation_score.test_command('hscl_jax/evaluation/knn.py', first_failure=False).split()
   assert '-x' in first and '-x' not in every
   assert [a for a in first if a != '-x'] == every
   # The module's own test file among those run (the measured map may add files after it).
@@ -594,7 +596,7 @@ def test_a_replaced_handler_catches_nothing_and_what_it_caught_propagates(tmp_pa
     '    except (CosmicRayTestingException, ValueError):  # noqa: F821\n'
     '      pass\n'
   )
-  command = shlex.split(mutation_score.test_command('hscl_jax/knn.py'))
+  command = shlex.split(mutation_score.test_command('hscl_jax/evaluation/knn.py'))
   assert command[command.index('-p', command.index('no:cacheprovider')) + 1] == (
     'mutation.cosmic_names'
   )
@@ -749,7 +751,7 @@ def _raise_line(module):
   ],
 )
 def test_a_crash_is_not_viable_when_every_test_that_runs_it_fails(failed, reach, everywhere):
-  frames = ['hscl_jax/knn.py:2: in f', '/site-packages/jax/_src/x.py:9: TypeError']
+  frames = ['hscl_jax/evaluation/knn.py:2: in f', '/site-packages/jax/_src/x.py:9: TypeError']
   output = _sections(*((test, frames, 'TypeError: bad shape') for test in failed))
   reach = None if reach is None else frozenset(reach)
   assert mutation_score.fails_every_test_that_runs_it(output, reach) == everywhere
@@ -759,14 +761,18 @@ def test_a_refusal_of_the_package_is_behaviour_even_if_every_test_meets_it():
   """A mutant that refuses valid input fails every test; a test of the bound would see it
   accept the invalid one. So a failure ending on a `raise` of hscl_jax/ keeps it a crash."""
   reach = frozenset({'tests/t.py::a', 'tests/t.py::b'})
-  elsewhere = ['hscl_jax/knn.py:2: in f', '/site-packages/numpy/x.py:9: ValueError']
+  elsewhere = ['hscl_jax/evaluation/knn.py:2: in f', '/site-packages/numpy/x.py:9: ValueError']
   refusal = [
     'hscl_jax/errors.py:20: in g',
     f'hscl_jax/errors.py:{_raise_line("hscl_jax/errors.py")}: ConfigError',
   ]
   both = _sections(('a', elsewhere, 'ValueError: no'), ('b', refusal, 'ConfigError: no'))
   assert not mutation_score.fails_every_test_that_runs_it(both, reach)
-  deep = ['hscl_jax/knn.py:2: in f', *refusal[1:], '/site-packages/numpy/x.py:9: ValueError']
+  deep = [
+    'hscl_jax/evaluation/knn.py:2: in f',
+    *refusal[1:],
+    '/site-packages/numpy/x.py:9: ValueError',
+  ]
   outer = _sections(('a', elsewhere, 'ValueError: no'), ('b', deep[:2], 'ConfigError: no'))
   assert not mutation_score.fails_every_test_that_runs_it(outer, reach)
   neither = _sections(('a', elsewhere, 'ValueError: no'), ('b', elsewhere, 'ValueError: no'))
@@ -776,7 +782,7 @@ def test_a_refusal_of_the_package_is_behaviour_even_if_every_test_meets_it():
 
 def test_only_a_crash_of_the_run_with_every_test_is_judged_by_its_reach():
   work_item = pytest.importorskip('cosmic_ray.work_item')
-  frames = ['hscl_jax/knn.py:2: in f', '/site-packages/jax/x.py:9: ValueError']
+  frames = ['hscl_jax/evaluation/knn.py:2: in f', '/site-packages/jax/x.py:9: ValueError']
   crash = _sections(('a', frames, 'ValueError: bad shape'))
   result = lambda output: work_item.WorkResult(
     worker_outcome=work_item.WorkerOutcome.NORMAL,
@@ -785,7 +791,7 @@ def test_only_a_crash_of_the_run_with_every_test_is_judged_by_its_reach():
   )
   reach = frozenset({'tests/t.py::a'})
   outcome = lambda output, r: mutation_score.outcome_of(
-    result(output), {}, 'hscl_jax/knn.py', range(2, 3), r
+    result(output), {}, 'hscl_jax/evaluation/knn.py', range(2, 3), r
   )
   every = mutation_score.EVERY_TEST
   assert outcome(every + crash, reach) == (
@@ -1069,22 +1075,29 @@ def test_restamp_is_one_of_the_stored_samples_commands(tmp_path, monkeypatch, ca
   """`--restamp` of a stored sample says what it did per module and exits 1 where it
   refused; with `--report` it is refused, and of a sample never run too."""
   monkeypatch.setattr(mutation_score, 'SESSIONS', tmp_path)
-  session = mutation_score.session_path('hscl_jax/knn.py', 7, 0)
+  session = mutation_score.session_path('hscl_jax/evaluation/knn.py', 7, 0)
   session.write_bytes(b'results')
   stamp = session.with_suffix('.json')
-  stamp.write_text(mutation_score.json.dumps(mutation_score.stamp_record('hscl_jax/knn.py')))
-  monkeypatch.setattr(sys, 'argv', ['score', 'hscl_jax/knn.py', '--restamp', '--sample', '7'])
+  stamp.write_text(
+    mutation_score.json.dumps(mutation_score.stamp_record('hscl_jax/evaluation/knn.py'))
+  )
+  monkeypatch.setattr(
+    sys, 'argv', ['score', 'hscl_jax/evaluation/knn.py', '--restamp', '--sample', '7']
+  )
   assert mutation_score.main() == 0
-  assert capsys.readouterr().out == 'hscl_jax/knn.py: unchanged\n'
+  assert capsys.readouterr().out == 'hscl_jax/evaluation/knn.py: unchanged\n'
   stamp.write_text(mutation_score.json.dumps('another tree'))
   assert mutation_score.main() == 1
-  assert 'hscl_jax/knn.py: not restamped' in capsys.readouterr().out
+  assert 'hscl_jax/evaluation/knn.py: not restamped' in capsys.readouterr().out
   session.unlink()
   for argv, error in (
-    (['hscl_jax/knn.py', '--restamp', '--report'], 'one of --recheck, --report and --restamp'),
     (
-      ['hscl_jax/knn.py', '--restamp', '--sample', '7'],
-      '--restamp: no stored sample of hscl_jax/knn.py',
+      ['hscl_jax/evaluation/knn.py', '--restamp', '--report'],
+      'one of --recheck, --report and --restamp',
+    ),
+    (
+      ['hscl_jax/evaluation/knn.py', '--restamp', '--sample', '7'],
+      '--restamp: no stored sample of hscl_jax/evaluation/knn.py',
     ),
   ):
     monkeypatch.setattr(sys, 'argv', ['score', *argv])
