@@ -14,6 +14,12 @@ file with the date, the commit and the command:
 
 `score.py` takes a module's test files from it (with the hand-kept ones), and plants each
 mutant against the files that execute its statement.
+
+A module moved since keeps its entry under its new path (its digest tells whether its lines
+still hold). A module split from another since has an entry that was not measured:
+`"sha256": null`, `"split_from"` the original, and the original's test files with no lines;
+its mutants run all its test files, as those of a changed module do, until the map is
+measured again.
 """
 
 from __future__ import annotations
@@ -201,8 +207,8 @@ def load(path: pathlib.Path = MAP) -> dict[str, dict]:
 def files_running(entry: dict | None, source: bytes, lines: range) -> list[str] | None:
   """The test files (or, of the map by test, the tests) that execute any of `lines` of a
   module whose map entry is `entry`;
-  None where that cannot be told (no entry, or the module changed since it was measured:
-  its lines moved)."""
+  None where that cannot be told (no entry, an entry not measured, or the module changed
+  since it was measured: its lines moved)."""
   if not entry or entry['sha256'] != hashlib.sha256(source).hexdigest():
     return None
   wanted = set(lines)
