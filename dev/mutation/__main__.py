@@ -1,6 +1,6 @@
 """`python dev/mutation COMMAND ...`: the mutation tooling's one entry point.
 
-python dev/mutation score hscl_jax/knn.py --sample 25 --seed 0
+python dev/mutation score hscl_jax/evaluation/knn.py --sample 25 --seed 0
 python dev/mutation handwritten --list
 """
 

@@ -41,7 +41,7 @@ sample size): a run that stops continues where it stopped; a module or test file
 changed since (or DRAW_VERSION) starts its session again; after tests were only added,
 `--restamp` keeps its results instead (it refuses where more changed).
 
-    python dev/mutation_score.py hscl_jax/knn.py --sample 25 --seed 0
+    python dev/mutation_score.py hscl_jax/evaluation/knn.py --sample 25 --seed 0
     python dev/mutation_score.py --all --sample 200 --seed 0   # over hscl_jax/, by lines
     python dev/mutation_score.py --all --sample 200 --plan     # its mutants per module
     python dev/mutation_score.py --all --sample 200 --recheck  # after new tests

@@ -617,35 +617,62 @@ def test_a_replaced_handler_catches_nothing_and_what_it_caught_propagates(tmp_pa
   assert ran.returncode == 0, ran.stdout[-2000:]
 
 
-def test_every_command_the_docs_show_parses():
-  """Commands in code blocks (a line of their own) and in code spans (over line breaks)."""
-  tool = 'python dev/mutation_score.py'
-  commands = []
-  for path in (REPO / 'docs/testing.md', LOG, REPO / 'dev/mutation/score.py'):
-    text = path.read_text()
+def _score_commands(path: pathlib.Path) -> list[list[str]]:
+  """The arguments of the score commands in a file: in code blocks (a line of their own)
+  and in code spans (over line breaks), by either name of the tool; the tool's name alone,
+  in a sentence, is none."""
+  text, commands = path.read_text(), []
+  for tool in ('python dev/mutation_score.py', 'python dev/mutation score'):
     commands += [line.strip() for line in text.splitlines() if line.strip().startswith(tool)]
     commands += [' '.join(span.split()) for span in re.findall(f'`({tool}[^`]*)`', text)]
-  assert len(commands) >= 9
-  for command in commands:
-    argv = command.removeprefix(tool).split('#')[0].split()
+  arguments = [
+    re.sub(r'^python dev/mutation(_score\.py| score)', '', c).split('#')[0].split()
+    for c in commands
+  ]
+  return [argv for argv in arguments if argv]
+
+
+def test_every_command_the_docs_show_parses_and_names_existing_modules():
+  """The how-to's commands (docs/testing.md, dev/README.md, the tool's docstrings) parse and
+  name modules of today's tree; the measurements log's, a dated record of what ran then
+  (under the module paths of their day), parse."""
+  current = [
+    REPO / 'docs/testing.md',
+    REPO / 'dev/README.md',
+    REPO / 'dev/mutation/score.py',
+    REPO / 'dev/mutation/__main__.py',
+  ]
+  commands = [argv for path in current for argv in _score_commands(path)]
+  recorded = _score_commands(LOG)
+  assert len(commands) >= 9 and len(recorded) >= 9
+  for argv in commands + recorded:
     args = mutation_score.make_parser().parse_args(argv)
-    assert args.all or args.modules, command
-    assert all(module in mutation_score.TESTS_OF for module in args.modules), command
+    assert args.all or args.modules, argv
+  for argv in commands:
+    modules = mutation_score.make_parser().parse_args(argv).modules
+    assert all(module in mutation_score.TESTS_OF for module in modules), argv
+    assert all((REPO / module).is_file() for module in modules), argv
 
 
 def test_every_map_command_the_docs_show_names_existing_tests():
   """`python dev/mutation map [PYTEST_ARGS]`: its arguments go to pytest, which would run
-  no test on a misspelt path (and the tool would refuse to write the map)."""
+  no test on a misspelt path (and the tool would refuse to write the map). The measurements
+  log's are a dated record: they name test files, as they were then."""
   tool = 'python dev/mutation map'
-  commands = [
+  commands = lambda *paths: [
     line.split(tool, 1)[1].split('#')[0].split()
-    for path in (REPO / 'docs/testing.md', LOG, REPO / 'dev/mutation/coverage_map.py')
+    for path in paths
     for line in path.read_text().splitlines()
     if tool + ' ' in line + ' ' and 'usage:' not in line and f"'{tool}'" not in line
   ]
-  assert len(commands) >= 4 and [] in commands
-  for words in commands:
+  current = commands(
+    REPO / 'docs/testing.md', REPO / 'dev/README.md', REPO / 'dev/mutation/coverage_map.py'
+  )
+  assert len(current) >= 4 and [] in current
+  for words in current:
     assert all((REPO / word.split('::')[0]).exists() for word in words), words
+  for words in commands(LOG):
+    assert all(word.startswith(('tests/', '-')) for word in words), words
 
 
 def test_a_signal_kills_the_running_test_command_and_removes_the_copy(tmp_path):
