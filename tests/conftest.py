@@ -107,7 +107,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
   """A test that needs a package the README's test command does not install fails
   (tests/declared_imports.py); xdist keeps the collection's order of the groups."""
-  config.pluginmanager.register(declared_imports.Plugin(), 'declared_imports')
+  declared_imports.register(config)
   keep_the_group_order(config)
 
 

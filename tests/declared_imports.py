@@ -31,6 +31,22 @@ import requirements
 
 REPO = requirements.REPO
 README_EXTRAS = ('test',)  # what the README's test command installs
+# The extras each folder's code runs with where its docs name none: the package with the
+# trainer's, the suite and the scripts it tests with the README's test command, the
+# development tooling with dev/README.md's. A test's own folder decides what it may import.
+FOLDER_EXTRAS = {
+  'hscl_jax': ('train',),
+  'launch': ('train',),
+  'tests': README_EXTRAS,
+  'tools': README_EXTRAS,
+  'benchmarks': README_EXTRAS,
+  'dev': ('test', 'mutation', 'coverage'),
+}
+
+
+def extras_of_test(nodeid: str) -> tuple[str, ...]:
+  """The extras the test command of a test's folder installs (tests/ and dev/tests/)."""
+  return FOLDER_EXTRAS.get(nodeid.split('/', 1)[0], README_EXTRAS)
 
 
 @functools.cache
@@ -226,12 +242,17 @@ RECORDER = Recorder()
 _install(RECORDER)
 
 
-class Plugin:
-  """Registered by a conftest.py, with the extras its test command installs. Old-style hook
-  wrappers: pytest 6.2.5 (setup.py's floor) knows no other."""
+def register(config) -> None:
+  """The plugin, once per session (tests/conftest.py and dev/tests/conftest.py both ask)."""
+  if not config.pluginmanager.has_plugin('declared_imports'):
+    config.pluginmanager.register(Plugin(), 'declared_imports')
 
-  def __init__(self, extras: tuple[str, ...] = README_EXTRAS):
-    self.extras = extras
+
+class Plugin:
+  """Each test checked against the extras of its folder's test command (`extras_of_test`).
+  Old-style hook wrappers: pytest 6.2.5 (setup.py's floor) knows no other."""
+
+  def __init__(self):
     self.recorder = RECORDER
     self.collected: dict[str, dict[str, set[str]]] = {}
     self.running: dict[str, dict[str, set[str]]] = {}
@@ -264,8 +285,9 @@ class Plugin:
       return
     module = self.collected.get(item.nodeid.split('::')[0], {'imported': set(), 'asked': set()})
     merged = {key: record[key] | module[key] for key in record}
-    missing = missing_on_a_fresh_install(merged, self.extras)
+    extras = extras_of_test(item.nodeid)
+    missing = missing_on_a_fresh_install(merged, extras)
     if missing and report.passed:
-      report.outcome, report.longrepr = 'failed', explain(missing, self.extras)
+      report.outcome, report.longrepr = 'failed', explain(missing, extras)
     elif missing:
-      report.sections.append(('undeclared imports', explain(missing, self.extras)))
+      report.sections.append(('undeclared imports', explain(missing, extras)))

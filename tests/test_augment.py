@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from hscl_jax.data import augment
+from hscl_jax.data import image_ops
 
 SIZE = 8
 # Params are traced, so every test with this batch shape shares one compile.
@@ -251,8 +252,8 @@ def test_crop_and_resize_picks_the_box():
 
 @jax.jit
 def _hsv_checks(pixels):
-  hsv = augment.rgb_to_hsv(pixels)
-  return jnp.stack(hsv, -1), augment.hsv_to_rgb(*hsv), augment.adjust_hue(pixels, 1 / 3)
+  hsv = image_ops.rgb_to_hsv(pixels)
+  return jnp.stack(hsv, -1), image_ops.hsv_to_rgb(*hsv), image_ops.adjust_hue(pixels, 1 / 3)
 
 
 def test_hsv_round_trip_and_reference():
@@ -266,7 +267,7 @@ def test_hsv_round_trip_and_reference():
 
 
 def test_gaussian_blur_keeps_constants_and_smooths():
-  blur = jax.jit(jax.vmap(augment.gaussian_blur, in_axes=(0, 0, None)), static_argnums=2)
+  blur = jax.jit(jax.vmap(image_ops.gaussian_blur, in_axes=(0, 0, None)), static_argnums=2)
   noise = jax.random.uniform(jax.random.key(9), (12, 12, 3))
   images = jnp.stack([jnp.full((12, 12, 3), 0.3), noise, noise])
   constant, blurred, barely = blur(images, jnp.array([1.5, 2.0, 0.1]), 5)

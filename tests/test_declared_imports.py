@@ -29,7 +29,7 @@ import declared_imports
 declared_imports.OURS.append({ours!r})
 
 def pytest_configure(config):
-  config.pluginmanager.register(declared_imports.Plugin(), 'declared_imports')
+  declared_imports.register(config)
 """
 
 
@@ -153,6 +153,12 @@ def test_the_message_names_the_extra_that_declares_the_package():
   assert "pip install -e '.[test,mutation]'" in declared_imports.explain(
     {'cosmic_ray': ['cosmic-ray']}, ('test', 'mutation')
   )
+  assert declared_imports.extras_of_test('dev/tests/test_x.py::t') == (
+    'test',
+    'mutation',
+    'coverage',
+  )
+  assert declared_imports.extras_of_test('tests/test_x.py::t') == ('test',)
 
 
 def test_a_fresh_install_of_an_extra_brings_its_requirements_transitively():
@@ -165,17 +171,7 @@ def test_a_fresh_install_of_an_extra_brings_its_requirements_transitively():
   assert requirements.extras_providing('jax') == ['']
 
 
-# The extras each folder's code runs with where its docs name none: the package with the
-# trainer's, the suite and the scripts it tests with the README's test command, the
-# development tooling with dev/README.md's.
-FOLDER_EXTRAS = {
-  'hscl_jax': ('train',),
-  'launch': ('train',),
-  'tests': ('test',),
-  'tools': ('test',),
-  'benchmarks': ('test',),
-  'dev': ('test', 'mutation', 'coverage'),
-}
+FOLDER_EXTRAS = declared_imports.FOLDER_EXTRAS
 _ASKING = ('importorskip', 'find_spec')
 
 

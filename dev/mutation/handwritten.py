@@ -400,7 +400,7 @@ ISSUE27_MUTANTS = (
   ),
   M(
     'contrast_blends_with_rgb_mean',
-    'hscl_jax/data/augment.py',
+    'hscl_jax/data/image_ops.py',
     'mean = jnp.mean(image @ jnp.asarray(_LUMA, image.dtype))',
     'mean = jnp.mean(image)',
     AUGMENT_TESTS,
@@ -421,7 +421,7 @@ ISSUE27_MUTANTS = (
   ),
   M(
     'blur_edge_padding',
-    'hscl_jax/data/augment.py',
+    'hscl_jax/data/image_ops.py',
     "padded = jnp.pad(image, pad, mode='reflect')",
     "padded = jnp.pad(image, pad, mode='edge')",
     AUGMENT_TESTS,

@@ -16,8 +16,9 @@ for folder in ('dev', 'tests'):
 import declared_imports
 
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-DEV_EXTRAS = ('test', 'mutation', 'coverage')  # dev/README.md's install command
 
 
 def pytest_configure(config):
-  config.pluginmanager.register(declared_imports.Plugin(DEV_EXTRAS), 'declared_imports')
+  """A test here may import what dev/README.md's command installs (declared_imports'
+  FOLDER_EXTRAS['dev'])."""
+  declared_imports.register(config)
