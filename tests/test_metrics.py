@@ -46,18 +46,34 @@ def test_a_write_that_dies_leaves_the_previous_file(tmp_path, monkeypatch):
   writer = metrics.MetricWriter(str(tmp_path))
   writer.write(10, {'epoch': 1, 'train_loss': 0.1})
   before = (tmp_path / layout.METRICS_FILE).read_text()
-  real_write_text = epath.Path.write_text
+  local_path = type(epath.Path(tmp_path))  # the class epath gives a local path
+  real_open = local_path.open
 
-  def dies_halfway(path, text, *args, **kwargs):
-    real_write_text(path, text[:-10], *args, **kwargs)
-    raise OSError(28, 'No space left on device')
+  class DiesHalfway:  # the disk fills while the new contents are written
+    def __init__(self, f):
+      self.f = f
 
-  monkeypatch.setattr(epath.Path, 'write_text', dies_halfway)
+    def __enter__(self):
+      return self
+
+    def __exit__(self, *exc_info):
+      self.f.close()
+
+    def write(self, data):
+      self.f.write(data[:-10])
+      raise OSError(28, 'No space left on device')
+
+  def open_dying_halfway(path, mode='r', *args, **kwargs):
+    f = real_open(path, mode, *args, **kwargs)
+    return DiesHalfway(f) if 'w' in mode else f
+
+  monkeypatch.setattr(local_path, 'open', open_dying_halfway)
   with pytest.raises(OSError):
     writer.write(20, {'epoch': 2, 'train_loss': 0.05})
   monkeypatch.undo()
   writer.close()
   assert (tmp_path / layout.METRICS_FILE).read_text() == before
+  assert not [p for p in tmp_path.iterdir() if p.name.endswith('.tmp')]
   assert metrics.read_metrics(str(tmp_path)) == [{'step': 10, 'epoch': 1, 'train_loss': 0.1}]
 
 

@@ -29,6 +29,7 @@ from hscl_jax import models
 from hscl_jax import parallel
 from hscl_jax.data import augment
 from hscl_jax.evaluation import features as eval_features
+from hscl_jax.rundir import atomic
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import trained_run
 
@@ -152,10 +153,7 @@ def _write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
   """Writes atomically (a partial file never has the final name)."""
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
-  temporary = path + '.tmp'
-  with open(temporary, 'wb') as f:  # a file object: np.savez appends no suffix
-    np.savez(f, **arrays)
-  os.replace(temporary, path)
+  atomic.write(path, lambda f: np.savez(f, **arrays))  # a file object: no suffix appended
 
 
 def _check_request(out: str, folder: str | None, split: str | None) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from hscl_jax import errors
 from hscl_jax.evaluation import hard_negatives
+from hscl_jax.rundir import atomic
 
 TSNE_MAX_POINTS = 5000  # t-SNE is quadratic in memory and slow beyond this on a CPU
 LEGEND_MAX_CLASSES = 20
@@ -168,5 +169,5 @@ def hardest_negatives(
 
 def _save(fig, path: str, rect=(0, 0, 1, 1)) -> None:
   fig.tight_layout(rect=rect)
-  fig.savefig(path, dpi=110)
+  atomic.write_figure(path, fig, dpi=110)
   pyplot().close(fig)

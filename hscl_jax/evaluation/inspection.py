@@ -14,7 +14,6 @@ outputs, which is what the loss sees.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
@@ -28,6 +27,7 @@ from hscl_jax import losses
 from hscl_jax.evaluation import embedding
 from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import hard_negatives
+from hscl_jax.rundir import atomic
 from hscl_jax.rundir import trained_run
 
 HARDENINGS = ('exp', 'threshold')
@@ -183,9 +183,7 @@ def inspect_run(
   os.makedirs(out_dir, exist_ok=True)
   result = false_negative_report(embedded, choice, config, k, seed)
   result.update(checkpoint_step=step, method=config.method, dataset=config.dataset)
-  with open(os.path.join(out_dir, STATISTIC_FILE), 'w') as f:
-    json.dump(result, f, indent=2)
-    f.write('\n')
+  atomic.write_json(os.path.join(out_dir, STATISTIC_FILE), result, newline=True)
   rng = np.random.default_rng(seed)
   title = f'{config.method} on {config.dataset}, checkpoint step {step}'
   figures.tsne_map(embedded, os.path.join(out_dir, TSNE_FILE), title, seed)

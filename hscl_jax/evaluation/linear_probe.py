@@ -14,7 +14,6 @@ Nothing else in DIR is touched. Protocols (config.linear_eval):
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from typing import Any
@@ -33,6 +32,7 @@ from hscl_jax import parallel
 from hscl_jax.config import schema
 from hscl_jax.data import augment
 from hscl_jax.evaluation import features as eval_features
+from hscl_jax.rundir import atomic
 from hscl_jax.rundir import trained_run
 from hscl_jax.training import optimizers
 
@@ -199,7 +199,5 @@ def linear_evaluate(
     'method': config.method,
     'seconds': time.perf_counter() - start,
   }
-  with open(os.path.join(workdir, RESULT_FILE), 'w') as f:
-    json.dump(result, f, indent=2)
-    f.write('\n')
+  atomic.write_json(os.path.join(workdir, RESULT_FILE), result, newline=True)
   return result

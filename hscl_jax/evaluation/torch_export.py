@@ -42,6 +42,7 @@ from hscl_jax.data import augment
 from hscl_jax.models import backbones
 from hscl_jax.models import factory
 from hscl_jax.models import resnet
+from hscl_jax.rundir import atomic
 from hscl_jax.rundir import trained_run
 
 FORMATS = ('torch',)
@@ -242,7 +243,5 @@ def export_torch(
   metadata = export_metadata(config, backbone, step, workdir)
   state = torch_state_dict(backbone, variables, batches=step)
   write_safetensors(out, state, {'hscl_jax': json.dumps(metadata)})
-  with open(metadata_path(out), 'w') as f:
-    json.dump(metadata, f, indent=2)
-    f.write('\n')
+  atomic.write_json(metadata_path(out), metadata, newline=True)
   return metadata

@@ -25,6 +25,7 @@ from hscl_jax.experiments import image_pairs
 from hscl_jax.experiments import image_report
 from hscl_jax.experiments import significance
 from hscl_jax.experiments import sweep
+from hscl_jax.rundir import atomic
 
 REPORT_FILE = 'report.md'
 
@@ -226,6 +227,5 @@ def write_report(base, budgets: list[tuple[int, str]], protocol: str, report_dir
       *speed,
     ]
   report = '\n'.join(lines) + '\n'
-  with open(os.path.join(report_dir, REPORT_FILE), 'w') as f:
-    f.write(report)
+  atomic.write_text(os.path.join(report_dir, REPORT_FILE), report)
   return report

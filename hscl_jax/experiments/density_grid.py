@@ -28,6 +28,7 @@ from hscl_jax.experiments import image_pairs
 from hscl_jax.experiments import image_report
 from hscl_jax.experiments import significance
 from hscl_jax.experiments import sweep
+from hscl_jax.rundir import atomic
 
 REPORT_FILE = 'report.md'
 PLOT_FILE = 'paired_differences.png'
@@ -222,7 +223,7 @@ def plot_pairs(measured: list[Measured], out_dir: str) -> str:
     ax.set(ylabel=f'paired Δ {name} (points)', title=f'Paired differences, {name}')
     ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, PLOT_FILE), dpi=110)
+  atomic.write_figure(os.path.join(out_dir, PLOT_FILE), fig, dpi=110)
   plt.close(fig)
   return PLOT_FILE
 
@@ -264,6 +265,5 @@ def write_report(base, densities: list[Density], protocol: str, report_dir: str)
   if fn:
     lines += ["## H-UCL's hardest negatives (`python -m hscl_jax.inspect`, seed 0)", '', *fn]
   report = '\n'.join(lines) + '\n'
-  with open(os.path.join(report_dir, REPORT_FILE), 'w') as f:
-    f.write(report)
+  atomic.write_text(os.path.join(report_dir, REPORT_FILE), report)
   return report

@@ -20,6 +20,7 @@ import numpy as np
 
 from hscl_jax.experiments import significance
 from hscl_jax.graphs import train
+from hscl_jax.rundir import atomic
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
 
@@ -260,8 +261,7 @@ def markdown_report(runs, datasets, betas, repeats, config) -> str:
 def write_report(root, datasets, betas, repeats, config) -> str:
   runs = collect(root, datasets, betas, repeats)
   path = os.path.join(root, 'report.md')
-  with open(path, 'w') as f:
-    f.write(markdown_report(runs, datasets, betas, repeats, config))
+  atomic.write_text(path, markdown_report(runs, datasets, betas, repeats, config))
   return path
 
 

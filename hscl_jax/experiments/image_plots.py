@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from hscl_jax.experiments import image_grid
+from hscl_jax.rundir import atomic
 
 FOUR_LOSSES = ('loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl')
 
@@ -61,5 +62,5 @@ def plot_report(summary, best, out_dir: str) -> list[str]:
 
 def _save(fig, out_dir, name):
   fig.tight_layout()
-  fig.savefig(os.path.join(out_dir, name), dpi=110)
+  atomic.write_figure(os.path.join(out_dir, name), fig, dpi=110)
   return name

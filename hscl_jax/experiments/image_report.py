@@ -17,6 +17,7 @@ from hscl_jax.experiments import image_pairs
 from hscl_jax.experiments import image_plots
 from hscl_jax.experiments import image_runs
 from hscl_jax.experiments import raw_pixels
+from hscl_jax.rundir import atomic
 
 
 def mean_std(values) -> str:
@@ -262,6 +263,5 @@ def write_report(config, root: str, plan, grids, protocol: str, report_dir: str 
   report += '\n' + '\n'.join(image_batches.batch_composition(config, plan))
   missing = len(plan) - len(runs)
   report += f'\n{len(runs)} runs finished' + (f', {missing} missing.' if missing else '.') + '\n'
-  with open(os.path.join(out_dir, REPORT_FILE), 'w') as f:
-    f.write(report)
+  atomic.write_text(os.path.join(out_dir, REPORT_FILE), report)
   return report

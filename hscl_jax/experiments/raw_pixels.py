@@ -10,6 +10,7 @@ import numpy as np
 from hscl_jax import data
 from hscl_jax.evaluation import knn
 from hscl_jax.experiments import image_grid
+from hscl_jax.rundir import atomic
 
 RAW_PIXELS_FILE = 'raw_pixel_knn.json'
 
@@ -51,6 +52,5 @@ def raw_pixel_knn(config, root: str) -> dict:
     temperature=config.knn.temperature,
   )
   result = {'key': key, 'top1': float(top1), 'bank': len(bank), 'queries': len(queries)}
-  with open(path, 'w') as f:
-    json.dump(result, f, indent=2)
+  atomic.write_json(path, result)
   return result

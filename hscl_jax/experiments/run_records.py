@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 from absl import logging
 
 from hscl_jax.evaluation import linear_probe
+from hscl_jax.rundir import atomic
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import stored_config
@@ -40,9 +40,7 @@ def write_record(workdir: str, directory: str) -> None:
   """Copies the run's three files to `directory`, each file atomically."""
   os.makedirs(directory, exist_ok=True)
   for name in FILES:
-    target = os.path.join(directory, name)
-    shutil.copyfile(os.path.join(workdir, name), target + '.tmp')
-    os.replace(target + '.tmp', target)
+    atomic.copy(os.path.join(workdir, name), os.path.join(directory, name))
 
 
 def config_differences(recorded: dict, config) -> dict:

@@ -10,7 +10,6 @@ batches have the same padded shapes). An epoch is one jitted scan over its batch
 from __future__ import annotations
 
 import functools
-import json
 import os
 import time
 
@@ -26,6 +25,7 @@ from hscl_jax import losses
 from hscl_jax.graphs import data
 from hscl_jax.graphs import evaluate
 from hscl_jax.graphs import model as model_lib
+from hscl_jax.rundir import atomic
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
 
@@ -343,8 +343,7 @@ def _train_and_evaluate(config, dataset: data.GraphDataset, workdir: str) -> dic
     'train_seconds': train_seconds,
     'eval_seconds': time.perf_counter() - start,
   }
-  with open(os.path.join(workdir, EVAL_FILE), 'w') as f:
-    json.dump(result, f, indent=2)
+  atomic.write_json(os.path.join(workdir, EVAL_FILE), result)
   logging.info(
     '%s %s (%s, %s): accuracy %.4f (10-fold mean), train %s, eval %s',
     config.dataset,

@@ -1,11 +1,13 @@
 """The names a training run writes at the top of its workdir, defined here only.
 
 A run stopped before its first checkpoint removes what it wrote (`lock.WorkdirLock.release`
-with `undo`): exactly these names, where they appeared after the lock was taken, so a file
-or another run's directory that someone put in the workdir meanwhile is never touched.
+with `undo`): exactly these names (`is_run_entry`), where they appeared after the lock was
+taken, so a file or another run's directory put in the workdir meanwhile is never touched.
 """
 
 from __future__ import annotations
+
+import uuid
 
 CONFIG_FILE = 'config.json'
 METRICS_FILE = 'metrics.jsonl'
@@ -16,12 +18,19 @@ LOCK_FILE = 'run.lock'
 
 
 def temporary(name: str) -> str:
-  """The file an atomic write of `name` goes through (hidden, beside it)."""
-  return f'.{name}.tmp'
+  """The file an atomic write of `name` goes through (`atomic.write`): hidden, beside it,
+  its own per write, so two processes writing one file never share it."""
+  return f'.{name}.{uuid.uuid4().hex[:12]}.tmp'
 
 
-# What the run itself writes (the lock, which the lock removes, apart).
-RUN_ENTRIES = frozenset(
-  {CONFIG_FILE, METRICS_FILE, EVENTS_DIR, CHECKPOINT_DIR, UNUSABLE_DIR}
-  | {temporary(CONFIG_FILE), temporary(METRICS_FILE)}
-)
+def is_temporary_of(entry: str, name: str) -> bool:
+  return entry.startswith(f'.{name}.') and entry.endswith('.tmp')
+
+
+# What the run itself writes at the top of its workdir (the lock, which the lock removes,
+# apart); with the temporary files of its atomic writes, `is_run_entry`.
+RUN_ENTRIES = frozenset({CONFIG_FILE, METRICS_FILE, EVENTS_DIR, CHECKPOINT_DIR, UNUSABLE_DIR})
+
+
+def is_run_entry(entry: str) -> bool:
+  return entry in RUN_ENTRIES or any(is_temporary_of(entry, n) for n in RUN_ENTRIES)

@@ -26,6 +26,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from hscl_jax import errors
+from hscl_jax.rundir import atomic
 from hscl_jax.rundir import layout
 
 HEARTBEAT_SECONDS = 15.0
@@ -203,15 +204,12 @@ class WorkdirLock:
       if self._read() != self._record:
         return  # taken over (we were judged stale): never overwrite the new holder
       self._record = {**self._record, 'heartbeat': time.time()}
-      temporary = f'{self.path}.{self._record["token"]}.tmp'
-      with open(temporary, 'w') as f:
-        json.dump(self._record, f)
-      os.replace(temporary, self.path)
+      atomic.write_text(self.path, json.dumps(self._record))
 
   def release(self, *, undo: bool = False) -> None:
     """Removes the lock if this process still holds it. With `undo` (a run that stopped
     before its first checkpoint), also what the run wrote: the entries named by
-    `layout.RUN_ENTRIES` that appeared since the lock was taken, then the directories
+    `layout.is_run_entry` that appeared since the lock was taken, then the directories
     `acquire` created if they are empty. Nothing that was there before, and nothing of
     another name (a user's file, another run's directory put there meanwhile), is touched."""
     if undo and self._record is not None and self._read() == self._record:
@@ -232,7 +230,7 @@ class WorkdirLock:
 
   def _remove_new_entries(self) -> None:
     workdir = os.path.dirname(self.path) or '.'
-    for name in (set(os.listdir(workdir)) - self._found) & layout.RUN_ENTRIES:
+    for name in filter(layout.is_run_entry, set(os.listdir(workdir)) - self._found):
       path = os.path.join(workdir, name)
       if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)

@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import errors
+from hscl_jax.rundir import atomic
 from hscl_jax.rundir import layout
 
 _WRITERS_OPENED = itertools.count()
@@ -58,14 +59,6 @@ def _to_python(value: Any) -> Any:
   return value
 
 
-def write_text_atomically(path: epath.Path, text: str) -> None:
-  """Writes a temporary file beside ``path`` and renames it over ``path``, so a crash
-  leaves the old contents or the new ones, never a torn file."""
-  temporary = path.with_name(layout.temporary(path.name))
-  temporary.write_text(text)
-  temporary.replace(path)
-
-
 def config_as_json(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """The config as DIR/config.json stores it (tuples as lists, NumPy numbers as Python's)."""
   return json.loads(json.dumps(config.to_dict(), default=_to_python))
@@ -78,7 +71,7 @@ def write_config(workdir: str, config: ml_collections.ConfigDict, *, enabled: bo
   directory = epath.Path(workdir)
   directory.mkdir(parents=True, exist_ok=True)
   text = json.dumps(config_as_json(config), indent=2, sort_keys=True)
-  write_text_atomically(directory / layout.CONFIG_FILE, text + '\n')
+  atomic.write_text(directory / layout.CONFIG_FILE, text + '\n')
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
@@ -182,7 +175,7 @@ class MetricWriter:
     self._tensorboard.flush()
 
   def _rewrite(self) -> None:
-    write_text_atomically(self._path, ''.join(json.dumps(r) + '\n' for r in self.records))
+    atomic.write_text(self._path, ''.join(json.dumps(r) + '\n' for r in self.records))
 
   def close(self) -> None:
     if self._tensorboard is not None:
