@@ -202,7 +202,7 @@ HAND_TESTS_OF = {
   'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py', _ENTRY),
   'hscl_jax/rundir/__init__.py': (_LAYOUT,),
   'hscl_jax/rundir/checkpoints.py': ('tests/test_errors.py', 'tests/test_train.py'),
-  'hscl_jax/rundir/atomic.py': ('tests/test_atomic.py', 'tests/test_metrics.py'),
+  'hscl_jax/rundir/atomic.py': ('tests/test_atomic.py',),
   'hscl_jax/rundir/layout.py': (
     'tests/test_workdir_lock.py',
     'tests/test_train.py',
