@@ -144,6 +144,11 @@ def test_pytorchs_rows_come_from_its_process_with_the_same_sizes(monkeypatch):
   commands = []
   fake = FakePopen(stdout, 'Traceback\nRuntimeError: CUDA error: unspecified\n', 1, commands)
   monkeypatch.setattr(accelerator.subprocess, 'Popen', fake)
+  # PyTorch's process is faked: whether torch is installed here does not matter.
+  find_spec = accelerator.importlib.util.find_spec
+  monkeypatch.setattr(
+    accelerator.importlib.util, 'find_spec', lambda name: name == 'torch' or find_spec(name)
+  )
   args = args_of('--torch_device=cuda', '--models=resnet18', '--dtypes=float32,bfloat16',
                  '--batch_size=64', '--image_size=32', '--steps=3')  # fmt: skip
   result = accelerator.torch_reference(args)
