@@ -63,10 +63,13 @@ OURS = [str(REPO)]  # the folders whose files are ours (a test of the plugin add
 
 def _is_ours(path: str | None) -> bool:
   """A file of this repository (not of a virtual environment kept inside it)."""
-  if not path:
-    return False
+  return bool(path) and _is_our_file(path, tuple(OURS))
+
+
+@functools.cache
+def _is_our_file(path: str, ours: tuple[str, ...]) -> bool:
   resolved = os.path.realpath(path)
-  inside = any(resolved.startswith(os.path.realpath(root) + os.sep) for root in OURS)
+  inside = any(resolved.startswith(os.path.realpath(root) + os.sep) for root in ours)
   return inside and 'site-packages' not in resolved
 
 
