@@ -17,6 +17,7 @@ import pytest
 from hscl_jax import models
 from hscl_jax.models import backbones
 from hscl_jax.models import layers
+from hscl_jax.rundir import versions
 
 
 def model_config(**overrides):
@@ -350,9 +351,11 @@ def test_create_model_fields():
   assert (model.head_hidden, model.head_out) == (64, 8)
   assert model.dtype == jnp.bfloat16 and model.bn_momentum == 0.99
   assert model.bn_axis_name == 'batch'
-  stored_before_the_fields = model_config()
+  # A ResNet's config.json of format 0 (the padding shapes only the ResNets), as read.
+  stored_before_the_fields = model_config(name='resnet18').to_dict()
   del stored_before_the_fields['activation'], stored_before_the_fields['strided_padding']
-  stored = models.create_model(stored_before_the_fields)
+  migrated = versions.migrate_config({'model': stored_before_the_fields})['model']
+  stored = models.create_model(ml_collections.ConfigDict(migrated))
   assert (stored.activation, stored.strided_padding) == ('relu', 'same')
 
 

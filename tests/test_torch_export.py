@@ -47,7 +47,7 @@ def _run(tmp_path, name, stem, image_size, *, stored_before=False):
   `stored_before`: a config.json without model.strided_padding (a run trained before it)."""
   config = _config(name, stem, image_size)
   if stored_before:
-    del config.model['strided_padding']
+    config.model.strided_padding = 'same'  # what it trained with; its config.json lacks it
   raw = jax.random.randint(jax.random.key(2), (NUM_IMAGES, image_size, image_size, 3), 0, 256)
   raw = np.asarray(raw, np.uint8)
   images = augment.preprocess_eval(
@@ -55,6 +55,10 @@ def _run(tmp_path, name, stem, image_size, *, stored_before=False):
   )
   workdir = tmp_path / 'run'
   variables = write_run(workdir, config)
+  if stored_before:  # config.json of format 0: no version, no model.strided_padding
+    stored = json.loads((workdir / 'config.json').read_text())
+    del stored['format_version'], stored['model']['strided_padding']
+    (workdir / 'config.json').write_text(json.dumps(stored))
   model = models.create_model(config.model)
   features = jax.jit(lambda v, x: model.apply(v, x, train=False, method='features'))(
     variables, images

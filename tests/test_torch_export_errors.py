@@ -11,6 +11,7 @@ import pathlib
 import stat
 import sys
 
+from ml_collections import config_dict
 import numpy as np
 import pytest
 import safetensors
@@ -29,6 +30,7 @@ from hscl_jax.evaluation import torch_export  # noqa: E402
 from hscl_jax.models import backbones  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
+from hscl_jax.rundir import versions  # noqa: E402
 
 STEP = 7
 THIS_FILE = pathlib.Path(__file__)
@@ -172,7 +174,9 @@ def test_only_a_run_stored_before_strided_padding_needs_the_hook(name, convs):
   backbone = backbones.make_backbone(name)
   meta = torch_export.export_metadata(config, backbone, STEP, 'run')
   assert meta['strided_padding'] == 'symmetric' and 'same_padding_convs' not in meta
-  del config.model['strided_padding']
+  stored = metrics.config_as_json(config)
+  del stored['model']['strided_padding']  # its config.json, of format 0, as a reader gets it
+  config = config_dict.ConfigDict(versions.migrate_config(stored))
   meta = torch_export.export_metadata(config, backbone, STEP, 'run')
   assert (meta['strided_padding'], meta['same_padding_convs']) == ('same', convs)
 

@@ -48,6 +48,7 @@ from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402,E501
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
+from hscl_jax.rundir import versions  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402,E501
 from hscl_jax.training import plan as plan_lib  # noqa: E402
@@ -354,7 +355,10 @@ def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted_run):
   assert result.last_record == records[-1]
 
   saved = json.loads((workdir / 'config.json').read_text())
-  assert saved == json.loads(json.dumps(tiny_config().to_dict()))
+  assert saved == {
+    **json.loads(json.dumps(tiny_config().to_dict())),
+    'format_version': versions.FORMAT_VERSION,
+  }
   # Every file has the mode any new file gets (a co-worker in the group reads them).
   umask = os.umask(0o022)
   os.umask(umask)

@@ -16,6 +16,7 @@ from hscl_jax.rundir import layout
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import trained_run
+from hscl_jax.rundir import versions
 from hscl_jax.training import loop
 from hscl_jax.training import preemption
 
@@ -36,8 +37,7 @@ def finished_run(root: str, setting: image_grid.Setting, seed: int, linear_eval)
   with open(result_path) as f:
     result = json.load(f)
   history = metrics.read_metrics(workdir)
-  with open(os.path.join(workdir, layout.CONFIG_FILE)) as f:
-    num_epochs = json.load(f)['num_epochs']
+  num_epochs = versions.read_config(os.path.join(workdir, layout.CONFIG_FILE))['num_epochs']
   last_step = trained_run.resolve_step(workdir, None)
   if not run_records.is_finished(
     history, result, num_epochs, last_step, linear_eval, LINEAR_EVAL_KEYS

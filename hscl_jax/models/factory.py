@@ -1,10 +1,9 @@
-"""The model a config names: `create_model` (the one validation of config.model), the
-fields a stored run lacks (`as_trained`), and the initial variables."""
+"""The model a config names: `create_model` (the one validation of config.model) and the
+initial variables."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -32,28 +31,19 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
 # What a run stored before a field existed trained with (its config.json lacks the field).
-STORED_WITHOUT = {'activation': 'relu', 'strided_padding': 'same'}
-
-
 _CHOICES = {'activation': layers.ACTIVATIONS, 'strided_padding': layers.STRIDED_PADDINGS}
 
 
+# What a config.model without the field means (a stored run's is migrated first:
+# rundir/versions).
+_DEFAULTS = {'activation': 'relu', 'strided_padding': 'symmetric'}
+
+
 def configured(model_config, field: str) -> str:
-  """config.model.<field> (activation or strided_padding), validated; a run stored
-  before the field existed: what it trained with (STORED_WITHOUT)."""
-  value = model_config.get(field, STORED_WITHOUT[field])
+  """config.model.<field> (activation or strided_padding), validated."""
+  value = model_config.get(field, _DEFAULTS[field])
   layers.check_choice(field, value, _CHOICES[field])
   return value
-
-
-def as_trained(stored_model: dict[str, Any]) -> dict[str, Any]:
-  """A stored config.model (as DIR/config.json holds it) with the value its run trained
-  with of each field it lacks that shapes its backbone (STORED_WITHOUT): resuming it with
-  today's default would silently change the model."""
-  shaped = set(STORED_WITHOUT)
-  if not str(stored_model.get('name', '')).startswith('resnet'):
-    shaped.discard('strided_padding')  # small_cnn's convolutions pad as Flax's 'SAME'
-  return {**{f: STORED_WITHOUT[f] for f in shaped}, **stored_model}
 
 
 def create_model(model_config, *, bn_axis_name: str | None = None) -> heads.ContrastiveModel:

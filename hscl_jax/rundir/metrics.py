@@ -22,6 +22,7 @@ import numpy as np
 from hscl_jax import errors
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import layout
+from hscl_jax.rundir import versions
 
 _WRITERS_OPENED = itertools.count()
 
@@ -65,12 +66,13 @@ def config_as_json(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def write_config(workdir: str, config: ml_collections.ConfigDict, *, enabled: bool = True) -> None:
-  """Writes the resolved config (after command-line overrides) to DIR/config.json."""
+  """Writes the resolved config (after command-line overrides) to DIR/config.json, with
+  the workdir's format version (rundir/versions)."""
   if not enabled:
     return
   directory = epath.Path(workdir)
   directory.mkdir(parents=True, exist_ok=True)
-  text = json.dumps(config_as_json(config), indent=2, sort_keys=True)
+  text = json.dumps(versions.stamped(config_as_json(config)), indent=2, sort_keys=True)
   atomic.write_text(directory / layout.CONFIG_FILE, text + '\n')
 
 

@@ -17,9 +17,9 @@ import ml_collections
 
 from hscl_jax import errors
 from hscl_jax.config import schema
-from hscl_jax.models import factory
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import versions
 
 
 class ConfigChangedError(errors.UserError, ValueError):
@@ -44,13 +44,12 @@ def is_free(field: str, allowed=()) -> bool:
 def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
   """{dotted field: (stored value, current value)} of the fields both have that differ.
 
-  A field only one of them has comes from another version of hscl_jax (a field added or
-  removed since the run started); it does not stop the run from resuming, except a model
-  field whose absence means the old behaviour (factory.as_trained), which is compared.
+  `stored` is migrated to the current format first (rundir/versions: a model field an
+  older run lacks is what it trained with, and is compared). A field only one of them has
+  otherwise comes from another version of hscl_jax (a field added or removed since the run
+  started); it does not stop the run from resuming.
   """
-  if isinstance(stored.get('model'), dict):
-    stored = {**stored, 'model': factory.as_trained(stored['model'])}
-  old, new = _flatten(stored), _flatten(current)
+  old, new = _flatten(versions.migrate_config(stored)), _flatten(current)
   return {
     field: (old[field], new[field])
     for field in sorted(old.keys() & new.keys())
@@ -82,11 +81,8 @@ def check_unchanged(
   )
   # A model field the run's config.json lacks (it predates the field): the run continues
   # only as trained, so the fix names that value, not a deliberate change.
-  as_trained = [
-    f'--config.{f}={old}'
-    for f, (old, _) in changed.items()
-    if f.startswith('model.') and f.split('.', 1)[1] not in stored.get('model', {})
-  ]
+  migrated = versions.added_by_migration(stored)
+  as_trained = [f'--config.{f}={old}' for f, (old, _) in changed.items() if f in migrated]
   if as_trained:
     raise ConfigChangedError(
       f'workdir {workdir} holds a run trained before this field existed ({listed}). '

@@ -5,7 +5,6 @@ export start from."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -17,6 +16,7 @@ from hscl_jax import errors
 from hscl_jax import models
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import layout
+from hscl_jax.rundir import versions
 
 
 class LinearEvalError(errors.UserError, RuntimeError):
@@ -30,8 +30,7 @@ def load_run_config(workdir: str) -> config_dict.ConfigDict:
       f'{path} not found: --workdir must be the directory of a training run '
       '(python -m hscl_jax.main --workdir=DIR writes it), or pass --config=FILE.'
     )
-  with open(path) as f:
-    return config_dict.ConfigDict(json.load(f))
+  return config_dict.ConfigDict(versions.read_config(path))
 
 
 def resolve_step(workdir: str, step: int | None) -> int:

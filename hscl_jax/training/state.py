@@ -17,6 +17,7 @@ import ml_collections
 import optax
 
 from hscl_jax import models
+from hscl_jax.rundir import versions
 from hscl_jax.training import queue as negative_queue
 
 
@@ -128,24 +129,28 @@ class EpochPosition:
     return steps, self.seconds - self.compile_seconds
 
   def to_metadata(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-    # Key names of the checkpoints written before this class existed, so they resume.
-    return {
-      'epoch_end_pending': self.steps_done,
-      'epoch_seconds': self.seconds,
-      'epoch_steps_timed': self.steps_timed,
-      'epoch_compile_seconds': self.compile_seconds,
-      'epoch_compile_steps': self.compile_steps,
-      'records': records,
-    }
+    """The checkpoint's metadata, in the workdir's format (rundir/versions)."""
+    return versions.stamped(
+      {
+        'epoch_end_pending': self.steps_done,
+        'epoch_seconds': self.seconds,
+        'epoch_steps_timed': self.steps_timed,
+        'epoch_compile_seconds': self.compile_seconds,
+        'epoch_compile_steps': self.compile_steps,
+        'records': records,
+      }
+    )
 
   @classmethod
   def from_metadata(cls, metadata: dict[str, Any]) -> tuple[EpochPosition, list | None]:
-    """(position, records); records are None in older checkpoints (the file is trusted)."""
+    """(position, records); records are None where the checkpoint kept none (the file is
+    then trusted)."""
+    metadata = versions.migrate_metadata(metadata)
     position = cls(
-      steps_done=bool(metadata.get('epoch_end_pending', False)),
-      seconds=float(metadata.get('epoch_seconds', 0.0)),
-      steps_timed=int(metadata.get('epoch_steps_timed', 0)),
-      compile_seconds=float(metadata.get('epoch_compile_seconds', 0.0)),
-      compile_steps=int(metadata.get('epoch_compile_steps', 0)),
+      steps_done=bool(metadata['epoch_end_pending']),
+      seconds=float(metadata['epoch_seconds']),
+      steps_timed=int(metadata['epoch_steps_timed']),
+      compile_seconds=float(metadata['epoch_compile_seconds']),
+      compile_steps=int(metadata['epoch_compile_steps']),
     )
-    return position, metadata.get('records')
+    return position, metadata['records']
