@@ -209,6 +209,7 @@ HAND_TESTS_OF = {
     'tests/test_atomic.py',
   ),
   'hscl_jax/rundir/lock.py': ('tests/test_workdir_lock.py',),
+  'hscl_jax/rundir/versions.py': ('tests/test_versions.py',),
   'hscl_jax/rundir/metrics.py': ('tests/test_metrics.py', 'tests/test_stored_config.py'),
   'hscl_jax/rundir/stored_config.py': ('tests/test_stored_config.py',),
   'hscl_jax/rundir/trained_run.py': _LINEAR_PROBE,
