@@ -197,15 +197,15 @@ MUTANTS = (
   ),
   M(
     'tau_schedule_default_temperature',
-    'hscl_jax/training/plan.py',
+    'hscl_jax/config/methods.py',
     '    num_epochs=config.num_epochs,\n    temperature=config.temperature,\n  )',
     '    num_epochs=config.num_epochs,\n  )',
     ('tests/test_configs.py', 'tests/test_train_wiring.py', '-k', 'hyperparameters'),
   ),
   M(
     'hucl_tau_plus_dropped',
-    'hscl_jax/training/step.py',
-    '        tau_plus=config.tau_plus,\n',
+    'hscl_jax/config/methods.py',
+    '    tau_plus=options.tau_plus,\n',
     '',
     ('tests/test_train_wiring.py', 'tests/test_train.py', '-k', 'configured_loss or variants'),
   ),

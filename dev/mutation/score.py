@@ -115,6 +115,7 @@ _LAYOUT = 'tests/test_layout.py'
 HAND_TESTS_OF = {
   'hscl_jax/__init__.py': ('tests/test_package.py',),
   'hscl_jax/config/__init__.py': (_LAYOUT,),
+  'hscl_jax/config/methods.py': ('tests/test_methods.py', *_TRAIN, 'tests/test_inspect.py'),
   'hscl_jax/config/schema.py': (
     'tests/test_configs.py',
     'tests/test_config_properties.py',

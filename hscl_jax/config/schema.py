@@ -20,14 +20,14 @@ import ml_collections
 from hscl_jax import data
 from hscl_jax import errors
 from hscl_jax import models
+from hscl_jax.config import methods
 from hscl_jax.data import augment
 from hscl_jax.models import factory
 from hscl_jax.training import optimizers
 
-METHODS = ('ucl', 'hucl', 'scl', 'hscl')
-HARDENINGS = ('exp', 'threshold')
+METHODS = methods.NAMES  # the methods table's, read when checked
+HARDENINGS = methods.HARDENINGS
 DIAGNOSTICS_POSITIVES = ('sample', 'label')
-SUPERVISED_METHODS = ('scl', 'hscl')
 
 ConfigError = errors.ConfigError
 fail = errors.fail
@@ -322,13 +322,13 @@ def validate_linear_eval(linear_eval: ml_collections.ConfigDict) -> None:
 
 def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> None:
   """Checks that need the dataset: supervised methods need negatives of another class."""
-  if config.method in SUPERVISED_METHODS and num_classes < 2:
+  if config.method in methods.SUPERVISED_NAMES and num_classes < 2:
     fail(
       'method',
       f'{config.method!r} takes its negatives from other classes, but the '
       f'{config.dataset} training split has {num_classes} class (every loss would be 0)',
       'add classes (one sub-folder each), or use an unsupervised method, '
-      '--config.method=ucl or hucl',
+      f'--config.method={" or ".join(methods.UNSUPERVISED_NAMES)}',
     )
 
 

@@ -24,13 +24,14 @@ import numpy as np
 from hscl_jax import data
 from hscl_jax import errors
 from hscl_jax import losses
+from hscl_jax.config import methods
 from hscl_jax.evaluation import embedding
 from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import hard_negatives
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import trained_run
 
-HARDENINGS = ('exp', 'threshold')
+HARDENINGS = methods.HARDENINGS
 TSNE_FILE = 'tsne.png'
 NEIGHBOURS_FILE = 'neighbours.png'
 HARDEST_FILE = 'hardest_negatives.png'
@@ -55,11 +56,9 @@ class HardeningChoice:
 
   def function(self) -> losses.Hardening:
     try:
-      if self.name == 'exp':
-        return losses.exponential(self.value)
-      return losses.threshold(self.value)
+      return methods.hardening(self.name, self.value)
     except ValueError as error:
-      flag = 'beta' if self.name == 'exp' else 'tau'
+      flag = methods.HARDENING_PARAMETER[self.name]
       raise InspectError(f'--{flag}={self.value}: {error} Fix: pass e.g. --{flag}=1.') from None
 
   def describe(self) -> str:
@@ -68,7 +67,7 @@ class HardeningChoice:
     return f'η(g) = 1(exp(g) ≥ τ), τ = {self.value:.3g}'
 
   def as_json(self) -> dict[str, Any]:
-    return {'hardening': self.name, 'beta' if self.name == 'exp' else 'tau': self.value}
+    return {'hardening': self.name, methods.HARDENING_PARAMETER[self.name]: self.value}
 
 
 def run_hardening(
@@ -86,13 +85,7 @@ def run_hardening(
   if name == 'exp':
     return HardeningChoice('exp', float(config.beta if beta is None else beta))
   if tau is None:
-    tau = losses.tau_schedule(
-      config.num_epochs,
-      start=config.tau_start,
-      end=config.tau_end,
-      num_epochs=config.num_epochs,
-      temperature=config.temperature,
-    )
+    tau = methods.tau_at(config, config.num_epochs)
   return HardeningChoice('threshold', float(tau))
 
 

@@ -15,6 +15,7 @@ import optax
 
 from hscl_jax import data
 from hscl_jax import losses
+from hscl_jax.config import methods
 from hscl_jax.config import schema
 from hscl_jax.training import optimizers
 
@@ -94,22 +95,13 @@ def loss_hyperparameters(config: ml_collections.ConfigDict, epoch: int) -> dict[
     )
   else:
     beta = config.beta
-  tau = losses.tau_schedule(
-    epoch,
-    start=config.tau_start,
-    end=config.tau_end,
-    num_epochs=config.num_epochs,
-    temperature=config.temperature,
-  )
+  tau = methods.tau_at(config, epoch)
   return {'beta': np.float32(beta), 'tau': np.float32(tau)}
 
 
 def used_hyperparameters(config: ml_collections.ConfigDict) -> tuple[str, ...]:
   """The entries of `loss_hyperparameters` that the loss or the diagnostics read."""
-  hardening_parameter = 'beta' if config.hardening == 'exp' else 'tau'
-  used = set()
-  if config.method == 'hucl':
-    used.add('beta')
-  if config.method == 'hscl' or config.diagnostics:
-    used.add(hardening_parameter)
+  used = set(methods.of_config(config).reads)
+  if config.diagnostics:
+    used.add(methods.HARDENING_PARAMETER[config.hardening])
   return tuple(sorted(used))

@@ -31,6 +31,7 @@ import optax
 from hscl_jax import losses
 from hscl_jax import models
 from hscl_jax import parallel
+from hscl_jax.config import methods
 from hscl_jax.data import augment
 from hscl_jax.training import gradcache
 from hscl_jax.training import queue as negative_queue
@@ -38,41 +39,24 @@ from hscl_jax.training import state as state_lib
 
 
 def make_loss_fn(config: ml_collections.ConfigDict):
-  """(normalised projections [b, 2, d], labels [b], hyper) -> global-batch loss, f32."""
+  """(normalised projections [b, 2, d], labels [b], hyper) -> global-batch loss, f32: the
+  loss of the config's row of the methods table."""
   common = dict(temperature=config.temperature, M=config.M, axis_name=parallel.AXIS)
-  method = config.method
-
-  def hardening(hyper):
-    if config.hardening == 'exp':
-      return losses.exponential(hyper['beta'])
-    return losses.threshold(hyper['tau'])
+  method = methods.of_config(config)
 
   def loss_fn(z, labels, hyper, *, keys=None, queue=None):
     """``keys``: the key encoder's projections, if any; ``queue``: a negative_queue.Queue."""
-    kw = dict(common, keys=keys, **(queue.loss_arguments() if queue is not None else {}))
-    if method == 'ucl':
-      return losses.ucl(z, **kw)
-    if method == 'hucl':
-      return losses.hucl(
-        z,
-        beta=hyper['beta'],
-        tau_plus=config.tau_plus,
-        stop_gradient_weights=config.stop_gradient_weights,
-        **kw,
-      )
-    if method == 'scl':
-      return losses.scl(z, labels, **kw)
-    return losses.hscl(
-      z,
-      labels,
-      hardening=hardening(hyper),
-      stop_gradient_weights=config.stop_gradient_weights,
-      **kw,
-    )
+    kernel = dict(common, keys=keys, **(queue.loss_arguments() if queue is not None else {}))
+    options = methods.LossOptions(kernel, config.tau_plus, config.stop_gradient_weights)
+    return method.loss(z, labels, hyper, options)
 
   def diagnostics_fn(z, labels, hyper):
     return losses.batch_diagnostics(
-      z, labels, hardening=hardening(hyper), positives=config.diagnostics_positives, **common
+      z,
+      labels,
+      hardening=methods.config_hardening(config, hyper),
+      positives=config.diagnostics_positives,
+      **common,
     )
 
   return loss_fn, diagnostics_fn

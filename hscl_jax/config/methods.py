@@ -1,0 +1,220 @@
+"""The methods: one row per method and setting of the paper's comparison (docs/method.md).
+
+Config validation, the training loss and its hyperparameters, inspection's hardening, the
+image and graph grids, their paired claims and launch/sweep.py all read `ROWS`, when they
+run (so a row added for a test is seen by all of them). Adding a method is its loss
+function, written with `hscl_jax.losses`, and one `Method` row in `ROWS`.
+
+A row is a config's (method, hardening) choice: `config.method` names the loss, and for a
+method with several rows (H-SCL) `config.hardening` picks the row, `selects` saying which.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+import dataclasses
+from typing import Any
+
+from hscl_jax import losses
+
+# config.hardening's values, and the loss hyperparameter (training/plan's) each one reads.
+HARDENINGS = ('exp', 'threshold')
+HARDENING_PARAMETER = {'exp': 'beta', 'threshold': 'tau'}
+
+# The paper's grids (Table I, eq. (4)): β for the exponential hardening, τ's schedule
+# start × end for the threshold one.
+BETA_GRID = (0.1, 0.5, 1.0, 2.0, 5.0)
+TAU_STARTS = (-0.5, -0.3, -0.1)
+TAU_ENDS = (-0.1, 0.0, 0.1)
+GRID_FIELDS = ('beta', 'tau_start', 'tau_end')  # the config fields a grid point sets
+
+
+@dataclasses.dataclass(frozen=True)
+class LossOptions:
+  """What a loss reads besides the batch and the epoch's hyperparameters: `kernel` is every
+  loss's keyword arguments (temperature, M, axis_name, the key encoder's projections and
+  the queue's arguments), the rest the config's options of some losses."""
+
+  kernel: Mapping[str, Any]
+  tau_plus: float = 0.0
+  stop_gradient_weights: bool = False
+
+
+# (normalised projections [b, 2, d], labels [b], the epoch's hyperparameters, options) -> loss
+LossFn = Callable[[Any, Any, Mapping[str, Any], LossOptions], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """One method with one hardening: its names, what it reads, its loss and its grid.
+
+  `name` is config.method's value; `label` the paper's (report tables, --methods of the
+  reports); `slug` the comparison's run directories and --seeds_for; `sweep_name`
+  launch/sweep.py's --methods. `hardening` is 'none', 'exp' (β) or 'threshold' (τ).
+  `queue`: the comparison's queue experiment runs it again with a queue; `graph`: Table
+  II's graph experiment runs it (its loss there is the local–global one, tilted by β).
+  """
+
+  name: str
+  label: str
+  slug: str
+  sweep_name: str
+  supervised: bool
+  hardening: str
+  loss: LossFn
+  selects: tuple[tuple[str, object], ...] = ()
+  queue: bool = False
+  graph: bool = False
+
+  @property
+  def reads(self) -> tuple[str, ...]:
+    """The loss hyperparameters (training/plan's) this row's loss reads."""
+    return () if self.hardening == 'none' else (HARDENING_PARAMETER[self.hardening],)
+
+  @property
+  def overrides(self) -> tuple[tuple[str, object], ...]:
+    """The config fields that choose this row."""
+    return (('method', self.name), *self.selects)
+
+  def grid(self, betas: Sequence[float], taus: Sequence[tuple[float, float]]) -> list[tuple]:
+    """Each setting's grid fields: one per β, per (τ start, τ end), or one empty one."""
+    if self.hardening == 'exp':
+      return [(('beta', b),) for b in betas]
+    if self.hardening == 'threshold':
+      return [(('tau_start', s), ('tau_end', e)) for s, e in taus]
+    return [()]
+
+
+def hardening(kind: str, value) -> losses.Hardening:
+  """The hardening η of `kind` ('exp' or 'threshold') at its β or τ."""
+  if kind == 'exp':
+    return losses.exponential(value)
+  return losses.threshold(value)
+
+
+def config_hardening(config, hyper: Mapping[str, Any]) -> losses.Hardening:
+  """The hardening a config trains (H-SCL) or measures (the diagnostics, inspection) with:
+  config.hardening at the epoch's hyperparameters."""
+  return hardening(config.hardening, hyper[HARDENING_PARAMETER[config.hardening]])
+
+
+def tau_at(config, epoch):
+  """τ of eq. (4) at a 1-based epoch (the threshold hardening's schedule)."""
+  return losses.tau_schedule(
+    epoch,
+    start=config.tau_start,
+    end=config.tau_end,
+    num_epochs=config.num_epochs,
+    temperature=config.temperature,
+  )
+
+
+def _ucl(z, labels, hyper, options: LossOptions):
+  return losses.ucl(z, **options.kernel)
+
+
+def _hucl(z, labels, hyper, options: LossOptions):
+  return losses.hucl(
+    z,
+    beta=hyper['beta'],
+    tau_plus=options.tau_plus,
+    stop_gradient_weights=options.stop_gradient_weights,
+    **options.kernel,
+  )
+
+
+def _scl(z, labels, hyper, options: LossOptions):
+  return losses.scl(z, labels, **options.kernel)
+
+
+def _hscl(kind: str) -> LossFn:
+  def loss(z, labels, hyper, options: LossOptions):
+    return losses.hscl(
+      z,
+      labels,
+      hardening=hardening(kind, hyper[HARDENING_PARAMETER[kind]]),
+      stop_gradient_weights=options.stop_gradient_weights,
+      **options.kernel,
+    )
+
+  return loss
+
+
+# The table, in the paper's order (Table I's rows, the grids' and the sweep's order).
+ROWS: tuple[Method, ...] = (
+  Method('ucl', 'UCL', 'ucl', 'ucl', False, 'none', _ucl, graph=True),
+  Method('hucl', 'H-UCL', 'hucl', 'hucl', False, 'exp', _hucl, graph=True),
+  Method('scl', 'SCL', 'scl', 'scl', True, 'none', _scl, queue=True, graph=True),
+  Method(
+    'hscl',
+    'H-SCL(β)',
+    'hscl_beta',
+    'hscl-exp',
+    True,
+    'exp',
+    _hscl('exp'),
+    selects=(('hardening', 'exp'),),
+    queue=True,
+    graph=True,
+  ),
+  Method(
+    'hscl',
+    'H-SCL(τ)',
+    'hscl_tau',
+    'hscl-threshold',
+    True,
+    'threshold',
+    _hscl('threshold'),
+    selects=(('hardening', 'threshold'),),
+  ),
+)
+
+# The paper's claims as pairs of rows: hardening with labels against labels alone and
+# against hardening alone; labels and hardening each against UCL.
+PAIRS = (('H-SCL(β)', 'SCL'), ('H-SCL(β)', 'H-UCL'), ('SCL', 'UCL'), ('H-UCL', 'UCL'))
+
+
+class Column(Sequence):
+  """One column of `ROWS`, read when used (a row added later is in it), e.g. the labels."""
+
+  def __init__(self, read: Callable[[tuple[Method, ...]], list]):
+    self._read = read
+
+  def __getitem__(self, index):
+    return self._read(ROWS)[index]
+
+  def __len__(self) -> int:
+    return len(self._read(ROWS))
+
+  def __repr__(self) -> str:
+    return repr(tuple(self))
+
+
+def _unique(values) -> list:
+  return list(dict.fromkeys(values))
+
+
+NAMES = Column(lambda rows: _unique(r.name for r in rows))  # config.method's values
+SUPERVISED_NAMES = Column(lambda rows: _unique(r.name for r in rows if r.supervised))
+UNSUPERVISED_NAMES = Column(lambda rows: _unique(r.name for r in rows if not r.supervised))
+LABELS = Column(lambda rows: [r.label for r in rows])
+
+
+def by_label(label: str) -> Method:
+  """The row of a paper label ('H-SCL(β)')."""
+  (row,) = [r for r in ROWS if r.label == label]
+  return row
+
+
+def of_config(config) -> Method:
+  """The row a config trains: config.method's, and of several the one config selects."""
+  rows = [r for r in ROWS if r.name == config.method]
+  for row in rows:
+    if all(config[field] == value for field, value in row.selects):
+      return row
+  raise ValueError(f'config.method={config.method!r} with config.hardening={config.hardening!r}')
+
+
+def graph_rows() -> dict[str, Method]:
+  """The graph experiment's rows by name (one per method)."""
+  return {r.name: r for r in ROWS if r.graph}
