@@ -52,7 +52,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.samples_per_class = 0
 
   # --- Method (docs/method.md, "The four settings"; eq. (3) of the paper) ---
-  config.method = 'hscl'  # ucl (SimCLR) | hucl (HCL) | scl | hscl
+  # A name of the methods table (hscl_jax/config/methods.py): ucl (SimCLR) | hucl (HCL) | scl
+  # | hscl, and for hscl config.hardening picks the row.
+  config.method = 'hscl'
   config.hardening = 'exp'  # hscl and diagnostics: 'exp' = H-SCL(beta), 'threshold' = H-SCL(tau)
   config.beta = 1.0  # exponential hardening strength (hucl, hscl with hardening='exp')
   # HCL annealing of beta: lower it by beta/l every num_epochs/l epochs; 0 = constant beta.

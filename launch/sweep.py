@@ -36,12 +36,12 @@ import sys
 
 LAUNCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(LAUNCH)
+sys.path.insert(0, REPO)  # this checkout's methods table, wherever the script is run from
 
-METHODS = ('ucl', 'hucl', 'scl', 'hscl-exp', 'hscl-threshold')
+from hscl_jax.config import methods  # noqa: E402
+
+METHODS = methods.Column(lambda rows: [r.sweep_name for r in rows])  # the table's, in order
 DATASETS = ('cifar10', 'cifar100', 'stl10')  # the paper's; 'digits' also works
-BETAS = (0.1, 0.5, 1.0, 2.0, 5.0)
-TAU_STARTS = (-0.5, -0.3, -0.1)
-TAU_ENDS = (-0.1, 0.0, 0.1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,33 +80,21 @@ def _tag(value: float) -> str:
 
 
 def method_runs(method: str, betas, tau_starts, tau_ends) -> list[tuple[str, list]]:
-  """(run name, overrides) of one method over its grid."""
-  if method == 'ucl':
-    return [('ucl', [('method', 'ucl')])]
-  if method == 'scl':
-    return [('scl', [('method', 'scl')])]
-  if method == 'hucl':
-    return [(f'hucl_beta{_tag(b)}', [('method', 'hucl'), ('beta', float(b))]) for b in betas]
-  if method == 'hscl-exp':
-    return [
-      (f'hscl-exp_beta{_tag(b)}', [('method', 'hscl'), ('hardening', 'exp'), ('beta', float(b))])
-      for b in betas
-    ]
-  if method == 'hscl-threshold':
-    return [
-      (
-        f'hscl-threshold_tau{_tag(s)}_to{_tag(e)}',
-        [
-          ('method', 'hscl'),
-          ('hardening', 'threshold'),
-          ('tau_start', float(s)),
-          ('tau_end', float(e)),
-        ],
-      )
-      for s in tau_starts
-      for e in tau_ends
-    ]
-  raise ValueError(f'unknown method {method!r}; use one of {", ".join(METHODS)}')
+  """(run name, overrides) of one method (a sweep name of the methods table) over its grid."""
+  rows = [r for r in methods.ROWS if r.sweep_name == method]
+  if not rows:
+    raise ValueError(f'unknown method {method!r}; use one of {", ".join(METHODS)}')
+  (row,) = rows
+  runs = []
+  for point in row.grid(betas, [(s, e) for s in tau_starts for e in tau_ends]):
+    values = {field: float(value) for field, value in point}
+    name = method
+    if 'beta' in values:
+      name += f'_beta{_tag(values["beta"])}'
+    if 'tau_start' in values:
+      name += f'_tau{_tag(values["tau_start"])}_to{_tag(values["tau_end"])}'
+    runs.append((name, [*row.overrides, *values.items()]))
+  return runs
 
 
 def _parse_set(items) -> list[tuple[str, str]]:
@@ -185,9 +173,11 @@ def parse_args(argv=None):
   )
   p.add_argument('--datasets', type=_csv(str), default=DATASETS)
   p.add_argument('--methods', type=_csv(str), default=METHODS, help=', '.join(METHODS))
-  p.add_argument('--betas', type=_csv(float), default=BETAS, help='hucl and hscl-exp')
-  p.add_argument('--tau_starts', type=_csv(float), default=TAU_STARTS, help='hscl-threshold')
-  p.add_argument('--tau_ends', type=_csv(float), default=TAU_ENDS, help='hscl-threshold')
+  p.add_argument('--betas', type=_csv(float), default=methods.BETA_GRID, help='hucl and hscl-exp')
+  p.add_argument(
+    '--tau_starts', type=_csv(float), default=methods.TAU_STARTS, help='hscl-threshold'
+  )
+  p.add_argument('--tau_ends', type=_csv(float), default=methods.TAU_ENDS, help='hscl-threshold')
   p.add_argument('--seeds', type=_csv(int), default=(0,))
   p.add_argument(
     '--positive_mode',

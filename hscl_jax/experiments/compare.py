@@ -49,7 +49,7 @@ _SEEDS_FOR = flags.DEFINE_list(
   'seeds_for',
   [],
   'METHOD=N pairs giving a method its own number of seeds, e.g. scl=5,hscl_beta=5 '
-  '(methods: ucl, hucl, scl, hscl_beta, hscl_tau).',
+  f'(methods: {", ".join(map(image_grid.method_slug, image_grid.METHODS))}).',
 )
 _GRID = flags.DEFINE_list(
   'grid', [], 'Grids to search: beta, tau (paper grids); queue (SCL, H-SCL(β) with a queue).'

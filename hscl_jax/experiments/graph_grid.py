@@ -18,6 +18,7 @@ import time
 from absl import logging
 import numpy as np
 
+from hscl_jax.config import methods as method_table
 from hscl_jax.experiments import significance
 from hscl_jax.graphs import train
 from hscl_jax.rundir import atomic
@@ -25,7 +26,7 @@ from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
 
 DATASETS = ('MUTAG', 'PTC', 'ENZYMES', 'IMDB-BINARY', 'IMDB-MULTI')
-METHODS = {'ucl': 'UCL', 'hucl': 'H-UCL', 'scl': 'SCL', 'hscl': 'H-SCL(β)'}
+METHODS = {name: row.label for name, row in method_table.graph_rows().items()}  # name -> label
 # Table II of the H-SCL paper (accuracy %), and InfoGraph's own published UCL numbers.
 PAPER = {
   'MUTAG': (86.8, 87.2, 86.9, 87.2),
@@ -44,14 +45,17 @@ INFOGRAPH = {
 
 def settings(betas, methods=tuple(METHODS)) -> list[tuple[str, float]]:
   """(method, β) in Table II's order; β is 0 for the unhardened methods."""
-  every = (
-    [('ucl', 0.0)] + [('hucl', b) for b in betas] + [('scl', 0.0)] + [('hscl', b) for b in betas]
-  )
+  every = [(m, b) for m in METHODS for b in (betas if hardened(m) else [0.0])]
   return [(method, beta) for method, beta in every if method in methods]
 
 
+def hardened(method: str) -> bool:
+  """Whether a graph method's loss is tilted by β (its row's exponential hardening)."""
+  return method_table.graph_rows()[method].hardening == 'exp'
+
+
 def setting_name(method: str, beta: float) -> str:
-  return method if method in ('ucl', 'scl') else f'{method}_beta{beta:g}'
+  return f'{method}_beta{beta:g}' if hardened(method) else method
 
 
 def run_dir(root: str, dataset: str, method: str, beta: float, seed: int) -> str:
@@ -82,7 +86,7 @@ def run_one(base, root, dataset, method, beta, seed, data_dir) -> dict | None:
   config = base.copy_and_resolve_references()
   config.unlock()
   config.dataset, config.data_dir, config.method, config.seed = dataset, data_dir, method, seed
-  if method in ('hucl', 'hscl'):
+  if hardened(method):
     config.beta = beta
   try:
     return train.run(config, workdir)
@@ -158,19 +162,20 @@ def _results_table(runs, datasets, betas, repeats) -> list[str]:
   for method, label in METHODS.items():
     cells = []
     for dataset in datasets:
-      beta = best_beta(table, dataset, method, betas) if method in ('hucl', 'hscl') else 0.0
+      beta = best_beta(table, dataset, method, betas) if hardened(method) else 0.0
       values = table.get((dataset, method, beta), []) if beta is not None else []
       cell = _cell(values, repeats)
-      if method in ('hucl', 'hscl') and values:
+      if hardened(method) and values:
         cell += f' (β={beta:g})'
       cells.append(cell)
     lines.append(f'| {label} | ' + ' | '.join(cells) + ' |')
   return lines
 
 
-# Table II's claims as pairs: hardening with labels against labels alone and against
-# hardening alone; labels and hardening each against UCL (image_pairs.PAIRS' order).
-PAIRS = (('hscl', 'scl'), ('hscl', 'hucl'), ('scl', 'ucl'), ('hucl', 'ucl'))
+# Table II's claims as pairs: the methods table's (image_pairs.PAIRS), by method name.
+PAIRS = tuple(
+  tuple(method_table.by_label(label).name for label in pair) for pair in method_table.PAIRS
+)
 
 
 def seed_accuracies(runs, dataset: str, method: str, beta: float | None) -> dict[int, float]:
@@ -187,7 +192,7 @@ def _paired_table(runs, datasets, betas) -> list[str]:
   Table II row), with their tests of significance (Holm over this table's rows)."""
   table = summarise(runs)
   chosen = lambda dataset, method: (
-    best_beta(table, dataset, method, betas) if method in ('hucl', 'hscl') else 0.0
+    best_beta(table, dataset, method, betas) if hardened(method) else 0.0
   )
   rows = []
   for first, second in PAIRS:

@@ -26,16 +26,9 @@ import os
 
 import ml_collections
 
-BETA_GRID = (0.1, 0.5, 1.0, 2.0, 5.0)
+from hscl_jax.config import methods
 
-
-TAU_STARTS = (-0.5, -0.3, -0.1)
-
-
-TAU_ENDS = (-0.1, 0.0, 0.1)
-
-
-METHODS = ('UCL', 'H-UCL', 'SCL', 'H-SCL(β)', 'H-SCL(τ)')
+METHODS = methods.LABELS  # the methods table's paper labels, in its order
 
 
 INSPECT_DIR = 'inspect'  # RUN/inspect: where the report looks for a run's inspect figures
@@ -43,22 +36,23 @@ INSPECT_DIR = 'inspect'  # RUN/inspect: where the report looks for a run's inspe
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-  """One method with one hyperparameter choice; `overrides` are config fields."""
+  """One method (a paper label of the methods table) with one hyperparameter choice;
+  `overrides` are config fields."""
 
   method: str
   overrides: tuple[tuple[str, object], ...]
 
   @property
   def label(self) -> str:
-    hyper = [f'{k}={v}' for k, v in self.overrides if k in ('beta', 'tau_start', 'tau_end')]
+    hyper = [f'{k}={v}' for k, v in self.overrides if k in methods.GRID_FIELDS]
     if self.queue_size:
       hyper.append(f'queue {self.queue_size}, m={self.queue_momentum}')
     return f'{self.method} ({", ".join(hyper)})' if hyper else self.method
 
   @property
   def slug(self) -> str:
-    parts = [self.method.lower().replace('(β)', '_beta').replace('(τ)', '_tau').replace('-', '')]
-    parts += [f'{k}{v}' for k, v in self.overrides if k in ('beta', 'tau_start', 'tau_end')]
+    parts = [methods.by_label(self.method).slug]
+    parts += [f'{k}{v}' for k, v in self.overrides if k in methods.GRID_FIELDS]
     parts += [f'queue{self.queue_size}'] if self.queue_size else []
     parts += [f'm{self.queue_momentum}'] if self.queue_momentum else []
     return '_'.join(parts)
@@ -87,9 +81,6 @@ QUEUE_NEGATIVES = 4096
 QUEUE_MOMENTUM = 0.99
 
 
-QUEUE_METHODS = ('SCL', 'H-SCL(β)')
-
-
 QUEUE_FIELDS = ('queue_size', 'queue_momentum')
 
 
@@ -100,26 +91,20 @@ def queue_size_for(config: ml_collections.ConfigDict) -> int:
 
 def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting]:
   """The methods of Table I, with the β / τ grids where asked and the config's values otherwise."""
-  betas = BETA_GRID if 'beta' in grids else (config.beta,)
+  betas = methods.BETA_GRID if 'beta' in grids else (config.beta,)
   taus = (
-    list(itertools.product(TAU_STARTS, TAU_ENDS))
+    list(itertools.product(methods.TAU_STARTS, methods.TAU_ENDS))
     if 'tau' in grids
     else [(config.tau_start, config.tau_end)]
   )
-  out = [Setting('UCL', (('method', 'ucl'),)), Setting('SCL', (('method', 'scl'),))]
-  out += [Setting('H-UCL', (('method', 'hucl'), ('beta', b))) for b in betas]
-  out += [
-    Setting('H-SCL(β)', (('method', 'hscl'), ('hardening', 'exp'), ('beta', b))) for b in betas
-  ]
-  out += [
-    Setting(
-      'H-SCL(τ)', (('method', 'hscl'), ('hardening', 'threshold'), ('tau_start', s), ('tau_end', e))
-    )
-    for s, e in taus
+  out = [
+    Setting(row.label, row.overrides + point)
+    for row in methods.ROWS
+    for point in row.grid(betas, taus)
   ]
   if 'queue' in grids:
     queue = (('queue_size', queue_size_for(config)), ('queue_momentum', QUEUE_MOMENTUM))
-    out += [Setting(s.method, s.overrides + queue) for s in out if s.method in QUEUE_METHODS]
+    out += [Setting(s.method, s.overrides + queue) for s in out if methods.by_label(s.method).queue]
   return sorted(out, key=lambda s: METHODS.index(s.method))  # stable: a queue run after its own
 
 
@@ -155,8 +140,9 @@ def method_slug(method: str) -> str:
 
 def plan_runs(config, seeds: list[int], grids: set[str], seeds_for: dict[str, int] | None = None):
   """(setting, seed) pairs, seed by seed (seed 0 of every setting first). `seeds_for` maps
-  a method's slug (ucl, hucl, scl, hscl_beta, hscl_tau) to its own number of seeds
-  (0, 1, ...), e.g. more seeds for the pair a claim rests on; others get `seeds`."""
+  a method's slug (the methods table's: ucl, hucl, scl, hscl_beta, hscl_tau) to its own
+  number of seeds (0, 1, ...), e.g. more seeds for the pair a claim rests on; others get
+  `seeds`."""
   seeds_for = seeds_for or {}
   unknown = sorted(set(seeds_for) - {method_slug(m) for m in METHODS})
   if unknown:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from hscl_jax.config import methods
 from hscl_jax.experiments import significance
 
-# The pairs of the paper's claims: hardening with labels against labels alone and against
-# hardening alone; labels and hardening each against UCL.
-PAIRS = (('H-SCL(β)', 'SCL'), ('H-SCL(β)', 'H-UCL'), ('SCL', 'UCL'), ('H-UCL', 'UCL'))
+PAIRS = methods.PAIRS  # the pairs of the paper's claims, by the methods' paper labels
 
 
 def paired_differences(summary, best, key: str, first: str, second: str) -> dict[int, float]:

@@ -22,6 +22,7 @@ import optax
 
 from hscl_jax import errors
 from hscl_jax import losses
+from hscl_jax.config import methods
 from hscl_jax.graphs import data
 from hscl_jax.graphs import evaluate
 from hscl_jax.graphs import model as model_lib
@@ -29,7 +30,7 @@ from hscl_jax.rundir import atomic
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
 
-METHODS = ('ucl', 'hucl', 'scl', 'hscl')
+METHODS = methods.Column(lambda rows: [r.name for r in rows if r.graph])  # the table's graph rows
 PROTOCOLS = ('leak_free', 'transductive')
 # The local–global estimator: InfoGraph's Jensen–Shannon one (Table II) or eq. (3)'s InfoNCE.
 ESTIMATORS = {'jsd': losses.local_global_jsd, 'infonce': losses.local_global_infonce}
@@ -64,7 +65,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
       f'{config.dataset}/ (python -m hscl_jax.prepare --dataset={config.dataset} '
       '--data_dir=DIR downloads it)',
     )
-  if config.method in ('hucl', 'hscl') and not config.beta >= 0:
+  if _hardened(config) and not config.beta >= 0:
     errors.fail('beta', f'{config.beta} is negative', 'use beta >= 0 (0 = no hardening)')
   for field in (
     'batch_size',
@@ -87,14 +88,22 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     )
 
 
+def _hardened(config: ml_collections.ConfigDict) -> bool:
+  return methods.graph_rows()[config.method].hardening == 'exp'
+
+
+def _supervised(config: ml_collections.ConfigDict) -> bool:
+  return methods.graph_rows()[config.method].supervised
+
+
 def protocol_of(config: ml_collections.ConfigDict) -> str:
   """'unsupervised' (ucl/hucl), or the supervised methods' 'leak_free' / 'transductive'."""
-  return 'unsupervised' if config.method in ('ucl', 'hucl') else config.protocol
+  return config.protocol if _supervised(config) else 'unsupervised'
 
 
 def beta_of(config: ml_collections.ConfigDict) -> float:
   """The tilt β: 0 for UCL/SCL (η ≡ 1 exactly), config.beta for the hardened methods."""
-  return float(config.beta) if config.method in ('hucl', 'hscl') else 0.0
+  return float(config.beta) if _hardened(config) else 0.0
 
 
 def check_dataset(config: ml_collections.ConfigDict, dataset: data.GraphDataset) -> None:
@@ -124,10 +133,7 @@ def make_model(config, dataset: data.GraphDataset) -> model_lib.InfoGraph:
 
 def compiled_for(config, dataset: data.GraphDataset):
   return compiled(
-    make_model(config, dataset),
-    float(config.learning_rate),
-    config.method in ('scl', 'hscl'),
-    config.estimator,
+    make_model(config, dataset), float(config.learning_rate), _supervised(config), config.estimator
   )
 
 
