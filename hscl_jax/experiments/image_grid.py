@@ -12,10 +12,11 @@ grid for H-SCL(τ). Runs already finished in ROOT are reused (each run resumes f
 checkpoints); a run whose workdir another process holds is skipped, so several processes
 can share one grid.
 
-This module is the grid: the methods, their settings, each run's config and directory, the
-plan of runs. Running it is experiments/image_runs; the report is experiments/image_report,
-with the paired differences (image_pairs), the labels in a batch (image_batches), the plots
-(image_plots) and the raw-pixel baseline (raw_pixels).
+This module is the grid: the settings of the methods table (hscl_jax/config/methods.py),
+each run's config and directory, the plan of runs. Running it is experiments/image_runs;
+the report is experiments/image_report, with the paired differences (image_pairs), the
+labels in a batch (image_batches), the plots (image_plots) and the raw-pixel baseline
+(raw_pixels).
 """
 
 from __future__ import annotations
