@@ -7,12 +7,12 @@ fresh install of it brings (the declared distributions' own requirements, transi
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.metadata
 import pathlib
 import re
-import runpy
-from unittest import mock
+import types
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -25,10 +25,15 @@ def distribution(requirement: str) -> str:
 
 @functools.cache
 def setup_arguments() -> dict:
-  """The keyword arguments setup.py passes to setuptools.setup."""
+  """The keyword arguments setup.py passes to setuptools.setup: its statements run with a
+  stand-in for setuptools (a fresh venv of Python 3.12 has none), its imports left out."""
   captured = {}
-  with mock.patch('setuptools.setup', lambda **kwargs: captured.update(kwargs)):
-    runpy.run_path(str(REPO / 'setup.py'), run_name='setup')
+  stand_in = types.SimpleNamespace(
+    setup=lambda **kwargs: captured.update(kwargs), find_packages=lambda **kwargs: []
+  )
+  tree = ast.parse((REPO / 'setup.py').read_text())
+  tree.body = [node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))]
+  exec(compile(tree, str(REPO / 'setup.py'), 'exec'), {'setuptools': stand_in})
   return captured
 
 
