@@ -163,19 +163,6 @@ def _install(recorder: Recorder) -> None:
   importlib.util.find_spec = recording_find_spec
 
 
-def _is_a_test_s_own(module) -> bool:
-  """A module a test wrote and imported from its own folder (a file outside every
-  installation's site-packages): no package to declare."""
-  path = getattr(module, '__file__', None)
-  if not path:
-    return False
-  parts = pathlib.Path(os.path.realpath(path)).parts
-  return not any(p in ('site-packages', 'dist-packages') for p in parts) and not any(
-    os.path.realpath(path).startswith(os.path.realpath(p) + os.sep)
-    for p in (sys.prefix, sys.base_prefix)
-  )
-
-
 def _reach(names: set[str]) -> set[str]:
   """The top-level third-party modules that importing `names` loads: each name's top level,
   and for a module of ours, its module-level imports, followed through our modules."""
@@ -195,8 +182,6 @@ def _reach(names: set[str]) -> set[str]:
         todo.extend(_module_level_imports(path))
     elif _is_ours(getattr(sys.modules.get(top), '__file__', None)):
       continue  # `from ours import name`: a name defined in our module, not a module
-    elif _is_a_test_s_own(sys.modules.get(top)):
-      continue
     elif module is not None or name == top:
       tops.add(top)
   return tops - set(sys.stdlib_module_names) - {'__future__'}
@@ -215,11 +200,9 @@ def missing_on_a_fresh_install(
   missing = {}
   for top in sorted(_reach(record['imported']) - record['asked']):
     owners = owner_distributions().get(top)
-    if owners is not None and set(owners) <= asked:
-      continue
-    if owners is None and top in sys.modules and not getattr(sys.modules[top], '__file__', 1):
-      continue  # built into the interpreter
-    if owners is None or not set(owners) & fresh:
+    if owners is None and top in sys.modules:
+      continue  # loaded, yet no distribution's: built in, or a module a test wrote itself
+    if owners is None or not set(owners) & fresh and not set(owners) <= asked:
       missing[top] = owners or [requirements.distribution(top)]
   return missing
 
