@@ -207,6 +207,22 @@ def test_compare_with_no_finished_run_says_so(tmp_path):
   assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_compare_without_matplotlib_stops_before_its_first_run(tmp_path):
+  """The report always draws: a missing [report] extra is one line before any training."""
+  program = (
+    "import runpy, sys; sys.modules['matplotlib'] = None; "
+    f"sys.argv = ['compare', '--config=configs/digits.py', '--workdir={tmp_path}']; "
+    "runpy.run_module('hscl_jax.experiments.compare', run_name='__main__')"
+  )
+  out = subprocess.run(
+    [sys.executable, '-c', program], cwd=REPO, capture_output=True, text=True, timeout=300
+  )
+  assert out.returncode == 1, out.stderr[-3000:]
+  assert 'python -m hscl_jax.experiments.compare draws with matplotlib' in out.stderr
+  assert "Fix: pip install -e '.[report]'" in out.stderr
+  assert list(tmp_path.iterdir()) == []  # no run started
+
+
 def test_ranking_marks_ties():
   scores = {'UCL': 0.90, 'SCL': 0.95, 'H-UCL': 0.90}
   assert image_report._ranking(list(scores), scores.get) == 'SCL > UCL = H-UCL'

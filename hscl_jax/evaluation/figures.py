@@ -20,14 +20,16 @@ WRONG = '#d62728'  # outline of a wrong-class neighbour or a same-class negative
 RIGHT = '#bbbbbb'
 
 
-def pyplot():
+def pyplot(program: str = 'python -m hscl_jax.inspect'):
   """matplotlib.pyplot on the Agg backend (files only, never a window); a missing
-  matplotlib (the `[report]` extra) is one line with the fix."""
+  matplotlib (the `[report]` extra) is one line naming `program` and the fix. A program
+  that trains before it draws calls this first, so the hours of training are not lost to
+  a missing package at the end."""
   try:
     import matplotlib
   except ImportError:
     raise errors.UserError(
-      'python -m hscl_jax.inspect draws with matplotlib, which is not installed. Fix: '
+      f'{program} draws with matplotlib, which is not installed. Fix: '
       "pip install -e '.[report]' (or pip install matplotlib)."
     ) from None
   matplotlib.use('Agg')

@@ -38,6 +38,7 @@ from hscl_jax import errors
 from hscl_jax.config import schema
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import image_plots
 from hscl_jax.experiments import image_report
 from hscl_jax.experiments import image_runs
 from hscl_jax.rundir import metrics
@@ -82,6 +83,7 @@ def main(argv):
   records = _REPORT_DIR.value or _WORKDIR.value
   run_args = (_CONFIG.value, _WORKDIR.value, plan, _PROTOCOL.value, records)
   report_args = (_CONFIG.value, _WORKDIR.value, plan, grids, _PROTOCOL.value)
+  errors.exit_on_user_error(image_plots.require_pyplot)
   if not _REPORT_ONLY.value:
     try:
       errors.exit_on_user_error(lambda: image_runs.run_grid(*run_args), workdir=_WORKDIR.value)

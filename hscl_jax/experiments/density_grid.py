@@ -21,6 +21,7 @@ import os
 import ml_collections
 import numpy as np
 
+from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import inspection
 from hscl_jax.experiments import image_batches
 from hscl_jax.experiments import image_grid
@@ -203,10 +204,7 @@ def false_negatives(measured: list[Measured]) -> list[str]:
 def plot_pairs(measured: list[Measured], out_dir: str) -> str:
   """PAIRS' mean difference (± std over seeds) against the same-class samples per anchor,
   linear and kNN side by side; returns the file name."""
-  import matplotlib
-
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = figures.pyplot('python -m hscl_jax.experiments.compare_densities')
 
   fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
   for ax, (key, name) in zip(axes, (('top1', 'linear top-1'), ('knn', 'kNN top-1'))):

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from hscl_jax.evaluation import figures
 from hscl_jax.experiments import image_grid
 from hscl_jax.rundir import atomic
 
@@ -20,12 +21,15 @@ def curves(runs, key):
   return epochs, [np.mean([c[e] for c in per_seed]) for e in epochs]
 
 
+def require_pyplot():
+  """matplotlib's pyplot, or one line naming the fix: the comparison calls it before its
+  first run, as its report always draws."""
+  return figures.pyplot('python -m hscl_jax.experiments.compare')
+
+
 def plot_report(summary, best, out_dir: str) -> list[str]:
   """Figs. 1, 4, 5 as PNGs; returns their file names."""
-  import matplotlib
-
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt
+  plt = require_pyplot()
 
   files = []
   fig, ax = plt.subplots(figsize=(6, 4))
