@@ -47,6 +47,21 @@ TRAIN_REQUIRES = [
 # where the reports import it, at jax's floor.
 SCIPY = 'scipy>=1.14.0'
 
+# The programs, as console scripts beside `python -m` (each program's `run()`).
+CONSOLE_SCRIPTS = {
+  'hscl-train': 'hscl_jax.main',
+  'hscl-linear-eval': 'hscl_jax.linear_eval',
+  'hscl-embed': 'hscl_jax.embed',
+  'hscl-inspect': 'hscl_jax.inspect',
+  'hscl-export': 'hscl_jax.export',
+  'hscl-prepare': 'hscl_jax.prepare',
+  'hscl-graphs': 'hscl_jax.graphs.__main__',
+  'hscl-compare': 'hscl_jax.experiments.compare',
+  'hscl-compare-densities': 'hscl_jax.experiments.compare_densities',
+  'hscl-compare-budgets': 'hscl_jax.experiments.compare_budgets',
+  'hscl-compare-graphs': 'hscl_jax.experiments.compare_graphs',
+}
+
 setuptools.setup(
   name='hscl_jax',
   version='0.1.0',
@@ -54,6 +69,9 @@ setuptools.setup(
   packages=setuptools.find_packages(include=['hscl_jax', 'hscl_jax.*']),
   python_requires='>=3.11',
   install_requires=INSTALL_REQUIRES,
+  entry_points={
+    'console_scripts': [f'{name}={module}:run' for name, module in CONSOLE_SCRIPTS.items()]
+  },
   extras_require={
     # ruff is pinned: its lint rules and formatting change between releases, and CI runs
     # `ruff check .` and `ruff format --check .`. chex 0.1.83 fails to import with jax 0.10

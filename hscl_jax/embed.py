@@ -16,6 +16,7 @@ from absl import app
 from absl import flags
 
 from hscl_jax import errors
+from hscl_jax.config import command_line
 from hscl_jax.evaluation import embedding
 from hscl_jax.rundir import metrics
 
@@ -52,5 +53,10 @@ def main(argv):
   )
 
 
+def run():
+  """The `hscl-embed` console script; `python -m hscl_jax.embed` runs it too."""
+  command_line.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  run()

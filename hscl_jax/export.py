@@ -10,14 +10,12 @@ how to build and feed the PyTorch model to FILE.json beside it.
 
 from __future__ import annotations
 
-import sys
-
 from absl import app
 from absl import flags
 from ml_collections import config_flags
 
 from hscl_jax import errors
-from hscl_jax.config import schema
+from hscl_jax.config import command_line
 from hscl_jax.evaluation import torch_export
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import trained_run
@@ -60,6 +58,10 @@ def main(argv):
   print(f'  {weights}\n  {torch_export.metadata_path(weights)}')
 
 
+def run():
+  """The `hscl-export` console script; `python -m hscl_jax.export` runs it too."""
+  command_line.run(main)
+
+
 if __name__ == '__main__':
-  schema.make_config_importable(sys.argv)
-  app.run(main, flags_parser=errors.parse_flags)
+  run()

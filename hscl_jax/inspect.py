@@ -15,6 +15,7 @@ from absl import app
 from absl import flags
 
 from hscl_jax import errors
+from hscl_jax.config import command_line
 from hscl_jax.evaluation import inspection
 from hscl_jax.rundir import metrics
 
@@ -53,5 +54,10 @@ def main(argv):
   )
 
 
+def run():
+  """The `hscl-inspect` console script; `python -m hscl_jax.inspect` runs it too."""
+  command_line.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  run()

@@ -10,7 +10,6 @@ Prints top-1/top-5 on the test split and writes DIR/linear_eval.json.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 from absl import app
@@ -18,7 +17,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from hscl_jax import errors
-from hscl_jax.config import schema
+from hscl_jax.config import command_line
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
@@ -64,6 +63,10 @@ def main(argv):
   )
 
 
+def run():
+  """The `hscl-linear-eval` console script; `python -m hscl_jax.linear_eval` runs it too."""
+  command_line.run(main)
+
+
 if __name__ == '__main__':
-  schema.make_config_importable(sys.argv)
-  app.run(main, flags_parser=errors.parse_flags)
+  run()

@@ -21,7 +21,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from hscl_jax import errors
-from hscl_jax.config import schema
+from hscl_jax.config import command_line
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
 from hscl_jax.training import distributed
@@ -73,6 +73,10 @@ def main(argv):
     sys.exit(143)
 
 
+def run():
+  """The `hscl-train` console script; `python -m hscl_jax.main` runs it too."""
+  command_line.run(main)
+
+
 if __name__ == '__main__':
-  schema.make_config_importable(sys.argv)
-  app.run(main, flags_parser=errors.parse_flags)
+  run()

@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 
 from hscl_jax import errors
+from hscl_jax.config import command_line
 from hscl_jax.data import tfds_prepare
 from hscl_jax.data.sources import DATASETS
 from hscl_jax.data.tfds_sources import TFDS_DATASETS
@@ -62,5 +63,10 @@ def main(argv):
   errors.exit_on_user_error(_prepare_from_flags)
 
 
+def run():
+  """The `hscl-prepare` console script; `python -m hscl_jax.prepare` runs it too."""
+  command_line.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  run()

@@ -21,6 +21,7 @@ from configs import cifar100  # noqa: E402
 from configs import default  # noqa: E402
 from configs import digits  # noqa: E402
 from configs import stl10  # noqa: E402
+from hscl_jax.config import command_line  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402
@@ -358,7 +359,7 @@ def test_config_json_round_trips(tmp_path):
 def test_the_config_file_argument_is_found_in_both_flag_forms(tmp_path):
   """--config=PATH and --config PATH; a PATH:ARG suffix dropped unless the whole value is a
   file; a trailing --config without a value, or none, is no path."""
-  find = schema.config_file_argument
+  find = command_line.config_file_argument
   assert find(['prog', '--config=configs/digits.py', '--workdir=w']) == 'configs/digits.py'
   assert find(['prog', '--workdir', 'w', '--config', 'configs/digits.py']) == 'configs/digits.py'
   assert find(['prog', '--config=configs/tiny_imagenet.py:cpu']) == 'configs/tiny_imagenet.py'
@@ -387,7 +388,7 @@ def test_a_config_file_elsewhere_imports_its_own_configs_package(tmp_path, monke
   (package / 'mine.py').write_text('')
   monkeypatch.setattr(sys, 'path', [str(REPO), *sys.path])
   monkeypatch.delitem(sys.modules, 'configs')
-  schema.make_config_importable(['prog', f'--config={package / "mine.py"}'])
+  command_line.make_config_importable(['prog', f'--config={package / "mine.py"}'])
   import configs
 
   assert getattr(configs, 'WHERE', None) == 'elsewhere'

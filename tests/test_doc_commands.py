@@ -1,4 +1,5 @@
-"""Every `python -m hscl_jax...` command written in a doc or a docstring parses.
+"""Every `python -m hscl_jax...` command written in a doc or a docstring parses, and so does
+every `hscl-NAME` console script's (setup.py's CONSOLE_SCRIPTS: the same program).
 
 Commands are read from README.md, docs/**/*.md, benchmarks/README.md (code blocks and code
 spans) and from the docstrings of hscl_jax/, configs/ and launch/ Python files, with
@@ -22,6 +23,7 @@ import sys
 from absl import flags
 from ml_collections import config_flags
 import pytest
+import requirements
 
 from hscl_jax.config import schema
 from hscl_jax.graphs import train as graph_train
@@ -29,7 +31,16 @@ from hscl_jax.graphs import train as graph_train
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # configs/<name>.py imports `configs.default`
 ABSL_FLAGS = {'help', 'helpfull', 'helpshort', 'flagfile', 'logtostderr', 'v', 'verbosity'}
-_COMMAND = re.compile(r'python -m (hscl_jax(?:\.\w+)+)((?:[^\n`\\]|\\\n)*)')
+# Console script -> the module `python -m` runs.
+SCRIPTS = {
+  entry.split('=', 1)[0]: entry.split('=', 1)[1].split(':')[0].removesuffix('.__main__')
+  for entry in requirements.setup_arguments()['entry_points']['console_scripts']
+}
+_SCRIPT_NAMES = '|'.join(sorted(map(re.escape, SCRIPTS), key=len, reverse=True))
+_COMMAND = re.compile(
+  rf'(?:python -m (hscl_jax(?:\.\w+)+)|(?<![\w./-])({_SCRIPT_NAMES})(?![\w-]))'
+  r'((?:[^\n`\\]|\\\n)*)'
+)
 # ml_collections loads config files with importlib's deprecated load_module().
 _LOAD_MODULE_WARNING = 'ignore:the load_module:DeprecationWarning'
 _SHELL_END = {'&', '&&', '|', ';', '#', '>', '2>&1'}
@@ -62,19 +73,21 @@ def documented_commands() -> list[tuple[str, str, list[str]]]:
   for path, text in _texts():
     for match in _COMMAND.finditer(text):
       words = []
-      for word in shlex.split(match.group(2).replace('\\\n', ' '), comments=False, posix=True):
+      for word in shlex.split(match.group(3).replace('\\\n', ' '), comments=False, posix=True):
         if word in _SHELL_END or word.startswith('#'):
           break
         words.append(word)
-      commands.append((str(path.relative_to(REPO)), match.group(1), words))
+      module = match.group(1) or SCRIPTS[match.group(2)]
+      commands.append((str(path.relative_to(REPO)), module, words))
   return commands
 
 
 def program_file(module: str) -> pathlib.Path | None:
-  """The file `python -m module` runs, if it is a program (it calls app.run)."""
+  """The file `python -m module` runs, if it is a program (it starts through
+  command_line.run)."""
   base = REPO / module.replace('.', '/')
   for path in (base.with_suffix('.py'), base / '__main__.py'):
-    if path.is_file() and 'app.run(' in path.read_text():
+    if path.is_file() and 'command_line.run(main)' in path.read_text():
       return path
   return None
 

@@ -11,6 +11,7 @@ process, imports everything it needs and lists its flags.
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import os
 import pathlib
 import re
@@ -18,21 +19,14 @@ import subprocess
 import sys
 
 import pytest
+import requirements
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-# Module -> the name `python -m` takes.
+# Module -> the name `python -m` takes: the programs setup.py declares as console scripts.
+CONSOLE_SCRIPTS = requirements.setup_arguments()['entry_points']['console_scripts']
 ENTRY_POINTS = {
-  'hscl_jax.main': 'hscl_jax.main',
-  'hscl_jax.linear_eval': 'hscl_jax.linear_eval',
-  'hscl_jax.export': 'hscl_jax.export',
-  'hscl_jax.embed': 'hscl_jax.embed',
-  'hscl_jax.inspect': 'hscl_jax.inspect',
-  'hscl_jax.prepare': 'hscl_jax.prepare',
-  'hscl_jax.graphs.__main__': 'hscl_jax.graphs',
-  'hscl_jax.experiments.compare': 'hscl_jax.experiments.compare',
-  'hscl_jax.experiments.compare_graphs': 'hscl_jax.experiments.compare_graphs',
-  'hscl_jax.experiments.compare_densities': 'hscl_jax.experiments.compare_densities',
-  'hscl_jax.experiments.compare_budgets': 'hscl_jax.experiments.compare_budgets',
+  module: module.removesuffix('.__main__')
+  for module, _ in (entry.split('=', 1)[1].split(':') for entry in CONSOLE_SCRIPTS)
 }
 SOURCE_DIRS = ('hscl_jax', 'tests', 'benchmarks', 'launch', 'configs')
 
@@ -112,7 +106,8 @@ def test_only_entry_points_define_flags_and_at_module_level():
 
 @pytest.mark.parametrize('module', sorted(ENTRY_POINTS))
 def test_entry_point_is_thin(module):
-  """Public code lives in libraries: an entry point defines `main` and private helpers."""
+  """Public code lives in libraries: an entry point defines `main` and `run`, its console
+  script, which `python -m` runs too."""
   source = (REPO / (module.replace('.', '/') + '.py')).read_text()
   tree = ast.parse(source)
   public = {
@@ -120,12 +115,76 @@ def test_entry_point_is_thin(module):
     for node in tree.body
     if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith('_')
   }
-  assert public == {'main'}
+  assert public == {'main', 'run'}
   guard = tree.body[-1]
   assert isinstance(guard, ast.If) and ast.unparse(guard.test) == "__name__ == '__main__'"
-  # A config flag's overrides are parsed by errors.parse_flags: a misspelt field is one line.
-  parser = ', flags_parser=errors.parse_flags' if 'DEFINE_config_file(' in source else ''
-  assert ast.unparse(guard.body[-1]) == f'app.run(main{parser})'
+  assert [ast.unparse(stmt) for stmt in guard.body] == ['run()']
+  # Every program starts the same way: its config importable, its overrides parsed by
+  # errors.parse_flags (a misspelt field is one line).
+  (run,) = [node for node in tree.body if getattr(node, 'name', None) == 'run']
+  assert ast.unparse(run.body[-1]) == 'command_line.run(main)'
+
+
+def test_each_program_is_one_console_script_of_its_own():
+  """setup.py's console scripts: hscl-<name>, one per program, each calling its run()."""
+  names = [entry.split('=', 1)[0] for entry in CONSOLE_SCRIPTS]
+  targets = [entry.split('=', 1)[1] for entry in CONSOLE_SCRIPTS]
+  assert len(set(names)) == len(names) == len(set(targets)) == len(ENTRY_POINTS)
+  assert all(name.startswith('hscl-') for name in names)
+  assert all(target.endswith(':run') for target in targets)
+  assert names[0] == 'hscl-train' and targets[0] == 'hscl_jax.main:run'
+
+
+def test_the_docs_table_of_console_scripts_is_setups():
+  table = re.findall(
+    r'^\| `(hscl-[a-z-]+)` \| `python -m ([\w.]+)` \|$',
+    (REPO / 'docs' / 'training.md').read_text(),
+    re.M,
+  )
+  declared = [(entry.split('=', 1)[0], entry.split('=', 1)[1]) for entry in CONSOLE_SCRIPTS]
+  assert table == [(name, ENTRY_POINTS[target.split(':')[0]]) for name, target in declared]
+
+
+def test_the_installed_console_scripts_run_the_programs():
+  """The scripts a `pip install` of setup.py puts beside this Python (a fresh install in
+  CI), each in its own process: --help shows its program's usage, as `python -m` does."""
+  installed = {
+    entry.name: entry.value
+    for entry in importlib.metadata.entry_points(group='console_scripts')
+    if entry.dist is not None and entry.dist.name.replace('-', '_') == 'hscl_jax'
+  }
+  declared = dict(entry.split('=', 1) for entry in CONSOLE_SCRIPTS)
+  assert installed == declared, (
+    "the installed hscl_jax's console scripts differ from setup.py's. Fix: reinstall, "
+    "pip install -e '.[test]' -c constraints.txt"
+  )
+  bin_dir = pathlib.Path(sys.executable).parent
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu'}
+  procs = {
+    name: subprocess.Popen(
+      [str(bin_dir / name), '--help'],
+      cwd=REPO,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )  # fmt: skip
+    for name in declared
+  }
+  for name, proc in procs.items():
+    out, err = proc.communicate(timeout=300)
+    module = declared[name].split(':')[0]
+    assert 'Traceback' not in err, f'{name}:\n{err[-3000:]}'
+    assert f'python -m {ENTRY_POINTS[module]}' in out, (name, out[:500])  # its docstring
+    tree = ast.parse((REPO / (module.replace('.', '/') + '.py')).read_text())
+    for flag, _ in _flag_definitions(tree):
+      assert re.search(rf'^  --(\[no\])?{flag}:', out, re.M), f'{name}: --{flag} not in --help'
+  # Past the help, main runs: a missing config file is its one line.
+  out = subprocess.run(
+    [str(bin_dir / 'hscl-train'), '--config=configs/nothing.py', '--workdir=unused'],
+    cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+  )  # fmt: skip
+  assert out.returncode == 1 and 'config file configs/nothing.py not found' in out.stderr
 
 
 # Run as `python -m NAME` runs it (runpy, as __main__), with absl's app.run wrapped: first

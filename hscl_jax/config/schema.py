@@ -11,8 +11,6 @@ from collections.abc import Callable
 import dataclasses
 import math
 import numbers
-import os
-import sys
 from typing import Any
 
 import ml_collections
@@ -330,32 +328,3 @@ def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> 
       'add classes (one sub-folder each), or use an unsupervised method, '
       f'--config.method={" or ".join(methods.UNSUPERVISED_NAMES)}',
     )
-
-
-# ----------------------------------------------------------------------------------------
-# The config file on the command line.
-
-
-def config_file_argument(argv: list[str]) -> str | None:
-  """The value of --config in `argv` (its path part: config_flags allows PATH:ARG)."""
-  value = errors.flag_argument(argv, 'config')
-  if value is None:
-    return None
-  return value if os.path.exists(value) else value.split(':', 1)[0]
-
-
-def make_config_importable(argv: list[str]) -> None:
-  """Lets configs/<name>.py, which imports `configs.default`, load from any directory;
-  a missing file is one line naming it, before flags are parsed."""
-  path = config_file_argument(argv)
-  if path is None:
-    return
-  if not os.path.isfile(path):
-    sys.exit(
-      f'config file {path} not found (from directory {os.getcwd()}). Fix: pass the '
-      "path of a file in the repository's configs/ folder, e.g. "
-      '--config=configs/digits.py from the repository root, or its absolute path.'
-    )
-  configs_dir = os.path.dirname(os.path.abspath(path))
-  if os.path.isfile(os.path.join(configs_dir, '__init__.py')):
-    sys.path.insert(0, os.path.dirname(configs_dir))

@@ -35,7 +35,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from hscl_jax import errors
-from hscl_jax.config import schema
+from hscl_jax.config import command_line
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import image_grid
 from hscl_jax.experiments import image_plots
@@ -96,8 +96,10 @@ def main(argv):
   print(report or f'No finished run in {_WORKDIR.value} yet.')
 
 
+def run():
+  """The `hscl-compare` console script; `python -m hscl_jax.experiments.compare` runs it too."""
+  command_line.run(main)
+
+
 if __name__ == '__main__':
-  # configs/<name>.py imports configs.default: make it importable from any directory
-  # before app.run parses --config.
-  schema.make_config_importable(sys.argv)
-  app.run(main, flags_parser=errors.parse_flags)
+  run()

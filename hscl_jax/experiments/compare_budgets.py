@@ -16,14 +16,12 @@ training. The work is done by hscl_jax.experiments.budget_grid.
 
 from __future__ import annotations
 
-import sys
-
 from absl import app
 from absl import flags
 from ml_collections import config_flags
 
 from hscl_jax import errors
-from hscl_jax.config import schema
+from hscl_jax.config import command_line
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import budget_grid
 from hscl_jax.rundir import metrics
@@ -53,6 +51,11 @@ def main(argv):
   print(report or 'No seed is finished at every budget yet.')
 
 
+def run():
+  """The `hscl-compare-budgets` console script; `python -m hscl_jax.experiments.compare_budgets`
+  runs it too."""
+  command_line.run(main)
+
+
 if __name__ == '__main__':
-  schema.make_config_importable(sys.argv)  # configs/<name>.py imports configs.default
-  app.run(main, flags_parser=errors.parse_flags)
+  run()

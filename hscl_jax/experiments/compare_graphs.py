@@ -26,6 +26,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from hscl_jax import errors
+from hscl_jax.config import command_line
 from hscl_jax.experiments import graph_grid
 from hscl_jax.rundir import metrics
 
@@ -69,5 +70,11 @@ def main(argv):
   logging.info('wrote %s', path)
 
 
+def run():
+  """The `hscl-compare-graphs` console script; `python -m hscl_jax.experiments.compare_graphs`
+  runs it too."""
+  command_line.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main, flags_parser=errors.parse_flags)
+  run()

@@ -18,6 +18,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from hscl_jax import errors
+from hscl_jax.config import command_line
 from hscl_jax.graphs import train
 from hscl_jax.rundir import metrics
 
@@ -37,7 +38,12 @@ def main(argv):
   )
 
 
-if __name__ == '__main__':
+def run():
+  """The `hscl-graphs` console script; `python -m hscl_jax.graphs` runs it too."""
   if any(arg.startswith('--config.samples_per_class') for arg in sys.argv):
     sys.exit(train.CLASS_AWARE_REFUSAL)  # the config has no such field: one line, not a traceback
-  app.run(main, flags_parser=errors.parse_flags)
+  command_line.run(main)
+
+
+if __name__ == '__main__':
+  run()
