@@ -11,7 +11,6 @@ import logging as std_logging
 import math
 import os
 import sys
-import time
 from typing import Any
 
 from absl import logging
@@ -22,6 +21,7 @@ import numpy as np
 from hscl_jax import errors
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import layout
+from hscl_jax.rundir import progress
 from hscl_jax.rundir import versions
 
 _WRITERS_OPENED = itertools.count()
@@ -185,26 +185,14 @@ class MetricWriter:
       self._tensorboard = None
 
 
-def is_due(count: int, every: int, last: int) -> bool:
-  """Whether a periodic job runs at `count` (1-based): every `every`-th and at the `last`;
-  never when `every` is 0."""
-  return every > 0 and (count % every == 0 or count == last)
-
-
-def format_duration(seconds: float) -> str:
-  """Seconds as e.g. '42s', '3m05s', '2h07m'."""
-  if not math.isfinite(seconds):
-    return '?'
-  seconds = int(round(seconds))
-  if seconds < 60:
-    return f'{seconds}s'
-  if seconds < 3600:
-    return f'{seconds // 60}m{seconds % 60:02d}s'
-  return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m'
+# The progress line's periods and durations, which the training loop reads beside its
+# records.
+is_due = progress.is_due
+format_duration = progress.format_duration
 
 
 class Progress:
-  """Logs a one-line training progress report with throughput and ETA.
+  """Training's progress line: epoch, step (of the whole run), loss, views/s and the ETA.
 
   The ETA extrapolates the training-step rate measured since the first step of this process
   (excluding its compilation) and adds the last kNN evaluation's time for each remaining one.
@@ -219,57 +207,46 @@ class Progress:
     images_per_step: int,
     enabled: bool = True,
   ):
-    self._total_steps = total_steps
     self._steps_per_epoch = steps_per_epoch
-    self._images_per_step = images_per_step
-    self._enabled = enabled
-    self._start_step = start_step
-    self._train_seconds = 0.0
-    self._mark = None
     self.eval_seconds_per_epoch = 0.0
+    self._line = progress.ProgressLine(
+      total_steps,
+      unit='step',
+      rate_unit='views',
+      per_unit=images_per_step,
+      overhead=self._eval_seconds_left,
+      start=start_step,
+      timing=False,
+      enabled=enabled,
+    )
+
+  def _eval_seconds_left(self, step: int) -> float:
+    remaining_epochs = math.ceil((self._line.total - step) / self._steps_per_epoch)
+    return remaining_epochs * self.eval_seconds_per_epoch
 
   def resume_timer(self) -> None:
     """Starts timing training steps (call after anything that is not training)."""
-    self._mark = time.perf_counter()
+    self._line.resume()
 
   def restart(self, step: int) -> None:
     """Measures rates from `step` on (call after the first step, which compiles)."""
-    self._start_step = step
-    self._train_seconds = 0.0
-    self._mark = time.perf_counter()
+    self._line.restart(step)
 
   def pause_timer(self) -> None:
-    if self._mark is not None:
-      self._train_seconds += time.perf_counter() - self._mark
-      self._mark = None
-
-  def _seconds_per_step(self, step: int) -> float:
-    elapsed = self._train_seconds
-    if self._mark is not None:
-      elapsed += time.perf_counter() - self._mark
-    done = step - self._start_step
-    return elapsed / done if done > 0 else float('nan')
+    self._line.pause()
 
   def eta_seconds(self, step: int) -> float:
-    remaining_steps = self._total_steps - step
-    remaining_epochs = math.ceil(remaining_steps / self._steps_per_epoch)
-    return remaining_steps * self._seconds_per_step(step) + (
-      remaining_epochs * self.eval_seconds_per_epoch
-    )
+    return self._line.eta_seconds(step)
+
+  def _head(self, step: int) -> str:
+    epoch = (step - 1) // self._steps_per_epoch + 1
+    return f'epoch {epoch}/{math.ceil(self._line.total / self._steps_per_epoch)}'
 
   def line(self, step: int, loss: float) -> str:
-    epoch = (step - 1) // self._steps_per_epoch + 1
-    num_epochs = math.ceil(self._total_steps / self._steps_per_epoch)
-    rate = self._images_per_step / self._seconds_per_step(step)
-    return (
-      f'epoch {epoch}/{num_epochs}  step {step}/{self._total_steps} '
-      f'({100 * step / self._total_steps:.0f}%)  loss {loss:.4f}  '
-      f'{rate:.0f} views/s  ETA {format_duration(self.eta_seconds(step))}'
-    )
+    return self._line.line(step, head=self._head(step), detail=f'loss {loss:.4f}')
 
   def log(self, step: int, loss: float) -> None:
-    if self._enabled:
-      logging.info('%s', self.line(step, loss))
+    self._line.log(step, head=self._head(step), detail=f'loss {loss:.4f}')
 
 
 def _about_full_disk(record) -> bool:

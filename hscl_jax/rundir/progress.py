@@ -1,0 +1,138 @@
+"""The one progress line of every long job (training, embedding, decoding, the linear probe,
+graph training), and the durations and periods it is read in.
+
+A line reads `[HEAD  ]UNIT done/total (p%)[  DETAIL]  R RATE_UNIT/s  [E elapsed, ]ETA T`,
+e.g. `epoch 1/2  step 2/6 (33%)  loss 4.1234  1280 views/s  ETA 3s`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import math
+import time
+
+from absl import logging
+
+
+def is_due(count: int, every: int, last: int) -> bool:
+  """Whether a periodic job runs at `count` (1-based): every `every`-th and at the `last`;
+  never when `every` is 0."""
+  return every > 0 and (count % every == 0 or count == last)
+
+
+def format_duration(seconds: float) -> str:
+  """Seconds as e.g. '42s', '3m05s', '2h07m'."""
+  if not math.isfinite(seconds):
+    return '?'
+  seconds = int(round(seconds))
+  if seconds < 60:
+    return f'{seconds}s'
+  if seconds < 3600:
+    return f'{seconds // 60}m{seconds % 60:02d}s'
+  return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m'
+
+
+class ProgressLine:
+  """Counts `done` of `total` units and logs the line when it is due.
+
+  The rate is of the units done since the start (or `restart`) over the seconds timed
+  meanwhile: `pause` and `resume` leave out work that is not the job's (a training run's
+  kNN and checkpoints). The ETA extrapolates that rate to the units left and adds
+  `overhead(done)`, the seconds of other work still to come. `update` logs a line every
+  `every`-th unit and at the last (and at the first with `first`; never by count when
+  `every` is 0), or once `every_seconds` have passed since the last line with some units
+  done and some left. It reads the clock only when a line may be due, so a job logged by
+  count reads it at its lines alone.
+  """
+
+  def __init__(
+    self,
+    total: int,
+    *,
+    unit: str,
+    rate_unit: str | None = None,
+    per_unit: float = 1.0,
+    every: int = 0,
+    every_seconds: float | None = None,
+    first: bool = False,
+    show_elapsed: bool = False,
+    overhead: Callable[[int], float] | None = None,
+    start: int = 0,
+    timing: bool = True,
+    enabled: bool = True,
+  ):
+    self.total, self.unit, self.rate_unit = total, unit, rate_unit or f'{unit}s'
+    self.per_unit, self.every, self.every_seconds = per_unit, every, every_seconds
+    self.first, self.show_elapsed, self.enabled = first, show_elapsed, enabled
+    self._overhead = overhead or (lambda done: 0.0)
+    self._start, self._timed, self._mark = start, 0.0, None
+    self._last_line = None
+    if timing:
+      self.resume()
+
+  def resume(self) -> None:
+    """Starts (or goes on) timing the job."""
+    self._mark = time.perf_counter()
+    if self._last_line is None:
+      self._last_line = self._mark
+
+  def pause(self) -> None:
+    """Stops timing until `resume`: what follows is not the job's work."""
+    if self._mark is not None:
+      self._timed += time.perf_counter() - self._mark
+      self._mark = None
+
+  def restart(self, done: int) -> None:
+    """Measures the rate from `done` units on, timing from now."""
+    self._start, self._timed = done, 0.0
+    self.resume()
+
+  def elapsed(self, now: float | None = None) -> float:
+    """Seconds timed since the start (or `restart`)."""
+    if self._mark is None:
+      return self._timed
+    return self._timed + (time.perf_counter() if now is None else now) - self._mark
+
+  def seconds_per_unit(self, done: int, now: float | None = None) -> float:
+    units = done - self._start
+    return self.elapsed(now) / units if units > 0 else float('nan')
+
+  def eta_seconds(self, done: int, now: float | None = None) -> float:
+    return (self.total - done) * self.seconds_per_unit(done, now) + self._overhead(done)
+
+  def line(self, done: int, *, head: str = '', detail: str = '', now: float | None = None) -> str:
+    now = time.perf_counter() if now is None else now
+    seconds_per_unit = self.seconds_per_unit(done, now)
+    rate = self.per_unit / seconds_per_unit if seconds_per_unit else math.inf
+    eta = format_duration(self.eta_seconds(done, now))
+    if self.show_elapsed:
+      eta = f'{format_duration(self.elapsed(now))} elapsed, ETA {eta}'
+    else:
+      eta = f'ETA {eta}'
+    count = f'{self.unit} {done}/{self.total} ({100 * done / self.total:.0f}%)'
+    parts = (head, count, detail, f'{rate:.0f} {self.rate_unit}/s', eta)
+    return '  '.join(part for part in parts if part)
+
+  def log(self, done: int, *, head: str = '', detail: str = '', now: float | None = None) -> None:
+    """Logs the line now, due or not (when enabled)."""
+    if self.enabled:
+      logging.info('%s', self.line(done, head=head, detail=detail, now=now))
+
+  def update(self, done: int, *, head: str = '', detail: str | Callable[[], str] = '') -> bool:
+    """Logs the line if it is due at `done`; `detail` may be a function, called only then
+    (a device read of the loss, say). Returns whether it was due."""
+    counted = is_due(done, self.every, self.total) or (self.first and done == self._start + 1)
+    if not (counted or self.every_seconds is not None):
+      return False
+    now = time.perf_counter()
+    timed = (
+      self.every_seconds is not None
+      and self._last_line is not None
+      and 0 < done < self.total
+      and now - self._last_line >= self.every_seconds
+    )
+    if not (counted or timed):
+      return False
+    self._last_line = now
+    self.log(done, head=head, detail=detail() if callable(detail) else detail, now=now)
+    return True

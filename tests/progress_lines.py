@@ -1,0 +1,21 @@
+"""The progress line's one format, and the lines a test's callers logged through it."""
+
+from __future__ import annotations
+
+import os
+import re
+
+# `[HEAD  ]UNIT done/total (p%)[  DETAIL]  R RATE_UNIT/s  [E elapsed, ]ETA T`
+LINE = re.compile(
+  r'(?:(?P<head>.+?)  )?(?P<unit>[a-z]+) (?P<done>\d+)/(?P<total>\d+) \((?P<percent>\d+)%\)'
+  r'(?:  (?P<detail>.+?))?  (?P<rate>\d+|nan|inf) (?P<rate_unit>[a-z]+)/s  '
+  r'(?:(?P<elapsed>\S+) elapsed, )?ETA (?P<eta>\S+)'
+)
+PROGRESS_MODULE = os.path.join('hscl_jax', 'rundir', 'progress.py')
+
+
+def progress_lines(caplog) -> list[str]:
+  """The messages logged by the progress line's own logging call; each in the one format."""
+  lines = [r.getMessage() for r in caplog.records if r.pathname.endswith(PROGRESS_MODULE)]
+  assert all(LINE.fullmatch(line) for line in lines), lines
+  return lines
