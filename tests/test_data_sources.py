@@ -15,6 +15,7 @@ from acceptance import refused
 import ml_collections
 import numpy as np
 from PIL import Image
+from progress_lines import progress_lines
 import pytest
 
 from hscl_jax import data
@@ -22,6 +23,7 @@ from hscl_jax import errors
 from hscl_jax.data import arrays as data_arrays
 from hscl_jax.data import image_folder
 from hscl_jax.data import sources as data_sources
+from hscl_jax.rundir import progress
 
 
 def test_unknown_dataset_lists_valid_names():
@@ -390,17 +392,19 @@ def test_decoding_threads_default_to_the_cpus_plus_two_at_most_32(monkeypatch, c
 def test_decoding_progress_lines_report_the_rate_from_the_clock(monkeypatch, caplog):
   """A clock that starts at 7 s and advances 6 s per reading: 4 chunks of 256 images read
   at 13, 19, 25, 31 s. One progress line, at 19 s (12 s after the start, 512 images:
-  43/s); none at 31 s (12 s after the last line, but the split is done); 30 s in all."""
+  43/s, 512 left: 12 s); none at 31 s (12 s after the last line, but the split is done);
+  30 s in all."""
   readings = iter(range(7, 100, 6))
   clock = types.SimpleNamespace(perf_counter=lambda: float(next(readings)))
-  monkeypatch.setattr(data_arrays, 'time', clock)
+  monkeypatch.setattr(progress, 'time', clock)
   with caplog.at_level(logging.INFO):
     data_arrays.load_into_memory(_IndexSource(1024), name='clocked', num_threads=1)
   lines = [r.getMessage() for r in caplog.records if 'clocked' in r.getMessage()]
   assert lines == [
-    'Decoding clocked into memory: 512/1024 images (43/s).',
+    'decoding clocked into memory  image 512/1024 (50%)  43 images/s  ETA 12s',
     'Decoded clocked into memory: 1024 images, 0 MiB, in 30.0 s.',
   ]
+  assert progress_lines(caplog) == lines[:1]
 
 
 # Class-balanced subsets of a training split (config.train_examples).

@@ -13,6 +13,7 @@ from acceptance import accepted
 import jax
 import numpy as np
 from PIL import Image
+from progress_lines import progress_lines
 import pytest
 import xla_flags
 
@@ -25,6 +26,7 @@ from hscl_jax.evaluation import embedding
 from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import progress
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -112,7 +114,7 @@ def test_projections_are_the_heads_outputs_with_a_progress_line(
   with caplog.at_level('INFO'):
     embedding.embed(str(workdir), str(out), split='train', projections=True)
   for done in (512, 1024):
-    assert f'embedded {done}/1438 images ({100 * done / 1438:.0f}%)' in caplog.text
+    assert f'embedding  image {done}/1438 ({100 * done / 1438:.0f}%)' in caplog.text
   saved = np.load(out)
   train, _ = data.run_sources(config)
   assert saved['features'].shape == (len(train), config.model.head_out)
@@ -126,13 +128,14 @@ def test_projections_are_the_heads_outputs_with_a_progress_line(
 
 def test_the_progress_line_gives_rate_and_eta_from_the_clock(monkeypatch, caplog):
   clock = iter(range(0, 1000, 10))  # 10 s between two batches
-  monkeypatch.setattr(embedding, 'time', types.SimpleNamespace(perf_counter=lambda: next(clock)))
-  line = embedding._ProgressLine(1438, 512)  # started at 0 s
+  monkeypatch.setattr(progress, 'time', types.SimpleNamespace(perf_counter=lambda: next(clock)))
+  line = embedding._progress_check(1438, 512)  # started at 0 s
   with caplog.at_level('INFO'):
     line()  # 10 s, nothing embedded yet: no line
     line()  # 20 s, 512 embedded: 25.6 img/s, 926 left
-  eta = metrics.format_duration(926 / 25.6)
-  assert caplog.messages == [f'embedded 512/1438 images (36%)  26 img/s  ETA {eta}']
+  eta = progress.format_duration(926 / 25.6)
+  assert caplog.messages == [f'embedding  image 512/1438 (36%)  26 images/s  ETA {eta}']
+  assert progress_lines(caplog) == caplog.messages
 
 
 def _write_images(root: pathlib.Path, size: int) -> list[pathlib.Path]:

@@ -14,6 +14,7 @@ from acceptance import accepted
 import jax
 import jax.numpy as jnp
 import numpy as np
+from progress_lines import progress_lines
 import pytest
 from test_models import jit_apply
 from test_significance import expected_rows
@@ -27,6 +28,7 @@ from hscl_jax.graphs import evaluate
 from hscl_jax.graphs import model as model_lib
 from hscl_jax.graphs import prepare as graph_prepare
 from hscl_jax.graphs import train
+from hscl_jax.rundir import progress
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The five benchmark datasets beside the repository (or wherever HSCL_TU_DIR points).
@@ -512,13 +514,14 @@ def test_progress_lines_report_the_rate_and_eta_of_a_scripted_clock(toy_dir, mon
   47 and 57 s, so 40 graphs an epoch run at 5, 4 and 4 graphs/s, with 24, 10 and 0 s to go
   (elapsed / epochs done * epochs left)."""
   clock = iter([7.0, 23.0, 47.0, 57.0])
-  monkeypatch.setattr(train, 'time', type('Clock', (), {'perf_counter': lambda: next(clock)}))
+  monkeypatch.setattr(progress, 'time', type('Clock', (), {'perf_counter': lambda: next(clock)}))
   config = _config(toy_dir, num_epochs=5, log_every_epochs=2)
   dataset = data.load_tu('TOY', toy_dir)
   with caplog.at_level('INFO'):
     train.train_encoders(config, dataset, [np.arange(dataset.num_graphs)], log=True)
   lines = [m for m in caplog.messages if m.startswith('epoch ')]
-  pattern = r'epoch (\d)/5  loss -?\d+\.\d{4}  (\d+) graphs/s  ETA (\w+)'
+  assert progress_lines(caplog) == lines
+  pattern = r'epoch (\d)/5 \(\d+%\)  loss -?\d+\.\d{4}  (\d+) graphs/s  ETA (\w+)'
   got = [re.fullmatch(pattern, line).groups() for line in lines]
   assert got == [('2', '5', '24s'), ('4', '4', '10s'), ('5', '4', '0s')]
 

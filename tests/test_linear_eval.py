@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from acceptance import accepted  # noqa: E402
 from acceptance import refused  # noqa: E402
+from progress_lines import progress_lines  # noqa: E402
 from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
@@ -31,6 +32,7 @@ from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
 from hscl_jax.rundir import layout  # noqa: E402
+from hscl_jax.rundir import progress  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 
@@ -246,7 +248,7 @@ def test_unknown_protocol(trained):
 
 def test_the_training_loop_logs_every_tenth_of_its_epochs_with_elapsed_and_eta(monkeypatch, caplog):
   clock = iter(range(0, 1000, 2))  # 2 s between two readings of the clock
-  monkeypatch.setattr(linear_probe, 'time', types.SimpleNamespace(time=lambda: next(clock)))
+  monkeypatch.setattr(progress, 'time', types.SimpleNamespace(perf_counter=lambda: next(clock)))
   cfg = ml_collections.ConfigDict(
     dict(num_epochs=20, batch_size=8, learning_rate=0.1, weight_decay=0.0)
   )
@@ -255,8 +257,13 @@ def test_the_training_loop_logs_every_tenth_of_its_epochs_with_elapsed_and_eta(m
   x, y = rng.normal(size=(16, 4)).astype(np.float32), np.arange(16, dtype=np.int32) % 3
   with caplog.at_level('INFO'):
     linear_probe._train_loop(setup, 16, lambda indices, epoch, i: (x[indices], y[indices]), 0)
+  assert progress_lines(caplog) == caplog.messages
   logged = [
-    re.fullmatch(r'linear eval epoch (\d+)/20  loss [\d.]+  (\d+)s elapsed, ETA (\d+)s', m)
+    re.fullmatch(
+      r'linear eval  epoch (\d+)/20 \(\d+%\)  loss [\d.]+  \d+ examples/s  '
+      r'(\d+)s elapsed, ETA (\d+)s',
+      m,
+    )
     for m in caplog.messages
   ]
   assert all(logged), caplog.messages

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from concurrent import futures
 import os
-import time
 
 from absl import logging
 import numpy as np
+
+from hscl_jax.rundir import progress
 
 # Fraction of each class held out when a dataset ships without a test split.
 TEST_FRACTION = 0.2
@@ -165,22 +166,13 @@ def load_into_memory(source, *, name: str = 'split', num_threads: int | None = N
       images[i], labels[i] = example['image'], example['label']
     return len(chunk)
 
-  start = last_report = time.perf_counter()
+  line = progress.ProgressLine(len(source), unit='image', every_seconds=PROGRESS_SECONDS)
   done = 0
   with futures.ThreadPoolExecutor(num_threads) as pool:
     for count in pool.map(decode, chunks):
       done += count
-      now = time.perf_counter()
-      if now - last_report >= PROGRESS_SECONDS and done < len(source):
-        last_report = now
-        logging.info(
-          'Decoding %s into memory: %d/%d images (%.0f/s).',
-          name,
-          done,
-          len(source),
-          done / (now - start),
-        )
-  seconds = time.perf_counter() - start
+      line.update(done, head=f'decoding {name} into memory')
+  seconds = line.elapsed()
   logging.info(
     'Decoded %s into memory: %d images, %.0f MiB, in %.1f s.',
     name,

@@ -11,7 +11,9 @@ simply rerun (ResNet-18 on the 60,000 CIFAR-10 images takes about a minute on on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
+import itertools
 import os
 import time
 from typing import Any
@@ -30,7 +32,7 @@ from hscl_jax import parallel
 from hscl_jax.data import augment
 from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import atomic
-from hscl_jax.rundir import metrics
+from hscl_jax.rundir import progress
 from hscl_jax.rundir import trained_run
 
 SPLITS = ('train', 'test')
@@ -105,30 +107,16 @@ def split_source(config: config_dict.ConfigDict, split: str):
   return train if split == 'train' else test
 
 
-class _ProgressLine:
-  """Logs 'embedded i/N images' at most every PROGRESS_EVERY_SECONDS (called per batch)."""
+def _progress_check(total: int, batch_size: int) -> Callable[[], None]:
+  """The check the extraction calls before each batch: the progress line of the images
+  embedded, at most every PROGRESS_EVERY_SECONDS."""
+  line = progress.ProgressLine(total, unit='image', every_seconds=PROGRESS_EVERY_SECONDS)
+  batches = itertools.count()
 
-  def __init__(self, total: int, batch_size: int):
-    self._total, self._batch_size = total, batch_size
-    self._batches = 0
-    self._start = self._last = time.perf_counter()
+  def check() -> None:
+    line.update(min(next(batches) * batch_size, total), head='embedding')
 
-  def __call__(self) -> None:
-    now = time.perf_counter()
-    done = min(self._batches * self._batch_size, self._total)
-    self._batches += 1
-    if done and now - self._last >= PROGRESS_EVERY_SECONDS:
-      self._last = now
-      rate = done / (now - self._start)
-      eta = metrics.format_duration((self._total - done) / rate)
-      logging.info(
-        'embedded %d/%d images (%.0f%%)  %.0f img/s  ETA %s',
-        done,
-        self._total,
-        100 * done / self._total,
-        rate,
-        eta,
-      )
+  return check
 
 
 def compute_features(
@@ -144,7 +132,7 @@ def compute_features(
   # Restored onto one device; the feature function wants them replicated over the mesh.
   variables = jax.device_put(encoder.variables, NamedSharding(mesh, P()))
   features, labels, mask = eval_features.extract_features(
-    feature_fn, variables, source, batch_size, mesh, check=_ProgressLine(len(source), batch_size)
+    feature_fn, variables, source, batch_size, mesh, check=_progress_check(len(source), batch_size)
   )
   return features[mask], labels[mask]
 

@@ -33,6 +33,7 @@ from hscl_jax.config import schema
 from hscl_jax.data import augment
 from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import atomic
+from hscl_jax.rundir import progress
 from hscl_jax.rundir import trained_run
 from hscl_jax.training import optimizers
 
@@ -107,23 +108,21 @@ def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
     return optax.apply_updates(classifier, updates), opt_state, loss
 
   rng = np.random.default_rng(seed)
-  start = time.time()
+  line = progress.ProgressLine(
+    cfg.num_epochs,
+    unit='epoch',
+    rate_unit='examples',
+    per_unit=steps * batch,
+    every=max(cfg.num_epochs // 10, 1),
+    first=True,
+    show_elapsed=True,
+  )
   for epoch in range(1, cfg.num_epochs + 1):
     order = rng.permutation(num_examples)
     for i in range(steps):
       x, y = batch_fn(order[i * batch : (i + 1) * batch], epoch, i)
       classifier, opt_state, loss = step(classifier, opt_state, x, y)
-    if epoch == 1 or epoch % max(cfg.num_epochs // 10, 1) == 0 or epoch == cfg.num_epochs:
-      elapsed = time.time() - start
-      eta = elapsed / epoch * (cfg.num_epochs - epoch)
-      logging.info(
-        'linear eval epoch %d/%d  loss %.4f  %.0fs elapsed, ETA %.0fs',
-        epoch,
-        cfg.num_epochs,
-        float(jax.device_get(loss)),
-        elapsed,
-        eta,
-      )
+    line.update(epoch, head='linear eval', detail=lambda: f'loss {float(jax.device_get(loss)):.4f}')
   return classifier
 
 

@@ -23,7 +23,7 @@ from hscl_jax.experiments import significance
 from hscl_jax.graphs import train
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import lock as workdir_lock
-from hscl_jax.rundir import metrics
+from hscl_jax.rundir import progress
 
 DATASETS = ('MUTAG', 'PTC', 'ENZYMES', 'IMDB-BINARY', 'IMDB-MULTI')
 METHODS = {name: row.label for name, row in method_table.graph_rows().items()}  # name -> label
@@ -285,7 +285,7 @@ def run_grid(base, root, datasets, betas, methods, repeats: int, data_dir) -> No
           '[%d/%d, %s] %s %s seed %d: %s',
           done,
           total,
-          metrics.format_duration(time.perf_counter() - start),
+          progress.format_duration(time.perf_counter() - start),
           dataset,
           setting_name(method, beta),
           seed,

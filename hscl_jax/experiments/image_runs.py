@@ -15,6 +15,7 @@ from hscl_jax.experiments import run_records
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import progress
 from hscl_jax.rundir import trained_run
 from hscl_jax.rundir import versions
 from hscl_jax.training import loop
@@ -102,6 +103,6 @@ def run_grid(config, root: str, plan: list, protocol: str, records: str | None =
   for done, (setting, seed) in enumerate(plan, start=1):
     run = run_one(config, setting, seed, root, protocol, records)
     outcome = 'run by another process' if run is None else f'linear {run["linear"]["top1"]:.4f}'
-    elapsed = metrics.format_duration(time.perf_counter() - start)
+    elapsed = progress.format_duration(time.perf_counter() - start)
     label = f'{setting.label} seed {seed}'
     logging.info('[%d/%d, %s] %s: %s', done, len(plan), elapsed, label, outcome)

@@ -29,6 +29,7 @@ from hscl_jax.graphs import model as model_lib
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import progress
 
 METHODS = methods.Column(lambda rows: [r.name for r in rows if r.graph])  # the table's graph rows
 PROTOCOLS = ('leak_free', 'transductive')
@@ -252,8 +253,14 @@ def train_encoders(
   state = init(keys, jax.device_put(jax.tree.map(lambda x: x[0, 0], first)))
   beta = jax.device_put(np.float32(beta_of(config)))
   writer = metrics.MetricWriter(workdir or '', enabled=workdir is not None)
-  start = time.perf_counter()
-  graphs_per_epoch = sum(len(s) for s in train_sets)
+  line = progress.ProgressLine(
+    config.num_epochs,
+    unit='epoch',
+    rate_unit='graphs',
+    per_unit=sum(len(s) for s in train_sets),
+    every=config.log_every_epochs,
+    enabled=log,
+  )
   for e, groups in enumerate(plan, 1):
     state, loss = epoch(state, jax.device_put(host_batches(dataset, groups, budget)), beta)
     loss = jax.device_get(loss)
@@ -263,17 +270,7 @@ def train_encoders(
         'Fix: lower --config.learning_rate'
       )
     writer.write(e, {'epoch': e, 'loss': float(loss.mean()), 'loss_per_encoder': loss})
-    if log and metrics.is_due(e, config.log_every_epochs, config.num_epochs):
-      elapsed = time.perf_counter() - start
-      eta = elapsed / e * (config.num_epochs - e)
-      logging.info(
-        'epoch %d/%d  loss %.4f  %.0f graphs/s  ETA %s',
-        e,
-        config.num_epochs,
-        loss.mean(),
-        graphs_per_epoch * e / elapsed,
-        metrics.format_duration(eta),
-      )
+    line.update(e, detail=f'loss {loss.mean():.4f}')
   writer.close()
   return state
 
@@ -357,7 +354,7 @@ def _train_and_evaluate(config, dataset: data.GraphDataset, workdir: str) -> dic
     protocol,
     config.estimator,
     result['accuracy'],
-    metrics.format_duration(train_seconds),
-    metrics.format_duration(result['eval_seconds']),
+    progress.format_duration(train_seconds),
+    progress.format_duration(result['eval_seconds']),
   )
   return result
