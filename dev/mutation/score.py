@@ -142,6 +142,7 @@ HAND_TESTS_OF = {
   'hscl_jax/evaluation/inspection.py': ('tests/test_inspect.py',),
   'hscl_jax/evaluation/knn.py': ('tests/test_knn.py',),
   'hscl_jax/evaluation/linear_probe.py': _LINEAR_PROBE,
+  'hscl_jax/evaluation/retrieval.py': ('tests/test_retrieval.py',),
   'hscl_jax/evaluation/torch_export.py': (
     'tests/test_torch_export_errors.py',
     'tests/test_torch_export.py',

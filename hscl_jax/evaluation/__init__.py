@@ -1,2 +1,3 @@
 """What a trained encoder is measured and used by: features on the mesh and the kNN monitor,
-the linear probe, embeddings, hard negatives and their figures, the PyTorch export."""
+the retrieval metrics, the linear probe, embeddings, hard negatives and their figures, the
+PyTorch export."""
