@@ -51,6 +51,7 @@ SCIPY = 'scipy>=1.14.0'
 CONSOLE_SCRIPTS = {
   'hscl-train': 'hscl_jax.main',
   'hscl-linear-eval': 'hscl_jax.linear_eval',
+  'hscl-retrieval': 'hscl_jax.retrieval',
   'hscl-embed': 'hscl_jax.embed',
   'hscl-inspect': 'hscl_jax.inspect',
   'hscl-export': 'hscl_jax.export',

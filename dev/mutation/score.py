@@ -143,6 +143,7 @@ HAND_TESTS_OF = {
   'hscl_jax/evaluation/knn.py': ('tests/test_knn.py',),
   'hscl_jax/evaluation/linear_probe.py': _LINEAR_PROBE,
   'hscl_jax/evaluation/retrieval.py': ('tests/test_retrieval.py',),
+  'hscl_jax/evaluation/trained_retrieval.py': ('tests/test_trained_retrieval.py',),
   'hscl_jax/evaluation/torch_export.py': (
     'tests/test_torch_export_errors.py',
     'tests/test_torch_export.py',
@@ -202,6 +203,7 @@ HAND_TESTS_OF = {
   'hscl_jax/models/small_cnn.py': _MODELS,
   'hscl_jax/parallel.py': ('tests/test_train_wiring.py', 'tests/test_knn.py'),
   'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py', _ENTRY),
+  'hscl_jax/retrieval.py': ('tests/test_trained_retrieval.py', _ENTRY),
   'hscl_jax/rundir/__init__.py': (_LAYOUT,),
   'hscl_jax/rundir/checkpoints.py': ('tests/test_errors.py', 'tests/test_train.py'),
   'hscl_jax/rundir/atomic.py': ('tests/test_atomic.py',),
@@ -257,6 +259,7 @@ UNCREDITED = {
   'hscl_jax/linear_eval.py': (_STARTS_PROGRAMS, _ENTRY),
   'hscl_jax/main.py': (_STARTS_PROGRAMS, _ENTRY),
   'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py', _ENTRY),
+  'hscl_jax/retrieval.py': ('tests/test_trained_retrieval.py', _ENTRY),  # starts the program
   'hscl_jax/config/schema.py': ('tests/test_stored_config.py',),  # FREE_FIELDS, made at import
   # Docstrings, run at import.
   **{

@@ -1,0 +1,58 @@
+r"""Retrieval metrics of a training run's encoder (the program;
+hscl_jax.evaluation.trained_retrieval says what it computes and does the work).
+
+    python -m hscl_jax.retrieval --workdir=DIR [--reference=train|test] [--checkpoint_step=N]
+
+Ranks the test split's backbone features against the train split (or, with
+--reference=test, against the test split, each query leaving itself out), prints
+precision@1, R-precision, MAP@R and Recall@{1, 2, 4, 8} and writes
+DIR/retrieval_<reference>.json (docs/method.md, "Retrieval metrics").
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import app
+from absl import flags
+
+from hscl_jax import errors
+from hscl_jax.config import command_line
+from hscl_jax.evaluation import retrieval
+from hscl_jax.evaluation import trained_retrieval
+from hscl_jax.rundir import metrics
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
+_REFERENCE = flags.DEFINE_enum(
+  'reference', 'train', trained_retrieval.REFERENCES, 'What the test split is ranked against.'
+)
+_CHECKPOINT_STEP = flags.DEFINE_integer(
+  'checkpoint_step', None, 'Checkpoint step (default: the newest that restores).'
+)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
+  metrics.show_only_own_info_logs()
+  result = errors.exit_on_user_error(
+    lambda: trained_retrieval.retrieval_over_trained_run(
+      _WORKDIR.value, reference=_REFERENCE.value, checkpoint_step=_CHECKPOINT_STEP.value
+    ),
+    workdir=_WORKDIR.value,
+  )
+  figures = '  '.join(f'{name} {result[name]:.4f}' for name in retrieval.METRICS)
+  print(
+    f'retrieval (checkpoint step {result["checkpoint_step"]}, {result["num_queries"]} test '
+    f'against {result["num_reference"]} {result["reference"]}): {figures} -> '
+    f'{os.path.join(_WORKDIR.value, trained_retrieval.result_file(result["reference"]))}'
+  )
+
+
+def run():
+  """The `hscl-retrieval` console script; `python -m hscl_jax.retrieval` runs it too."""
+  command_line.run(main)
+
+
+if __name__ == '__main__':
+  run()

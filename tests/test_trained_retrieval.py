@@ -1,0 +1,82 @@
+"""`python -m hscl_jax.retrieval` and `trained_retrieval.retrieval_over_trained_run` on a
+stored trained run (tests/fixtures/digits_workdir): the figures are those of the retrieval
+metrics over the run's own features of its splits, written beside the run."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+from acceptance import refused
+import pytest
+
+from hscl_jax import data
+from hscl_jax.evaluation import embedding
+from hscl_jax.evaluation import retrieval
+from hscl_jax.evaluation import trained_retrieval
+from hscl_jax.rundir import trained_run
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FIXTURE = REPO / 'tests' / 'fixtures' / 'digits_workdir'
+pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason=f'no {FIXTURE}')
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory):
+  """(a copy of the stored run, its test and train features and labels)."""
+  workdir = pathlib.Path(shutil.copytree(FIXTURE, tmp_path_factory.mktemp('run') / 'run'))
+  config = trained_run.load_run_config(str(workdir))
+  encoder = embedding.restore(str(workdir), config)
+  train, test = data.run_sources(config)
+  return (
+    workdir,
+    embedding.compute_features(encoder, test),
+    embedding.compute_features(encoder, train),
+  )
+
+
+def test_the_figures_are_the_metrics_of_the_runs_splits(run):
+  """Against the train split (the kNN monitor's bank) and against the test split itself:
+  each the retrieval metrics of those features, recorded with what they were made from in
+  DIR/retrieval_<reference>.json; the two differ."""
+  workdir, (test_x, test_y), (train_x, train_y) = run
+  results = {}
+  for reference, ranked in (('train', (train_x, train_y)), ('test', ())):
+    result = trained_retrieval.retrieval_over_trained_run(str(workdir), reference=reference)
+    expected = retrieval.retrieval_metrics(test_x, test_y, *ranked, chunk_size=256)
+    assert {name: result[name] for name in retrieval.METRICS} == expected
+    stored = json.loads((workdir / f'retrieval_{reference}.json').read_text())
+    assert stored == result
+    assert (result['reference'], result['checkpoint_step']) == (reference, 12)
+    assert result['num_queries'] == len(test_y) == 359
+    assert result['num_reference'] == (len(train_y) if ranked else 359)
+    assert 0.3 < result['precision_at_1'] < 1.0
+    results[reference] = expected
+  assert results['train'] != results['test']
+
+
+def test_the_program_prints_and_writes_the_figures(run, tmp_path):
+  """In its own process, on the session's devices: the library's figures, printed."""
+  workdir, (test_x, test_y), _ = run
+  copy = pathlib.Path(shutil.copytree(workdir, tmp_path / 'copy'))
+  out = subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.retrieval', f'--workdir={copy}', '--reference=test'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  stored = json.loads((copy / 'retrieval_test.json').read_text())
+  expected = retrieval.retrieval_metrics(test_x, test_y)
+  assert {name: stored[name] for name in expected} == expected
+  assert f'precision_at_1 {stored["precision_at_1"]:.4f}' in out.stdout
+  assert str(copy / 'retrieval_test.json') in out.stdout
+
+
+def test_a_reference_that_is_no_split_is_refused(run):
+  with refused(r"--reference='val' is no split of the run; use train or test"):
+    trained_retrieval.retrieval_over_trained_run(str(run[0]), reference='val')
