@@ -22,6 +22,7 @@ from configs import default  # noqa: E402
 from configs import digits  # noqa: E402
 from configs import stl10  # noqa: E402
 from hscl_jax.config import command_line  # noqa: E402
+from hscl_jax.config import fields  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402
@@ -62,9 +63,9 @@ def test_configs_are_valid_on_1_and_4_devices(name):
 @pytest.mark.parametrize('name', sorted(ALL_CONFIGS))
 def test_configs_define_exactly_the_fields_the_program_reads(name):
   config = ALL_CONFIGS[name].get_config()
-  for section, fields in schema.CONFIG_FIELDS.items():
+  for section, names in fields.CONFIG_FIELDS.items():
     node = config[section] if section else config
-    assert sorted(node.keys()) == sorted(fields), section
+    assert sorted(node.keys()) == sorted(names), section
 
 
 @pytest.mark.parametrize('name', ['cifar10', 'cifar100', 'stl10'])
@@ -201,9 +202,9 @@ def _closure(function) -> dict:
 
 
 def _range_checks():
-  """(field, kind, bound) of every field schema.FIELDS checks against a range: its
+  """(field, kind, bound) of every field config/fields checks against a range: its
   at_least(bound), positive or in_unit_interval check, bare or inside unset_or."""
-  for name, field in schema.FIELDS.items():
+  for name, field in fields.FIELDS.items():
     check = field.check
     if check is not None and check.__name__ == '<lambda>':  # unset_or(check)
       check = _closure(check)['check']
@@ -222,7 +223,7 @@ def _edges(kind, bound, integer):
   return [0.0, float(np.nextafter(1.0, 0.0))], [float(np.nextafter(0.0, -1.0)), 1.0]  # [0, 1)
 
 
-# Every range a field of schema.FIELDS must lie in, written here from the fields' meaning
+# Every range a field of config/fields must lie in, written here from the fields' meaning
 # (not read from the schema, whose bound a bug would change): at_least(bound), positive
 # (> 0), unit = [0, 1).
 AT_LEAST_0 = ('beta', 'decode_cache_gib', 'knn.every_epochs', 'train_examples')
@@ -250,7 +251,7 @@ def test_every_range_check_accepts_its_bounds_and_refuses_one_past(name):
   """Each bound accepted (a check `>` for `>=` refuses it) and the value one past it
   refused, in the field's own type (one integer, or the next float)."""
   kind, bound = RANGES[name]
-  value = schema._value(default.get_config(), name)
+  value = fields.value_of(default.get_config(), name)
   integer = value is None or isinstance(value, int) and not isinstance(value, bool)
   accepted, refused = _edges(kind, bound, integer)
   for edge in accepted:

@@ -23,6 +23,7 @@ import numpy as np
 from PIL import Image
 import pytest
 
+from hscl_jax.config import fields
 from hscl_jax.config import schema
 from hscl_jax.data import image_folder
 from hscl_jax.experiments import image_batches
@@ -142,8 +143,8 @@ def test_the_config_is_the_papers_protocol_at_the_density_it_claims():
   config.folder = '/data/tin100'  # the command line's --config.folder
   for devices in (1, 4):
     schema.validate_config(config, num_devices=devices)
-  for section, fields in schema.CONFIG_FIELDS.items():
-    assert sorted((config[section] if section else config).keys()) == sorted(fields)
+  for section, names in fields.CONFIG_FIELDS.items():
+    assert sorted((config[section] if section else config).keys()) == sorted(names)
   assert (config.model.name, config.model.stem, config.model.dtype) == (
     'resnet18',
     'cifar',

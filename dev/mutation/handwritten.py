@@ -340,7 +340,7 @@ MUTANTS = (
   ),
   M(
     'schema_tau_plus_allows_one',
-    'hscl_jax/config/schema.py',
+    'hscl_jax/config/checks.py',
     '    if not 0 <= value < 1:',
     '    if not 0 <= value <= 1:',
     ('tests/test_configs.py', 'tests/test_config_properties.py', '-k', 'config'),

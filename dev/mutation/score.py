@@ -116,11 +116,13 @@ HAND_TESTS_OF = {
   'hscl_jax/__init__.py': ('tests/test_package.py',),
   'hscl_jax/config/__init__.py': (_LAYOUT,),
   'hscl_jax/config/methods.py': ('tests/test_methods.py', *_TRAIN, 'tests/test_inspect.py'),
-  'hscl_jax/config/schema.py': (
+  'hscl_jax/config/checks.py': ('tests/test_configs.py', 'tests/test_config_properties.py'),
+  'hscl_jax/config/fields.py': (
+    'tests/test_config_fields.py',
     'tests/test_configs.py',
-    'tests/test_config_properties.py',
     'tests/test_stored_config.py',  # which fields are free on resume
   ),
+  'hscl_jax/config/schema.py': ('tests/test_configs.py', 'tests/test_config_properties.py'),
   'hscl_jax/data/__init__.py': _DATA,
   'hscl_jax/data/arrays.py': (*_DATA, 'tests/test_randomness.py'),
   'hscl_jax/data/augment.py': ('tests/test_augment.py',),
@@ -260,7 +262,7 @@ UNCREDITED = {
   'hscl_jax/main.py': (_STARTS_PROGRAMS, _ENTRY),
   'hscl_jax/prepare.py': ('tests/test_prepare.py', 'tests/test_prepare_offline.py', _ENTRY),
   'hscl_jax/retrieval.py': ('tests/test_trained_retrieval.py', _ENTRY),  # starts the program
-  'hscl_jax/config/schema.py': ('tests/test_stored_config.py',),  # FREE_FIELDS, made at import
+  'hscl_jax/config/fields.py': ('tests/test_stored_config.py',),  # FREE_FIELDS, made at import
   # Docstrings, run at import.
   **{
     f'hscl_jax/{p}/__init__.py': (_LAYOUT,) for p in ('config', 'evaluation', 'rundir', 'training')

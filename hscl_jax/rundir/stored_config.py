@@ -3,7 +3,7 @@
 Rerunning on a workdir with checkpoints continues that run, so a config that differs
 from the stored one in anything that shapes the result (method, batch size, schedule,
 model, data, ...) is refused, listing the differences and the fix. Fields that cannot
-change the trained model may change freely (those `schema.FIELDS` marks `free`); a
+change the trained model may change freely (those config/fields declares `free`); a
 deliberate change (e.g. extending num_epochs) is allowed by naming the fields.
 """
 
@@ -16,7 +16,7 @@ from etils import epath
 import ml_collections
 
 from hscl_jax import errors
-from hscl_jax.config import schema
+from hscl_jax.config import fields
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import versions
@@ -38,7 +38,7 @@ def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
 
 def is_free(field: str, allowed=()) -> bool:
   """Whether `field` (dotted) cannot change the trained model, or is one of `allowed`."""
-  return any(field == f or field.startswith(f + '.') for f in (*schema.FREE_FIELDS, *allowed))
+  return any(field == f or field.startswith(f + '.') for f in (*fields.FREE_FIELDS, *allowed))
 
 
 def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -1,0 +1,92 @@
+"""What a config field is declared with: `Field` (its dotted name, default, check, whether it
+may change on resume, its documentation) and the checks of one value, by kind.
+
+Every check takes (dotted field, value) and raises through `errors.fail`, so every refusal
+is one line, `config.<field>: <problem>. Fix: <fix>.`
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import dataclasses
+from typing import Any
+
+from ml_collections import config_dict
+
+from hscl_jax import errors
+
+Check = Callable[[str, Any], None]
+fail = errors.fail
+
+
+def choice(choices) -> Check:
+  def check(field, value):
+    if value not in choices:
+      fail(field, f'unknown value {value!r}', f'use one of {", ".join(map(repr, choices))}')
+
+  return check
+
+
+def at_least(bound, fix: str) -> Check:
+  def check(field, value):
+    if not value >= bound:
+      fail(field, f'must be >= {bound}, got {value}', fix)
+
+  return check
+
+
+def positive(fix: str) -> Check:
+  def check(field, value):
+    if not value > 0:
+      fail(field, f'must be positive, got {value}', fix)
+
+  return check
+
+
+def in_unit_interval(fix: str) -> Check:
+  """[0, 1)."""
+
+  def check(field, value):
+    if not 0 <= value < 1:
+      fail(field, f'must be in [0, 1), got {value}', fix)
+
+  return check
+
+
+def unset_or(check: Check) -> Check:
+  return lambda field, value: None if value is None else check(field, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Unset:
+  """The default of a field that is None until set, and the type a value set then has."""
+
+  type: type
+
+
+def unset(kind: type) -> Unset:
+  """None by default; a value given later must be a `kind` (ml_collections' placeholder)."""
+  return Unset(kind)
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+  """One config field.
+
+  name: dotted ('optimizer.learning_rate'). default: its value in configs/default.py, or
+  `unset(type)`. check: of its value alone (None: free-form, or checked with other fields
+  by config/schema, or by the module that builds it). free: a resumed run may change it
+  (it cannot change the trained model, e.g. a logging period). doc: what it means.
+  """
+
+  name: str
+  default: Any
+  check: Check | None = None
+  free: bool = False
+  doc: str = ''
+
+  def initial(self) -> Any:
+    """The default as a ConfigDict holds it (a fresh placeholder for an unset field)."""
+    if isinstance(self.default, Unset):
+      return config_dict.placeholder(self.default.type)
+    return self.default
