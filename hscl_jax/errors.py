@@ -32,9 +32,14 @@ class NonFiniteLossError(UserError, FloatingPointError):
   """The training loss became NaN/inf; the bad state was not saved."""
 
 
+def config_message(field: str, problem: str, fix: str) -> str:
+  """The one line of a bad config value: `config.<field>: <problem>. Fix: <fix>.`"""
+  return f'config.{field}: {problem}. Fix: {fix}.'
+
+
 def fail(field: str, problem: str, fix: str):
   """Raises ConfigError as one line: `config.<field>: <problem>. Fix: <fix>.`"""
-  raise ConfigError(f'config.{field}: {problem}. Fix: {fix}.')
+  raise ConfigError(config_message(field, problem, fix))
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:

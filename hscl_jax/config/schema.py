@@ -126,16 +126,22 @@ def _check_epoch_counts(config) -> None:
 
 
 def _check_model(config) -> None:
-  """model.*: the module that builds it says what is wrong."""
+  """model.*: `models.create_model`, which builds it, refuses a bad value; a value of the
+  wrong kind (a Python error of its own) is named as config.model's."""
   try:
     models.create_model(config.model)
+  except ConfigError:
+    raise
   except ValueError as e:
-    raise ConfigError(f'config.{e}') from None
+    fail('model', str(e), 'see the model fields in hscl_jax/config/fields.py')
 
 
 def _check_augment(config) -> None:
+  """augment.*: `AugmentParams`, which the pipeline is built from, refuses a bad value."""
   try:
     augment.AugmentParams.from_config(config.augment)
+  except ConfigError:
+    raise
   except (TypeError, ValueError) as e:
     fail('augment', str(e), 'see the fields of hscl_jax.data.augment.AugmentParams')
 

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from hscl_jax import errors
 from hscl_jax.data import image_ops
 
 # Attempts at sampling a crop that fits before falling back to a centre crop.
@@ -89,20 +90,30 @@ class AugmentParams:
       self._validate()
 
   def _validate(self):
+    """Each refusal is one line naming config.augment (errors.fail), as this is its check."""
+    bad = lambda problem, fix: errors.fail('augment', problem, fix)
     if self.image_size < 1:
-      raise ValueError(f'image_size must be positive, got {self.image_size}')
+      bad(f'image_size must be positive, got {self.image_size}', 'use e.g. 32')
     for name in ('flip_prob', 'jitter_prob', 'grayscale_prob', 'blur_prob'):
       if not 0.0 <= getattr(self, name) <= 1.0:
-        raise ValueError(f'{name} must be in [0, 1], got {getattr(self, name)}')
+        bad(f'{name} must be in [0, 1], got {getattr(self, name)}', 'use a probability')
     if not 0.0 <= self.hue <= 0.5:
-      raise ValueError(f'hue must be in [0, 0.5], got {self.hue}')
+      bad(f'hue must be in [0, 0.5], got {self.hue}', 'use e.g. 0.1')
     low, high = self.crop_scale
     if not 0.0 < low <= high <= 1.0:
-      raise ValueError(f'crop_scale must satisfy 0 < low <= high <= 1, got {self.crop_scale}')
+      bad(
+        f'crop_scale must satisfy 0 < low <= high <= 1, got {self.crop_scale}',
+        'use e.g. (0.08, 1.0)',
+      )
     if not 0.0 < self.crop_ratio[0] <= self.crop_ratio[1]:
-      raise ValueError(f'crop_ratio must satisfy 0 < low <= high, got {self.crop_ratio}')
+      bad(
+        f'crop_ratio must satisfy 0 < low <= high, got {self.crop_ratio}', 'use e.g. (0.75, 1.33)'
+      )
     if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
-      raise ValueError(f'mean/std need 3 channels and std > 0, got {self.mean}, {self.std}')
+      bad(
+        f'mean/std need 3 channels and std > 0, got {self.mean}, {self.std}',
+        "use the training split's per-channel statistics (configs/default.py NORMALIZATION)",
+      )
 
   @classmethod
   def from_config(cls, config: Mapping[str, Any]) -> AugmentParams:

@@ -29,6 +29,7 @@ from hscl_jax import data
 from hscl_jax import losses
 from hscl_jax import models
 from hscl_jax import parallel
+from hscl_jax.config import fields
 from hscl_jax.config import schema
 from hscl_jax.data import augment
 from hscl_jax.evaluation import features as eval_features
@@ -37,7 +38,7 @@ from hscl_jax.rundir import progress
 from hscl_jax.rundir import trained_run
 from hscl_jax.training import optimizers
 
-PROTOCOLS = ('features', 'augmented')
+PROTOCOLS = fields.LINEAR_EVAL_PROTOCOLS
 RESULT_FILE = 'linear_eval.json'
 
 
@@ -161,8 +162,6 @@ def linear_evaluate(
 ) -> dict[str, Any]:
   """Runs the configured protocol on the checkpoint and writes DIR/linear_eval.json."""
   cfg = config.linear_eval
-  if cfg.protocol not in PROTOCOLS:
-    raise ValueError(f'linear_eval.protocol must be one of {PROTOCOLS}, got {cfg.protocol!r}.')
   schema.validate_linear_eval(cfg)
   start = time.perf_counter()
   model = models.create_model(config.model)

@@ -18,6 +18,7 @@ import time
 from absl import logging
 import numpy as np
 
+from hscl_jax import errors
 from hscl_jax.config import methods as method_table
 from hscl_jax.experiments import significance
 from hscl_jax.graphs import train
@@ -78,9 +79,10 @@ def run_one(base, root, dataset, method, beta, seed, data_dir) -> dict | None:
     with open(path) as f:
       result = json.load(f)
     if estimator_of(result) != base.estimator:
-      raise train.GraphConfigError(
-        f'config.estimator: {base.estimator!r}, but the finished run {path} used '
-        f'{estimator_of(result)!r}. Fix: give each estimator its own --workdir'
+      errors.fail(
+        'estimator',
+        f'{base.estimator!r}, but the finished run {path} used {estimator_of(result)!r}',
+        'give each estimator its own --workdir',
       )
     return result
   config = base.copy_and_resolve_references()

@@ -45,16 +45,18 @@ NonFiniteLossError = errors.NonFiniteLossError
 
 # Class-aware batches are the image arm's (config.samples_per_class): a graph batch's
 # positives are its own nodes, and labels enter only through the supervised objective.
-CLASS_AWARE_REFUSAL = (
-  'config.samples_per_class: class-aware batches are for image training (python -m '
-  'hscl_jax.main); graph batches are uniform. Fix: remove it from the graph config.'
+_CLASS_AWARE = (
+  'samples_per_class',
+  'class-aware batches are for image training (python -m hscl_jax.main); graph batches are uniform',
+  'remove it from the graph config',
 )
+CLASS_AWARE_REFUSAL = errors.config_message(*_CLASS_AWARE)
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
   """Raises errors.ConfigError naming the field and the fix."""
   if 'samples_per_class' in config:
-    raise errors.ConfigError(CLASS_AWARE_REFUSAL)
+    errors.fail(*_CLASS_AWARE)
   for field, choices in (('method', METHODS), ('protocol', PROTOCOLS), ('estimator', ESTIMATORS)):
     if config[field] not in choices:
       errors.fail(field, f'unknown value {config[field]!r}', f'use one of {", ".join(choices)}')

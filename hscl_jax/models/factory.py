@@ -4,44 +4,29 @@ initial variables."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from hscl_jax import errors
 from hscl_jax.models import backbones
 from hscl_jax.models import heads
 from hscl_jax.models import layers
 
-# The fields of config.model, which `create_model` reads (and validates).
-CONFIG_FIELDS = (
-  'name',
-  'stem',
-  'norm',
-  'activation',
-  'strided_padding',
-  'head_hidden',
-  'head_out',
-  'dtype',
-  'bn_momentum',
-)
-
-
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
-# What a run stored before a field existed trained with (its config.json lacks the field).
 _CHOICES = {'activation': layers.ACTIVATIONS, 'strided_padding': layers.STRIDED_PADDINGS}
 
 
-# What a config.model without the field means (a stored run's is migrated first:
-# rundir/versions).
-_DEFAULTS = {'activation': 'relu', 'strided_padding': 'symmetric'}
-
-
 def configured(model_config, field: str) -> str:
-  """config.model.<field> (activation or strided_padding), validated."""
-  value = model_config.get(field, _DEFAULTS[field])
+  """config.model.<field> (activation or strided_padding), validated. A config.model without
+  it builds what ContrastiveModel() builds: a stored small_cnn run of format 0 lacks
+  strided_padding (rundir/versions), which small_cnn's convolutions do not read."""
+  default = {f.name: f.default for f in dataclasses.fields(heads.ContrastiveModel)}[field]
+  value = model_config.get(field, default)
   layers.check_choice(field, value, _CHOICES[field])
   return value
 
@@ -50,7 +35,8 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> heads.Cont
   """ContrastiveModel from `config.model` (name, stem, norm, activation, strided_padding,
   head_hidden, head_out, dtype, bn_momentum).
 
-  The one validation of config.model: raises ValueError naming the field and the fix.
+  The one validation of config.model: raises ConfigError (a ValueError) naming the field
+  and the fix.
   """
   name = model_config.name
   backbones.check_name(name)
@@ -61,12 +47,12 @@ def create_model(model_config, *, bn_axis_name: str | None = None) -> heads.Cont
   activation = configured(model_config, 'activation')
   strided_padding = configured(model_config, 'strided_padding')
   if not 0.0 <= model_config.bn_momentum < 1.0:
-    layers.invalid(
-      'bn_momentum', f'must be in [0, 1), got {model_config.bn_momentum}', 'use e.g. 0.9'
+    errors.fail(
+      'model.bn_momentum', f'must be in [0, 1), got {model_config.bn_momentum}', 'use e.g. 0.9'
     )
   for field in ('head_hidden', 'head_out'):
     if int(model_config[field]) <= 0:
-      layers.invalid(field, f'must be positive, got {model_config[field]}', 'use e.g. 128')
+      errors.fail(f'model.{field}', f'must be positive, got {model_config[field]}', 'use e.g. 128')
   return heads.ContrastiveModel(
     backbone=name,
     stem=model_config.stem,

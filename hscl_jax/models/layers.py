@@ -11,6 +11,8 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from hscl_jax import errors
+
 ModuleDef = Any
 
 
@@ -76,15 +78,11 @@ def norm_layer(kind: str, train: bool, momentum: float, axis_name: str | None, d
   )
 
 
-def invalid(field: str, problem: str, fix: str):
-  """The config-error format (hscl_jax.config.schema prefixes 'config.')."""
-  raise ValueError(f'model.{field}: {problem}. Fix: {fix}.')
-
-
 def check_choice(field: str, value, choices) -> None:
+  """config.model.<field> is one of `choices` (ConfigError, one line, otherwise)."""
   if value not in choices:
-    invalid(
-      field,
+    errors.fail(
+      f'model.{field}',
       f'unknown value {value!r}',
       f'use one of the valid {field}s: {", ".join(sorted(choices))}',
     )
