@@ -15,8 +15,12 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
 from configs import default  # noqa: E402
+from hscl_jax import errors  # noqa: E402
+from hscl_jax import models  # noqa: E402
 from hscl_jax.config import checks  # noqa: E402
 from hscl_jax.config import fields  # noqa: E402
+from hscl_jax.config import schema  # noqa: E402
+from hscl_jax.data import augment  # noqa: E402
 
 FROZEN = REPO / 'tests' / 'fixtures' / 'default_config.json'
 
@@ -68,3 +72,34 @@ def test_configs_default_is_the_declared_defaults():
   assert default.get_config() == fields.default_config()
   assert default.NORMALIZATION is fields.NORMALIZATION
   assert tuple(default.get_config().augment.mean) == fields.NORMALIZATION['cifar10'][0]
+
+
+@pytest.mark.parametrize(
+  'build, start',
+  [
+    (lambda: models.create_model(_model(norm='instance')), "config.model.norm: unknown value 'in"),
+    (lambda: models.create_model(_model(head_out=0)), 'config.model.head_out: must be positive'),
+    (lambda: augment.AugmentParams(image_size=32, hue=0.6), 'config.augment: hue must be in'),
+    (lambda: schema.validate_linear_eval(_linear(protocol='knn')), 'config.linear_eval.protocol: '),
+  ],
+)
+def test_the_builders_checks_are_one_line_config_errors(build, start):
+  """The checks of what builds a section (the model, the augmentations) and the linear
+  evaluation's are the schema's kind: ConfigError, `config.<field>: <problem>. Fix: <fix>.`"""
+  with pytest.raises(errors.ConfigError) as refusal:
+    build()
+  message = str(refusal.value)
+  assert message.startswith(start) and '. Fix: ' in message and message.endswith('.')
+  assert '\n' not in message
+
+
+def _model(**overrides):
+  config = fields.default_config().model
+  config.update(overrides)
+  return config
+
+
+def _linear(**overrides):
+  config = fields.default_config().linear_eval
+  config.update(overrides)
+  return config
