@@ -122,6 +122,7 @@ HAND_TESTS_OF = {
     'tests/test_configs.py',
     'tests/test_stored_config.py',  # which fields are free on resume
   ),
+  'hscl_jax/config/command_line.py': ('tests/test_configs.py', 'tests/test_entry_points.py'),
   'hscl_jax/config/schema.py': ('tests/test_configs.py', 'tests/test_config_properties.py'),
   'hscl_jax/data/__init__.py': _DATA,
   'hscl_jax/data/arrays.py': (*_DATA, 'tests/test_randomness.py'),
@@ -217,6 +218,7 @@ HAND_TESTS_OF = {
   'hscl_jax/rundir/lock.py': ('tests/test_workdir_lock.py',),
   'hscl_jax/rundir/versions.py': ('tests/test_versions.py',),
   'hscl_jax/rundir/metrics.py': ('tests/test_metrics.py', 'tests/test_stored_config.py'),
+  'hscl_jax/rundir/progress.py': ('tests/test_progress.py',),
   'hscl_jax/rundir/stored_config.py': ('tests/test_stored_config.py',),
   'hscl_jax/rundir/trained_run.py': _LINEAR_PROBE,
   'hscl_jax/training/__init__.py': (_LAYOUT,),
