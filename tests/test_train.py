@@ -247,10 +247,11 @@ def compilations():
     if event == '/jax/core/compile/backend_compile_duration':
       compiled.append(Compilation(kwargs['fun_name'], len(finished), bool(writing)))
 
-  def counting_epochs(finish_epoch):
+  def counting_epochs(end_epoch):
     def wrapped(*args):
-      finish_epoch(*args)
+      ended = end_epoch(*args)
       finished.append(True)
+      return ended
 
     return wrapped
 
@@ -267,7 +268,7 @@ def compilations():
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
     with pytest.MonkeyPatch.context() as patch:
-      patch.setattr(loop._Run, 'finish_epoch', counting_epochs(loop._Run.finish_epoch))
+      patch.setattr(loop, '_end_epoch', counting_epochs(loop._end_epoch))
       patch.setattr(
         checkpoints.Checkpointer, 'save', flagging_writes(checkpoints.Checkpointer.save)
       )

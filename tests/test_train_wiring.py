@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import pathlib
 import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -30,10 +31,13 @@ from hscl_jax import losses  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
+from hscl_jax.rundir import metrics  # noqa: E402
+from hscl_jax.rundir import progress  # noqa: E402
+from hscl_jax.rundir import resume  # noqa: E402
+from hscl_jax.rundir import timing  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
-from hscl_jax.training import state as state_lib  # noqa: E402
 from hscl_jax.training import step as step_lib  # noqa: E402
 from hscl_jax.training import summaries  # noqa: E402
 
@@ -188,16 +192,42 @@ def test_the_epoch_throughput_leaves_out_the_compiling_steps():
   4 s: its throughput counts the other 8 steps over the other 8 s. An epoch whose every
   step compiled keeps them all (there is nothing else to time); a resumed epoch's position
   round-trips through the checkpoint's metadata."""
-  position = state_lib.EpochPosition(
-    seconds=12.0, steps_timed=10, compile_seconds=4.0, compile_steps=2
-  )
-  assert position.steps_timed_without_compilation() == (8, 8.0)
-  one_step = state_lib.EpochPosition(
-    seconds=3.0, steps_timed=1, compile_seconds=3.0, compile_steps=1
-  )
-  assert one_step.steps_timed_without_compilation() == (1, 3.0)
-  restored, records = state_lib.EpochPosition.from_metadata(position.to_metadata([{'epoch': 1}]))
+  times = timing.EpochTimes(seconds=12.0, steps_timed=10, compile_seconds=4.0, compile_steps=2)
+  assert times.without_compilation() == (8, 8.0)
+  one_step = timing.EpochTimes(seconds=3.0, steps_timed=1, compile_seconds=3.0, compile_steps=1)
+  assert one_step.without_compilation() == (1, 3.0)
+  position = resume.EpochPosition(times=times)
+  restored, records = resume.EpochPosition.from_metadata(position.to_metadata([{'epoch': 1}]))
   assert restored == position and records == [{'epoch': 1}]
+
+
+def test_one_timer_gives_the_epoch_s_times_the_rate_and_the_eta(monkeypatch):
+  """A span from step 4 whose first step (the process's) compiles in 10 s, two more steps
+  in 5 s, then an evaluation of 1 s every 2 epochs: the epoch keeps 15 s over 3 steps (10 s
+  and 1 step of them compiling), the rate is 2.5 s a step after the compilation, and the
+  progress line's ETA at step 7 of 10 is 3 steps at that rate plus one epoch's share of
+  the evaluation (3 x 2.5 + 0.5)."""
+  readings = iter([0.0, 10.0, 12.0, 15.0, 20.0, 21.0])
+  clock = types.SimpleNamespace(perf_counter=lambda: next(readings))
+  monkeypatch.setattr(progress, 'time', clock)  # the stopwatch of the steps
+  monkeypatch.setattr(timing, 'time', clock)  # the evaluation's
+  timer = timing.Timer(start_step=4)
+  timer.start(4)
+  timer.first_step_done(5)
+  assert timer.compiled and timer.seconds_per_step(6) == 2.0  # read mid-span, at 12 s
+  timer.stop(7)
+  assert timer.epoch == timing.EpochTimes(
+    seconds=15.0, steps_timed=3, compile_seconds=10.0, compile_steps=1
+  )
+  assert timer.epoch.without_compilation() == (2, 5.0)
+  assert timer.evaluate(lambda: 'top-1', every_epochs=2) == ('top-1', 1.0)
+  line = metrics.Progress(
+    total_steps=10, start_step=4, steps_per_epoch=5, images_per_step=2, timer=timer
+  )
+  assert line.eval_seconds_per_epoch == 0.5
+  assert timer.seconds_per_step(7) == 2.5 and line.eta_seconds(7) == 8.0
+  timer.next_epoch()
+  assert timer.epoch == timing.EpochTimes()
 
 
 def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():

@@ -22,6 +22,7 @@ from hscl_jax import errors
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import progress
+from hscl_jax.rundir import timing
 from hscl_jax.rundir import versions
 
 _WRITERS_OPENED = itertools.count()
@@ -194,8 +195,9 @@ format_duration = progress.format_duration
 class Progress:
   """Training's progress line: epoch, step (of the whole run), loss, views/s and the ETA.
 
-  The ETA extrapolates the training-step rate measured since the first step of this process
-  (excluding its compilation) and adds the last kNN evaluation's time for each remaining one.
+  The ETA extrapolates the training-step rate of its timer (rundir/timing: since the first
+  step of this process, excluding its compilation) and adds the last evaluation's time for
+  each remaining one. A run passes its own timer; without one, Progress keeps its own.
   """
 
   def __init__(
@@ -206,9 +208,10 @@ class Progress:
     steps_per_epoch: int,
     images_per_step: int,
     enabled: bool = True,
+    timer: timing.Timer | None = None,
   ):
     self._steps_per_epoch = steps_per_epoch
-    self.eval_seconds_per_epoch = 0.0
+    self._timer = timing.Timer(start_step) if timer is None else timer
     self._line = progress.ProgressLine(
       total_steps,
       unit='step',
@@ -217,8 +220,17 @@ class Progress:
       overhead=self._eval_seconds_left,
       start=start_step,
       timing=False,
+      clock=self._timer.clock,
       enabled=enabled,
     )
+
+  @property
+  def eval_seconds_per_epoch(self) -> float:
+    return self._timer.eval_seconds_per_epoch
+
+  @eval_seconds_per_epoch.setter
+  def eval_seconds_per_epoch(self, seconds: float) -> None:
+    self._timer.eval_seconds_per_epoch = seconds
 
   def _eval_seconds_left(self, step: int) -> float:
     remaining_epochs = math.ceil((self._line.total - step) / self._steps_per_epoch)

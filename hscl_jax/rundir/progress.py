@@ -32,6 +32,52 @@ def format_duration(seconds: float) -> str:
   return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m'
 
 
+class Stopwatch:
+  """Seconds timed in spans (`resume` ... `pause`) since `start` units were done, or since
+  the last `restart`."""
+
+  def __init__(self, start: int = 0):
+    self.start = start
+    self._timed = 0.0  # in the spans already closed
+    self._mark = None  # when the running span began
+
+  @property
+  def started_at(self) -> float | None:
+    """When the running span began (None: paused)."""
+    return self._mark
+
+  def resume(self) -> None:
+    """Starts (or goes on) timing."""
+    self._mark = time.perf_counter()
+
+  def pause(self) -> float:
+    """Stops timing until `resume`; returns the seconds of the span it closes (0: none ran)."""
+    if self._mark is None:
+      return 0.0
+    seconds = time.perf_counter() - self._mark
+    self._timed += seconds
+    self._mark = None
+    return seconds
+
+  def restart(self, done: int) -> float:
+    """Times from now, over the units after `done`; returns the seconds of the running span
+    it cuts off (0: none ran)."""
+    now = time.perf_counter()
+    seconds = 0.0 if self._mark is None else now - self._mark
+    self.start, self._timed, self._mark = done, 0.0, now
+    return seconds
+
+  def elapsed(self, now: float | None = None) -> float:
+    """Seconds timed since the start (or `restart`)."""
+    if self._mark is None:
+      return self._timed
+    return self._timed + (time.perf_counter() if now is None else now) - self._mark
+
+  def seconds_per_unit(self, done: int, now: float | None = None) -> float:
+    units = done - self.start
+    return self.elapsed(now) / units if units > 0 else float('nan')
+
+
 class ProgressLine:
   """Counts `done` of `total` units and logs the line when it is due.
 
@@ -42,7 +88,8 @@ class ProgressLine:
   `every`-th unit and at the last (and at the first with `first`; never by count when
   `every` is 0), or once `every_seconds` have passed since the last line with some units
   done and some left. It reads the clock only when a line may be due, so a job logged by
-  count reads it at its lines alone.
+  count reads it at its lines alone. The seconds are `clock`'s (a `Stopwatch` from `start`
+  units): its own, or one the job times itself with (a training run's, rundir/timing).
   """
 
   def __init__(
@@ -59,43 +106,40 @@ class ProgressLine:
     overhead: Callable[[int], float] | None = None,
     start: int = 0,
     timing: bool = True,
+    clock: Stopwatch | None = None,
     enabled: bool = True,
   ):
     self.total, self.unit, self.rate_unit = total, unit, rate_unit or f'{unit}s'
     self.per_unit, self.every, self.every_seconds = per_unit, every, every_seconds
     self.first, self.show_elapsed, self.enabled = first, show_elapsed, enabled
     self._overhead = overhead or (lambda done: 0.0)
-    self._start, self._timed, self._mark = start, 0.0, None
+    self.clock = Stopwatch(start) if clock is None else clock
     self._last_line = None
     if timing:
       self.resume()
 
   def resume(self) -> None:
     """Starts (or goes on) timing the job."""
-    self._mark = time.perf_counter()
+    self.clock.resume()
     if self._last_line is None:
-      self._last_line = self._mark
+      self._last_line = self.clock.started_at
 
   def pause(self) -> None:
     """Stops timing until `resume`: what follows is not the job's work."""
-    if self._mark is not None:
-      self._timed += time.perf_counter() - self._mark
-      self._mark = None
+    self.clock.pause()
 
   def restart(self, done: int) -> None:
     """Measures the rate from `done` units on, timing from now."""
-    self._start, self._timed = done, 0.0
-    self.resume()
+    self.clock.restart(done)
+    if self._last_line is None:
+      self._last_line = self.clock.started_at
 
   def elapsed(self, now: float | None = None) -> float:
     """Seconds timed since the start (or `restart`)."""
-    if self._mark is None:
-      return self._timed
-    return self._timed + (time.perf_counter() if now is None else now) - self._mark
+    return self.clock.elapsed(now)
 
   def seconds_per_unit(self, done: int, now: float | None = None) -> float:
-    units = done - self._start
-    return self.elapsed(now) / units if units > 0 else float('nan')
+    return self.clock.seconds_per_unit(done, now)
 
   def eta_seconds(self, done: int, now: float | None = None) -> float:
     return (self.total - done) * self.seconds_per_unit(done, now) + self._overhead(done)
@@ -121,7 +165,7 @@ class ProgressLine:
   def update(self, done: int, *, head: str = '', detail: str | Callable[[], str] = '') -> bool:
     """Logs the line if it is due at `done`; `detail` may be a function, called only then
     (a device read of the loss, say). Returns whether it was due."""
-    counted = is_due(done, self.every, self.total) or (self.first and done == self._start + 1)
+    counted = is_due(done, self.every, self.total) or (self.first and done == self.clock.start + 1)
     if not (counted or self.every_seconds is not None):
       return False
     now = time.perf_counter()

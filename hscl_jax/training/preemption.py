@@ -12,8 +12,8 @@ import numpy as np
 
 
 class Preempted(Exception):
-  """A SIGTERM reached a safe point of the run: raised there, handled in the loop (`_Run.train`),
-  which saves the state and stops."""
+  """A SIGTERM reached a safe point of the run: raised there, handled in the training loop
+  (training/loop), which saves the state and stops."""
 
 
 class PreemptionWatcher:

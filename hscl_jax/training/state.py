@@ -1,7 +1,6 @@
 """The training state (parameters, BatchNorm statistics, optimizer state, the augmentations'
 key, the epoch's metric sums, the negative queue and key encoder), its initial value on the
-mesh and its checkpoint form; and where an epoch stands (`EpochPosition`), stored with
-each checkpoint as its metadata."""
+mesh and its checkpoint form."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ import ml_collections
 import optax
 
 from hscl_jax import models
-from hscl_jax.rundir import versions
 from hscl_jax.training import queue as negative_queue
 
 
@@ -97,60 +95,3 @@ def state_from_checkpoint(tree: dict[str, Any]) -> TrainState:
   if 'queue' in tree:
     tree['queue'] = negative_queue.Queue(**tree['queue'])
   return TrainState(**tree)
-
-
-@dataclasses.dataclass
-class EpochPosition:
-  """What a checkpoint knows beyond the state, so that a resumed run writes exactly the
-  records an uninterrupted one would.
-
-  steps_done: the epoch's steps are all taken but its record is not written (a SIGTERM
-    at its last step or during its kNN): the resumed run computes the record first;
-  seconds, steps_timed: the epoch's training time so far, so that its record reports the
-    whole epoch's throughput;
-  compile_seconds, compile_steps: of those, the first step of each process that ran in the
-    epoch (it compiles): the record's throughput leaves them out, as the progress line does.
-  The checkpoint also keeps every metrics record written so far, to rebuild a damaged
-  metrics.jsonl.
-  """
-
-  steps_done: bool = False
-  seconds: float = 0.0
-  steps_timed: int = 0
-  compile_seconds: float = 0.0
-  compile_steps: int = 0
-
-  def steps_timed_without_compilation(self) -> tuple[int, float]:
-    """(steps, seconds) of the epoch's throughput: the compiling steps left out, unless
-    they were all its steps (an epoch of one step)."""
-    steps = self.steps_timed - self.compile_steps
-    if steps <= 0:
-      return self.steps_timed, self.seconds
-    return steps, self.seconds - self.compile_seconds
-
-  def to_metadata(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The checkpoint's metadata, in the workdir's format (rundir/versions)."""
-    return versions.stamped(
-      {
-        'epoch_end_pending': self.steps_done,
-        'epoch_seconds': self.seconds,
-        'epoch_steps_timed': self.steps_timed,
-        'epoch_compile_seconds': self.compile_seconds,
-        'epoch_compile_steps': self.compile_steps,
-        'records': records,
-      }
-    )
-
-  @classmethod
-  def from_metadata(cls, metadata: dict[str, Any]) -> tuple[EpochPosition, list | None]:
-    """(position, records); records are None where the checkpoint kept none (the file is
-    then trusted)."""
-    metadata = versions.migrate_metadata(metadata)
-    position = cls(
-      steps_done=bool(metadata['epoch_end_pending']),
-      seconds=float(metadata['epoch_seconds']),
-      steps_timed=int(metadata['epoch_steps_timed']),
-      compile_seconds=float(metadata['epoch_compile_seconds']),
-      compile_steps=int(metadata['epoch_compile_steps']),
-    )
-    return position, metadata['records']

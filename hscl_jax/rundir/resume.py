@@ -1,0 +1,127 @@
+"""A training run's bookkeeping in its workdir, so that a resumed run writes exactly the
+records an uninterrupted one would (`RunRecord`): its checkpoints with where the epoch
+stood (`EpochPosition`, each checkpoint's metadata) and its epoch records
+(metrics.jsonl and TensorBoard, rundir/metrics).
+
+`restore` brings back the newest usable checkpoint's state, the input position, where the
+epoch stood and the records so far, and rewrites the records to that checkpoint's step;
+`save` writes a checkpoint of all of these; `write_record` adds an epoch's record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hscl_jax.rundir import checkpoints
+from hscl_jax.rundir import metrics
+from hscl_jax.rundir import timing
+from hscl_jax.rundir import versions
+
+
+@dataclasses.dataclass
+class EpochPosition:
+  """What a checkpoint knows beyond the state.
+
+  steps_done (`epoch_end_pending` on disk): the epoch's steps are all taken but its record
+    is not written (a SIGTERM at its last step or during its kNN): the resumed run
+    computes the record first;
+  times: the epoch's training time so far (rundir/timing), so that its record reports the
+    whole epoch's.
+  The checkpoint also keeps every metrics record written so far, to rebuild a damaged
+  metrics.jsonl.
+  """
+
+  steps_done: bool = False
+  times: timing.EpochTimes = dataclasses.field(default_factory=timing.EpochTimes)
+
+  def to_metadata(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The checkpoint's metadata, in the workdir's format (rundir/versions)."""
+    return versions.stamped(
+      {
+        'epoch_end_pending': self.steps_done,
+        'epoch_seconds': self.times.seconds,
+        'epoch_steps_timed': self.times.steps_timed,
+        'epoch_compile_seconds': self.times.compile_seconds,
+        'epoch_compile_steps': self.times.compile_steps,
+        'records': records,
+      }
+    )
+
+  @classmethod
+  def from_metadata(cls, metadata: dict[str, Any]) -> tuple[EpochPosition, list | None]:
+    """(position, records); records are None where the checkpoint kept none (the file is
+    then trusted)."""
+    metadata = versions.migrate_metadata(metadata)
+    times = timing.EpochTimes(
+      seconds=float(metadata['epoch_seconds']),
+      steps_timed=int(metadata['epoch_steps_timed']),
+      compile_seconds=float(metadata['epoch_compile_seconds']),
+      compile_steps=int(metadata['epoch_compile_steps']),
+    )
+    return cls(steps_done=bool(metadata['epoch_end_pending']), times=times), metadata['records']
+
+
+@dataclasses.dataclass
+class Restored:
+  step: int  # the checkpoint's step (0: none)
+  tree: Any | None  # its state, shaped as the target (None: no checkpoint)
+  position: EpochPosition  # where its epoch stood
+
+
+class RunRecord:
+  """The checkpoints (rundir/checkpoints, keeping `keep`) and epoch records of the run in
+  `workdir`; only `enabled` processes write records (process 0), every process takes part
+  in a checkpoint."""
+
+  def __init__(self, workdir: str, *, keep: int, enabled: bool = True):
+    self._workdir, self._enabled = workdir, enabled
+    self._checkpointer = checkpoints.Checkpointer(workdir, keep=keep)
+    self._writer = None
+
+  def restore(self, target: Any, loader) -> Restored:
+    """The newest usable checkpoint (shaped as the pytree `target`), `loader` set to its
+    input position; the records rewritten to its step, or to what its metadata kept."""
+    restored = self._checkpointer.restore_latest(target)
+    if restored is None:
+      step, tree, position, records = 0, None, EpochPosition(), None
+    else:
+      step, tree, iterator_state = restored
+      loader.set_state(iterator_state)
+      position, records = EpochPosition.from_metadata(self._checkpointer.metadata(step))
+    self._writer = metrics.MetricWriter(
+      self._workdir,
+      enabled=self._enabled,
+      # An epoch end the resumed run redoes gets its record (again).
+      keep_through_step=step - 1 if position.steps_done else step,
+      records=records,
+    )
+    return Restored(step=step, tree=tree, position=position)
+
+  @property
+  def records(self) -> list[dict[str, Any]]:
+    """The records written so far (after `restore`), as a checkpoint stores them."""
+    return self._writer.records
+
+  def write_record(self, step: int, record: dict[str, Any]) -> None:
+    self._writer.write(step, record)
+
+  def save(self, step: int, tree: Any, loader, position: EpochPosition) -> None:
+    """Starts a checkpoint of the state pytree, `loader`'s position and `position` (a
+    no-op if `step` is saved already)."""
+    self._checkpointer.save(
+      step, tree, loader.get_state(), position.to_metadata(self._writer.records)
+    )
+
+  def last_saved_step(self) -> int | None:
+    """The newest checkpoint's step once every save has finished (None: none)."""
+    self._checkpointer.wait_until_finished()
+    return self._checkpointer.latest_step()
+
+  def wait_until_finished(self) -> None:
+    self._checkpointer.wait_until_finished()
+
+  def close(self) -> None:
+    self._checkpointer.close()
+    if self._writer is not None:
+      self._writer.close()
