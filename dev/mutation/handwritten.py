@@ -191,8 +191,8 @@ MUTANTS = (
   M(
     'preemption_only_at_logging_steps',
     'hscl_jax/training/loop.py',
-    '        self.preemption.check(sync_point=log_step)',
-    '        if log_step:\n          self.preemption.check(sync_point=log_step)',
+    '          preemption.check(sync_point=log_step)',
+    '          if log_step:\n            preemption.check(sync_point=log_step)',
     ('tests/test_train.py', '-k', 'sigterm_in_any_phase and epoch-end'),
   ),
   M(

@@ -218,6 +218,8 @@ HAND_TESTS_OF = {
   'hscl_jax/rundir/lock.py': ('tests/test_workdir_lock.py',),
   'hscl_jax/rundir/versions.py': ('tests/test_versions.py',),
   'hscl_jax/rundir/metrics.py': ('tests/test_metrics.py', 'tests/test_stored_config.py'),
+  'hscl_jax/rundir/resume.py': (*_TRAIN, 'tests/test_versions.py'),
+  'hscl_jax/rundir/timing.py': _TRAIN,
   'hscl_jax/rundir/progress.py': ('tests/test_progress.py',),
   'hscl_jax/rundir/stored_config.py': ('tests/test_stored_config.py',),
   'hscl_jax/rundir/trained_run.py': _LINEAR_PROBE,
