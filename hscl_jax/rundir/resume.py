@@ -44,7 +44,8 @@ class EpochPosition:
         'epoch_steps_timed': self.times.steps_timed,
         'epoch_compile_seconds': self.times.compile_seconds,
         'epoch_compile_steps': self.times.compile_steps,
-        'records': records,
+        # A copy: Orbax may write the metadata after the next epoch's record is appended.
+        'records': [dict(record) for record in records],
       }
     )
 
