@@ -14,6 +14,7 @@ import tensorboard_events  # tests/ is on sys.path (pytest)
 
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import progress
 
 
 def _records(*steps):
@@ -153,11 +154,11 @@ def test_a_resume_without_a_row_of_the_file_hides_that_rows_events(tmp_path, one
   ],
 )
 def test_durations_read_in_seconds_minutes_or_hours(seconds, text):
-  assert metrics.format_duration(seconds) == text
+  assert progress.format_duration(seconds) == text
 
 
 def test_a_periodic_job_is_due_every_nth_time_and_at_the_last():
-  due = lambda every: [c for c in range(1, 11) if metrics.is_due(c, every, 10)]  # noqa: E731
+  due = lambda every: [c for c in range(1, 11) if progress.is_due(c, every, 10)]  # noqa: E731
   assert (due(3), due(4), due(1), due(0)) == ([3, 6, 9, 10], [4, 8, 10], list(range(1, 11)), [])
 
 

@@ -131,11 +131,6 @@ def test_a_disabled_line_is_due_but_logs_nothing(clock, caplog):
   assert caplog.messages == []
 
 
-def test_durations_and_periods_are_the_ones_metrics_reads():
-  assert metrics.format_duration is progress.format_duration
-  assert metrics.is_due is progress.is_due
-
-
 def test_trainings_line_leaves_out_compilation_and_the_knn_and_adds_the_knn_to_its_eta(
   clock, caplog
 ):

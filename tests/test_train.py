@@ -46,6 +46,7 @@ from hscl_jax.evaluation import features as eval_features  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402,E501
 from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402,E501
+from hscl_jax.rundir import progress  # noqa: E402,E501
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.rundir import versions  # noqa: E402
@@ -394,7 +395,7 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
     head,
   )
   # The run's wall time, measured inside the fixture's (which also counts the return).
-  assert closing.group(1) in {metrics.format_duration(seconds - d) for d in (0, 1, 2)}, head
+  assert closing.group(1) in {progress.format_duration(seconds - d) for d in (0, 1, 2)}, head
   programs = [c.split()[2] for c in commands]
   assert programs == ['hscl_jax.linear_eval', 'hscl_jax.embed', 'hscl_jax.inspect']
   assert all(f'--workdir={workdir} ' in c + ' ' for c in commands), commands
@@ -422,7 +423,7 @@ def test_progress_lines_come_every_log_every_steps_and_count_both_views(uninterr
   batch = tiny_config().batch_size
   seconds = 2 * batch / first['samples_per_second'] + second['epoch_time']
   np.testing.assert_allclose(int(progress[-1][5]), 2 * batch * 5 / seconds, rtol=0.3)
-  assert progress[-1][6] == metrics.format_duration(0)
+  assert progress[-1][6] == progress.format_duration(0)
 
 
 def test_the_knn_time_is_the_span_between_the_last_step_and_the_epochs_line(uninterrupted_run):

@@ -186,12 +186,6 @@ class MetricWriter:
       self._tensorboard = None
 
 
-# The progress line's periods and durations, which the training loop reads beside its
-# records.
-is_due = progress.is_due
-format_duration = progress.format_duration
-
-
 class Progress:
   """Training's progress line: epoch, step (of the whole run), loss, views/s and the ETA.
 

@@ -35,6 +35,7 @@ from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import progress
 from hscl_jax.rundir import resume
 from hscl_jax.rundir import stored_config
 from hscl_jax.rundir import timing
@@ -154,7 +155,7 @@ def closing_summary(
     head = 'Nothing trained (already complete)'
   else:
     head = (
-      f'Finished {config.num_epochs} epochs in {metrics.format_duration(seconds)}, '
+      f'Finished {config.num_epochs} epochs in {progress.format_duration(seconds)}, '
       f'{summaries.final_knn(result.records)}'
     )
   commands = [
@@ -286,7 +287,7 @@ def _end_epoch(run: _Pieces, book, timer: timing.Timer, preemption, state, step:
   config, plan = run.config, run.plan
   epoch = plan.epoch_of_step(step - 1)
   record = _epoch_record(run, state, timer.epoch, epoch)
-  if metrics.is_due(epoch, config.knn.every_epochs, plan.num_epochs):
+  if progress.is_due(epoch, config.knn.every_epochs, plan.num_epochs):
     record.update(_knn(run, state, timer, preemption))
   # Fresh zeros each epoch: the step donates (deletes) the state's buffers.
   zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), state.metric_sums)
@@ -294,7 +295,7 @@ def _end_epoch(run: _Pieces, book, timer: timing.Timer, preemption, state, step:
   book.write_record(step, record)
   logging.info('%s', summaries.epoch_summary(record, compile_seconds=timer.epoch.compile_seconds))
   timer.next_epoch()
-  if metrics.is_due(epoch, config.checkpoint_every_epochs, plan.num_epochs):
+  if progress.is_due(epoch, config.checkpoint_every_epochs, plan.num_epochs):
     _save(run, book, state, step, resume.EpochPosition())
   return state, record
 
