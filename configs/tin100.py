@@ -1,4 +1,4 @@
-"""Tiny-ImageNet-100 in CIFAR-100's shape: the paper's regime, for the GPUs lent (issue 47).
+"""Tiny-ImageNet-100 in CIFAR-100's shape: the paper's regime, for a GPU's run.
 
 The data: the first 100 classes of Tiny-ImageNet-200's wnids.txt, their 250 training
 images each (the zip in ../shared/data holds 250 of the release's 500: half of CIFAR-100's

@@ -82,7 +82,8 @@ def create_train_state(
 
 def state_to_checkpoint(state: TrainState) -> dict[str, Any]:
   """Pytree of plain arrays (Orbax stores key data, not typed keys); the parts a run does
-  not use (no queue, no key encoder) are left out, so its checkpoints are as before."""
+  not use (no queue, no key encoder) are left out, so a run without them stores the same
+  tree as one whose code never had them."""
   tree = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
   tree['rng'] = jax.random.key_data(state.rng)
   if state.queue is not None:
