@@ -9,8 +9,13 @@ directory DIR/checkpoints/<step>/ with two items:
                    (process_<i>-of-<n>.json), so every host resumes its own shard exactly
                    (a run with another process count reads process 0's state).
 Saving is asynchronous (training continues while arrays are written); the manager keeps
-the newest `keep` checkpoints. Each checkpoint carries the caller's metadata (Orbax
-custom metadata, opaque here: training stores where the epoch stood and its records).
+the newest `keep` checkpoints and, with `keep_best`, the best one by a figure of the epoch
+records (`KeepBest`: Orbax's LatestN and BestN policies together). Such a run's checkpoints
+each hold a third item, Orbax's 'metrics': {'metric', 'mode', 'value'}, the figure the
+checkpoint is ranked by (value null where its step has no record with that figure), which
+`best_checkpoint` reads back without building a training state. Each checkpoint carries the
+caller's metadata (Orbax custom metadata, opaque here: training stores where the epoch stood
+and its records).
 A checkpoint that no longer restores (a truncated file) is moved to
 DIR/checkpoints_unusable/<step> and the run falls back to the newest one that does.
 `restore_subtree` reads part of the state (e.g. only the encoder, for evaluation) without
@@ -23,6 +28,7 @@ import base64
 import dataclasses
 import errno
 import json
+import math
 import shutil
 from typing import Any
 
@@ -33,6 +39,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
+from hscl_jax import errors
 from hscl_jax.rundir import layout
 
 STATE = 'state'
@@ -168,15 +175,128 @@ def _all_processes(ok: bool) -> bool:
   return bool(np.all(multihost_utils.process_allgather(np.asarray(ok))))
 
 
-class Checkpointer:
-  """Saves/restores {state pytree, iterator state} of the run in `workdir`, keeping `keep`."""
+MODES = ('max', 'min')
 
-  def __init__(self, workdir: str, *, keep: int):
+
+@dataclasses.dataclass(frozen=True)
+class KeepBest:
+  """The figure of the epoch records that ranks checkpoints for keeping the best one, and
+  which way: 'max' (an accuracy, a retrieval figure) or 'min' (a loss)."""
+
+  metric: str
+  mode: str = 'max'
+
+  def __post_init__(self):
+    if not self.metric or self.mode not in MODES:
+      errors.fail(
+        'keep_best',
+        f'{self.metric}:{self.mode} is not a figure to rank by',
+        "name a figure of metrics.jsonl, e.g. 'knn_top1', with ':min' or ':max' if wanted",
+      )
+
+  @classmethod
+  def parse(cls, text: str | None) -> KeepBest | None:
+    """config.keep_best: '' or None keeps no best; 'NAME' ranks by that figure, smallest
+    first for a loss (a name with 'loss' in it) and largest first for any other;
+    'NAME:min' or 'NAME:max' say which way."""
+    if not text:
+      return None
+    metric, _, mode = str(text).partition(':')
+    return cls(metric, mode or ('min' if 'loss' in metric else 'max'))
+
+  def entry(self, step: int, figures: float | dict[str, Any] | None) -> dict[str, Any]:
+    """What checkpoint `step` is ranked by. `figures` is the figure itself, or the metrics
+    record written at `step` (a record of another step, such as the last epoch's at a save
+    mid-epoch, ranks nothing), or None; a missing or non-finite figure is null."""
+    if isinstance(figures, dict):
+      figures = figures.get(self.metric) if figures.get('step', step) == step else None
+    value = None if figures is None else float(figures)
+    finite = value is not None and math.isfinite(value)
+    return {'metric': self.metric, 'mode': self.mode, 'value': value if finite else None}
+
+  def rank(self, entry: dict[str, Any] | None) -> float:
+    """The entry's value, better by `mode`; an entry without one, or ranked by another
+    figure or way, is worse than any. Orbax's sort is stable, so of equal ranks the newest
+    step is the best (`best_checkpoint` breaks ties the same way)."""
+    entry = entry or {}
+    value = entry.get('value')
+    if value is None or (entry.get('metric'), entry.get('mode')) != (self.metric, self.mode):
+      return -math.inf if self.mode == 'max' else math.inf
+    return float(value)
+
+  def sort_key(self, entry: dict[str, Any] | None) -> float:
+    """Larger is better, whichever the mode."""
+    return self.rank(entry) if self.mode == 'max' else -self.rank(entry)
+
+
+@dataclasses.dataclass(frozen=True)
+class Best:
+  """The best checkpoint a run kept: its step, the figure it was ranked by and its value."""
+
+  step: int
+  metric: str
+  mode: str
+  value: float
+
+
+def best_checkpoint(workdir: str) -> Best | None:
+  """The best of the finished checkpoints by the figure the newest ranked checkpoint was
+  ranked by (a run resumed with another `keep_best` ranks by the new one); None where no
+  checkpoint has a value of that figure (a run without `keep_best`)."""
+  steps = finished_steps(workdir)
+  if not steps:
+    return None
+  manager = ocp.CheckpointManager(
+    directory(workdir).absolute(),
+    options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0),
+  )
+  try:
+    entries = {step: manager.metrics(step) for step in steps}
+  finally:
+    manager.close()
+  ranked = [
+    (step, entry)
+    for step, entry in entries.items()
+    if isinstance(entry, dict) and entry.get('metric') and entry.get('mode') in MODES
+  ]
+  if not ranked:
+    return None
+  keep_best = KeepBest(ranked[-1][1]['metric'], ranked[-1][1]['mode'])
+  scored = [(step, entry) for step, entry in ranked if math.isfinite(keep_best.rank(entry))]
+  if not scored:
+    return None
+  step, entry = max(scored, key=lambda item: (keep_best.sort_key(item[1]), item[0]))
+  return Best(step, keep_best.metric, keep_best.mode, float(entry['value']))
+
+
+class Checkpointer:
+  """Saves/restores {state pytree, iterator state} of the run in `workdir`, keeping the
+  newest `keep` and, with `keep_best`, the best by its figure besides (one directory where
+  the best is among the newest). The ranks are read back from the checkpoints, so a resumed
+  run (any `keep`, 1 included) still keeps the best its earlier part saved."""
+
+  def __init__(self, workdir: str, *, keep: int, keep_best: KeepBest | None = None):
     self._workdir = workdir
+    self._keep_best = keep_best
+    self._figures_seen: list[str] | None = None  # a record's, while none had keep_best's
+    policies = [ocp.checkpoint_managers.LatestN(keep)]
+    if keep_best is not None:
+      policies.append(
+        ocp.checkpoint_managers.BestN(
+          get_metric_fn=keep_best.rank,
+          reverse=keep_best.mode == 'min',  # BestN keeps the last of the sorted ranks
+          n=1,
+          keep_checkpoints_without_metrics=False,  # LatestN keeps the newest of those
+        )
+      )
     self._manager = ocp.CheckpointManager(
       directory(workdir).absolute(),
       options=ocp.CheckpointManagerOptions(
-        preservation_policy=ocp.checkpoint_managers.LatestN(keep), enable_async_checkpointing=True
+        preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
+        # Orbax writes and reads back the 'metrics' item only where best_fn is set.
+        best_fn=keep_best.rank if keep_best else None,
+        best_mode=keep_best.mode if keep_best else 'max',
+        enable_async_checkpointing=True,
       ),
       item_names=(STATE, DATA_ITERATOR),
     )
@@ -188,21 +308,41 @@ class Checkpointer:
     return list(self._manager.all_steps())
 
   def save(
-    self, step: int, state: Any, iterator_state: Any, metadata: dict[str, Any] | None = None
+    self,
+    step: int,
+    state: Any,
+    iterator_state: Any,
+    metadata: dict[str, Any] | None = None,
+    *,
+    metric_value: float | dict[str, Any] | None = None,
   ) -> bool:
     """Starts saving (asynchronously); a step that is already saved is skipped. `metadata`
-    (JSON-serialisable, the caller's: this module does not read it) is stored beside."""
+    (JSON-serialisable, the caller's: this module does not read it) is stored beside.
+    `metric_value` ranks the checkpoint for `keep_best` (`KeepBest.entry`: the figure, or
+    the metrics record written at `step`); without `keep_best` it is not used."""
     if step in self._manager.all_steps():
       return False
     self._check_space(state)
+    entry = None
+    if self._keep_best is not None:
+      entry = self._keep_best.entry(step, metric_value)
+      self._note_figures(entry, metric_value)
     return self._manager.save(
       step,
       args=ocp.args.Composite(
         **{STATE: ocp.args.StandardSave(state), DATA_ITERATOR: IteratorStateSave(iterator_state)}
       ),
+      metrics=entry,
       force=True,  # the training loop decides when to save
       custom_metadata=metadata or {},
     )
+
+  def _note_figures(self, entry: dict[str, Any], metric_value: Any) -> None:
+    """Remembers a record's figures while none had keep_best's, for `close` to name."""
+    if entry['value'] is not None:
+      self._figures_seen = []
+    elif isinstance(metric_value, dict) and self._figures_seen != []:
+      self._figures_seen = sorted(metric_value)
 
   def _check_space(self, state: Any) -> None:
     """Raises ENOSPC before writing a checkpoint that cannot fit (local disks): a save
@@ -284,3 +424,11 @@ class Checkpointer:
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+    if self._figures_seen:
+      logging.warning(
+        'config.keep_best=%s: no record saved by this run has the figure %r (its figures: '
+        '%s), so no best checkpoint was kept besides the newest.',
+        self._keep_best.metric,
+        self._keep_best.metric,
+        ', '.join(self._figures_seen),
+      )
