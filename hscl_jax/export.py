@@ -2,7 +2,7 @@ r"""The backbone of a training run for PyTorch (the program;
 hscl_jax.evaluation.torch_export says what it writes and does the work).
 
     python -m hscl_jax.export --workdir=DIR --format=torch --out=FILE.safetensors \
-        [--checkpoint_step=N] [--config=FILE]
+        [--checkpoint=best|latest|STEP] [--config=FILE]
 
 Writes the ResNet backbone as a torchvision ResNet state_dict to FILE.safetensors and
 how to build and feed the PyTorch model to FILE.json beside it.
@@ -33,17 +33,15 @@ _OUT = flags.DEFINE_string('out', None, 'Output file (FILE.safetensors).', requi
 _CONFIG = config_flags.DEFINE_config_file(
   'config', None, "Config file (default: the run's DIR/config.json).", lock_config=False
 )
-_CHECKPOINT_STEP = flags.DEFINE_integer(
-  'checkpoint_step', None, 'Checkpoint step (default: latest).'
-)
+_CHECKPOINT = flags.DEFINE_string('checkpoint', None, trained_run.CHECKPOINT_HELP)
+_CHECKPOINT_STEP = flags.DEFINE_integer('checkpoint_step', None, trained_run.CHECKPOINT_STEP_HELP)
 
 
 def _export_from_flags() -> dict:
   workdir = _WORKDIR.value
+  checkpoint = trained_run.checkpoint_choice(_CHECKPOINT.value, _CHECKPOINT_STEP.value)
   config = _CONFIG.value if _CONFIG.value is not None else trained_run.load_run_config(workdir)
-  return torch_export.export_torch(
-    workdir, _OUT.value, config=config, checkpoint_step=_CHECKPOINT_STEP.value
-  )
+  return torch_export.export_torch(workdir, _OUT.value, config=config, checkpoint_step=checkpoint)
 
 
 def main(argv):

@@ -2,7 +2,8 @@ r"""Figures of what a training run learned, and how often its hardest negatives 
 (the program; hscl_jax.evaluation.inspection says what it computes and does the work).
 
     python -m hscl_jax.inspect --workdir=RUN --out=DIR \
-        [--hardening=exp --beta=B | --hardening=threshold --tau=T] [--k=8] [--seed=0]
+        [--hardening=exp --beta=B | --hardening=threshold --tau=T] [--k=8] [--seed=0] \
+        [--checkpoint=best|latest|STEP]
 
 Writes DIR/tsne.png, DIR/neighbours.png, DIR/hardest_negatives.png and
 DIR/false_negatives.json (docs/inspect.md describes each). The hardening defaults to the
@@ -18,14 +19,14 @@ from hscl_jax import errors
 from hscl_jax.config import command_line
 from hscl_jax.evaluation import inspection
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import trained_run
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 _OUT = flags.DEFINE_string('out', None, 'Directory the figures and JSON go to.', required=True)
-# inspection.inspect_run's keyword arguments, each from its flag.
+_CHECKPOINT = flags.DEFINE_string('checkpoint', None, trained_run.CHECKPOINT_HELP)
+_CHECKPOINT_STEP = flags.DEFINE_integer('checkpoint_step', None, trained_run.CHECKPOINT_STEP_HELP)
+# inspection.inspect_run's keyword arguments, each from its flag (the checkpoint's from two).
 _OPTIONS = {
-  'checkpoint_step': flags.DEFINE_integer(
-    'checkpoint_step', None, 'Checkpoint step (default: the newest that restores).'
-  ),
   'hardening': flags.DEFINE_enum(
     'hardening', None, inspection.HARDENINGS, "Hardening to rank negatives by (default: the run's)."
   ),
@@ -38,14 +39,18 @@ _OPTIONS = {
 }
 
 
+def _inspect_from_flags() -> dict:
+  workdir = _WORKDIR.value
+  options = {name: flag.value for name, flag in _OPTIONS.items()}
+  checkpoint = trained_run.checkpoint_choice(_CHECKPOINT.value, _CHECKPOINT_STEP.value)
+  return inspection.inspect_run(workdir, _OUT.value, checkpoint_step=checkpoint, **options)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   metrics.show_only_own_info_logs()
-  options = {name: flag.value for name, flag in _OPTIONS.items()}
-  result = errors.exit_on_user_error(
-    lambda: inspection.inspect_run(_WORKDIR.value, _OUT.value, **options)
-  )
+  result = errors.exit_on_user_error(_inspect_from_flags)
   print(
     f'H-UCL: {100 * result["hucl_false_negative_fraction"]:.1f}% of the top-{result["k"]} '
     f'negatives are same-class ({100 * result["hucl_same_class_fraction_of_all_negatives"]:.1f}% '

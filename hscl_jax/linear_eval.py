@@ -1,7 +1,7 @@
 r"""Linear evaluation of a training run's encoder (the program;
 hscl_jax.evaluation.linear_probe says what it computes and does the work).
 
-    python -m hscl_jax.linear_eval --workdir=DIR [--checkpoint_step=N] \
+    python -m hscl_jax.linear_eval --workdir=DIR [--checkpoint=best|latest|STEP] \
         [--protocol=features|augmented] [--config=FILE]
 
 Prints top-1/top-5 on the test split and writes DIR/linear_eval.json.
@@ -27,9 +27,8 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.'
 _CONFIG = config_flags.DEFINE_config_file(
   'config', None, "Config file (default: the run's DIR/config.json).", lock_config=False
 )
-_CHECKPOINT_STEP = flags.DEFINE_integer(
-  'checkpoint_step', None, 'Checkpoint step (default: latest).'
-)
+_CHECKPOINT = flags.DEFINE_string('checkpoint', None, trained_run.CHECKPOINT_HELP)
+_CHECKPOINT_STEP = flags.DEFINE_integer('checkpoint_step', None, trained_run.CHECKPOINT_STEP_HELP)
 _PROTOCOL = flags.DEFINE_enum(
   'protocol', None, linear_probe.PROTOCOLS, 'Override config.linear_eval.protocol.'
 )
@@ -40,12 +39,13 @@ def _evaluate_from_flags() -> dict[str, Any]:
   num_epochs = _NUM_EPOCHS.value
   linear_probe.check_num_epochs_flag(num_epochs)
   workdir = _WORKDIR.value
+  checkpoint = trained_run.checkpoint_choice(_CHECKPOINT.value, _CHECKPOINT_STEP.value)
   config = _CONFIG.value if _CONFIG.value is not None else trained_run.load_run_config(workdir)
   if _PROTOCOL.value is not None:
     config.linear_eval.protocol = _PROTOCOL.value
   if num_epochs is not None:
     config.linear_eval.num_epochs = num_epochs
-  return linear_probe.linear_evaluate(config, workdir, checkpoint_step=_CHECKPOINT_STEP.value)
+  return linear_probe.linear_evaluate(config, workdir, checkpoint_step=checkpoint)
 
 
 def main(argv):

@@ -1,7 +1,8 @@
 r"""Retrieval metrics of a training run's encoder (the program;
 hscl_jax.evaluation.trained_retrieval says what it computes and does the work).
 
-    python -m hscl_jax.retrieval --workdir=DIR [--reference=train|test] [--checkpoint_step=N]
+    python -m hscl_jax.retrieval --workdir=DIR [--reference=train|test] \
+        [--checkpoint=best|latest|STEP]
 
 Ranks the test split's backbone features against the train split (or, with
 --reference=test, against the test split, each query leaving itself out), prints
@@ -21,26 +22,30 @@ from hscl_jax.config import command_line
 from hscl_jax.evaluation import retrieval
 from hscl_jax.evaluation import trained_retrieval
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import trained_run
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory of the training run.', required=True)
 _REFERENCE = flags.DEFINE_enum(
   'reference', 'train', trained_retrieval.REFERENCES, 'What the test split is ranked against.'
 )
-_CHECKPOINT_STEP = flags.DEFINE_integer(
-  'checkpoint_step', None, 'Checkpoint step (default: the newest that restores).'
-)
+_CHECKPOINT = flags.DEFINE_string('checkpoint', None, trained_run.CHECKPOINT_HELP)
+_CHECKPOINT_STEP = flags.DEFINE_integer('checkpoint_step', None, trained_run.CHECKPOINT_STEP_HELP)
+
+
+def _retrieval_from_flags() -> dict:
+  workdir = _WORKDIR.value
+  return trained_retrieval.retrieval_over_trained_run(
+    workdir,
+    reference=_REFERENCE.value,
+    checkpoint_step=trained_run.checkpoint_choice(_CHECKPOINT.value, _CHECKPOINT_STEP.value),
+  )
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   metrics.show_only_own_info_logs()
-  result = errors.exit_on_user_error(
-    lambda: trained_retrieval.retrieval_over_trained_run(
-      _WORKDIR.value, reference=_REFERENCE.value, checkpoint_step=_CHECKPOINT_STEP.value
-    ),
-    workdir=_WORKDIR.value,
-  )
+  result = errors.exit_on_user_error(_retrieval_from_flags, workdir=_WORKDIR.value)
   figures = '  '.join(f'{name} {result[name]:.4f}' for name in retrieval.METRICS)
   print(
     f'retrieval (checkpoint step {result["checkpoint_step"]}, {result["num_queries"]} test '

@@ -62,7 +62,7 @@ def restore(
   workdir: str,
   config: config_dict.ConfigDict,
   *,
-  checkpoint_step: int | None = None,
+  checkpoint_step: trained_run.Checkpoint = None,
   with_head: bool = False,
 ) -> TrainedEncoder:
   """The encoder of `workdir`'s checkpoint (default: the newest that restores; a damaged
@@ -161,7 +161,7 @@ def embed(
   folder: str | None = None,
   split: str | None = None,
   projections: bool = False,
-  checkpoint_step: int | None = None,
+  checkpoint_step: trained_run.Checkpoint = None,
 ) -> dict[str, Any]:
   """Writes OUT.npz: `features` (float32 [N, D], L2-normalised), `labels` (int32 [N]; -1
   where unknown), `class_names`, `checkpoint_step`, and `paths` (folder) or `indices` and

@@ -103,7 +103,9 @@ class Embedded:
   test_projections: np.ndarray
 
 
-def embed_splits(workdir: str, config, checkpoint_step: int | None) -> tuple[int, Embedded]:
+def embed_splits(
+  workdir: str, config, checkpoint_step: trained_run.Checkpoint
+) -> tuple[int, Embedded]:
   """(checkpoint step, Embedded): backbone features of both splits, projections of the test
   split."""
   trained_run.resolve_step(workdir, checkpoint_step)  # no checkpoint: one line, now
@@ -163,7 +165,7 @@ def inspect_run(
   tau: float | None = None,
   k: int = NUM_SHOWN_NEGATIVES,
   seed: int = 0,
-  checkpoint_step: int | None = None,
+  checkpoint_step: trained_run.Checkpoint = None,
 ) -> dict[str, Any]:
   """Writes the three PNGs and the JSON into `out_dir`; returns the JSON's content."""
   if k < 1:

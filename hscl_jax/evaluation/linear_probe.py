@@ -158,7 +158,7 @@ def _augmented_batches(model, variables, source, params: augment.AugmentParams, 
 
 
 def linear_evaluate(
-  config: config_dict.ConfigDict, workdir: str, *, checkpoint_step: int | None = None
+  config: config_dict.ConfigDict, workdir: str, *, checkpoint_step: trained_run.Checkpoint = None
 ) -> dict[str, Any]:
   """Runs the configured protocol on the checkpoint and writes DIR/linear_eval.json."""
   cfg = config.linear_eval

@@ -227,7 +227,7 @@ def export_torch(
   out: str,
   *,
   config: config_dict.ConfigDict | None = None,
-  checkpoint_step: int | None = None,
+  checkpoint_step: trained_run.Checkpoint = None,
 ) -> dict[str, Any]:
   """Writes the backbone of checkpoint `checkpoint_step` (default: the newest usable) to
   `out` (.safetensors) and its metadata to metadata_path(out); returns the metadata."""

@@ -35,7 +35,7 @@ def retrieval_over_trained_run(
   workdir: str,
   *,
   reference: str = 'train',
-  checkpoint_step: int | None = None,
+  checkpoint_step: trained_run.Checkpoint = None,
   metrics=retrieval.METRICS,
 ) -> dict[str, Any]:
   """The run's retrieval figures (`metrics`, fractions in [0, 1]) with what they were made

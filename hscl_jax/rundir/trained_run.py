@@ -1,7 +1,12 @@
 """A trained run read back from its workdir: its resolved config (DIR/config.json), the
 checkpoint step to use, and its encoder (and head) restored from that checkpoint, a damaged
-newest checkpoint skipped. What linear evaluation, the embeddings, inspection and the
-export start from."""
+newest checkpoint skipped. What linear evaluation, the embeddings, inspection, retrieval and
+the export start from.
+
+Each of those programs takes `--checkpoint=best|latest|STEP` (`CHECKPOINT_HELP`) and
+`--checkpoint_step=N`, the same as `--checkpoint=N`; `checkpoint_choice` reads the two into
+the `Checkpoint` the evaluations take: 'latest' (or None), 'best' or a step.
+"""
 
 from __future__ import annotations
 
@@ -33,16 +38,69 @@ def load_run_config(workdir: str) -> config_dict.ConfigDict:
   return config_dict.ConfigDict(versions.read_config(path))
 
 
-def resolve_step(workdir: str, step: int | None) -> int:
+LATEST, BEST = 'latest', 'best'
+Checkpoint = int | str | None  # a step, 'latest' or 'best' (None: 'latest')
+CHECKPOINT_HELP = (
+  "Checkpoint: 'latest' (the newest that restores; the default), 'best' (the run's best by "
+  'config.keep_best) or a step number.'
+)
+CHECKPOINT_STEP_HELP = 'Checkpoint step; the same as --checkpoint=N.'
+
+
+def parse_checkpoint(value: str | int | None) -> str | int:
+  """'best', 'latest' or a step from `--checkpoint`'s text (None: 'latest')."""
+  if value is None:
+    return LATEST
+  if isinstance(value, int):
+    return value
+  text = value.strip().lower()
+  if text in (LATEST, BEST):
+    return text
+  if text.isdigit():
+    return int(text)
+  raise LinearEvalError(
+    f'--checkpoint={value} is not a checkpoint. Fix: pass --checkpoint=best, '
+    '--checkpoint=latest or a step number (--checkpoint=12).'
+  )
+
+
+def checkpoint_choice(checkpoint: str | None, checkpoint_step: int | None) -> str | int:
+  """What `--checkpoint` and `--checkpoint_step` ask for together: one of them, or 'latest'.
+  Only the flags are read: the workdir is checked where the checkpoint is restored."""
+  if checkpoint is not None and checkpoint_step is not None:
+    raise LinearEvalError(
+      f'--checkpoint={checkpoint} and --checkpoint_step={checkpoint_step} both given. Fix: '
+      f'pass one (--checkpoint_step={checkpoint_step} is --checkpoint={checkpoint_step}).'
+    )
+  return checkpoint_step if checkpoint_step is not None else parse_checkpoint(checkpoint)
+
+
+def resolve_step(workdir: str, step: Checkpoint) -> int:
+  """The step of checkpoint `step`: an int, 'latest' or None (the newest), or 'best'
+  (`checkpoints.best_checkpoint`: the step the run kept as its best by config.keep_best)."""
   steps = checkpoints.finished_steps(workdir)
   where = checkpoints.directory(workdir)
   if not steps:
     raise LinearEvalError(f'no checkpoint in {where}: train first (python -m hscl_jax.main).')
-  if step is None:
+  step = parse_checkpoint(step)
+  if step == LATEST:
     return steps[-1]
+  if step == BEST:
+    return _best_step(workdir, steps)
   if step not in steps:
     raise LinearEvalError(f'no checkpoint for step {step} in {where}; available: {steps}.')
   return step
+
+
+def _best_step(workdir: str, steps: list[int]) -> int:
+  best = checkpoints.best_checkpoint(workdir)
+  if best is None:
+    raise LinearEvalError(
+      f'no best checkpoint in {checkpoints.directory(workdir)}: the run kept none (its '
+      f'checkpoints {steps} carry no ranked figure). Fix: train with '
+      '--config.keep_best=knn_top1, or pass --checkpoint=latest or a step.'
+    )
+  return best.step
 
 
 def restore_encoder(
@@ -65,19 +123,31 @@ def restore_encoder(
     raise LinearEvalError(str(e)) from e
 
 
+def _candidates(workdir: str, step: Checkpoint) -> list[int]:
+  """The steps to try in turn: every one, newest first, for 'latest'; else only `step`."""
+  first = resolve_step(workdir, step)  # raises if there is none, no such step or no best
+  choice = parse_checkpoint(step)
+  if choice == LATEST:
+    return checkpoints.finished_steps(workdir)[::-1]
+  if choice == BEST:
+    best = checkpoints.best_checkpoint(workdir)
+    logging.info('The best checkpoint is step %d: %s = %.6g.', best.step, best.metric, best.value)
+  return [first]
+
+
 def restore_usable_encoder(
   workdir: str,
-  step: int | None,
+  step: Checkpoint,
   model: models.ContrastiveModel,
   image_shape: tuple[int, int, int],
   modules: tuple[str, ...] = ('encoder',),
 ) -> tuple[int, dict[str, Any]]:
-  """(step, encoder variables) of checkpoint `step`, or by default of the newest one that
-  restores (a damaged newer one is skipped with a warning). An unusable checkpoint raises
-  LinearEvalError listing the steps that can be used. `modules` as `restore_encoder`'s."""
+  """(step, encoder variables) of checkpoint `step` (a step or 'best'), or for 'latest' (and
+  None) of the newest one that restores (a damaged newer one is skipped with a warning). An
+  unusable checkpoint raises LinearEvalError listing the steps that can be used. `modules`
+  as `restore_encoder`'s."""
   steps = checkpoints.finished_steps(workdir)
-  first = resolve_step(workdir, step)  # raises if there is none, or no such step
-  candidates = [first] if step is not None else steps[::-1]
+  candidates = _candidates(workdir, step)
   failed = {}
   for candidate in candidates:
     try:
