@@ -24,6 +24,7 @@ from hscl_jax import errors
 from hscl_jax import models
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
+from hscl_jax.rundir import resume
 from hscl_jax.rundir import trained_run
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -137,6 +138,40 @@ def test_keep_best_is_parsed_from_the_configs_text():
   for bad in ('knn_top1:up', ':max'):
     with pytest.raises(errors.ConfigError, match=r'^config\.keep_best: .* Fix: .*\.$'):
       checkpoints.KeepBest.parse(bad)
+
+
+class _Loader:
+  """The input pipeline's position, as a RunRecord saves and restores it."""
+
+  def __init__(self):
+    self.state = {'served': 0}
+
+  def get_state(self):
+    return dict(self.state)
+
+  def set_state(self, state):
+    self.state = dict(state)
+
+
+def test_a_run_record_ranks_each_checkpoint_by_the_record_of_its_step(tmp_path):
+  """Training's bookkeeping (rundir/resume) with keep_best, across a resume: a save
+  mid-epoch follows the last epoch's record and is ranked by none."""
+  tree, loader = {'w': jnp.zeros((3,), jnp.float32)}, _Loader()
+  book = resume.RunRecord(str(tmp_path), keep=1, keep_best='knn_top1')
+  assert book.restore(tree, loader).step == 0
+  for step, knn in ((5, 0.9), (10, 0.5)):
+    book.write_record(step, {'epoch': step // 5, 'knn_top1': knn})
+    book.save(step, tree, loader, resume.EpochPosition())
+  book.save(12, tree, loader, resume.EpochPosition())  # a SIGTERM mid-epoch 3
+  book.close()
+  assert checkpoints.finished_steps(str(tmp_path)) == [5, 12]
+  book = resume.RunRecord(str(tmp_path), keep=1, keep_best='knn_top1')
+  assert book.restore(tree, loader).step == 12
+  book.write_record(15, {'epoch': 3, 'knn_top1': 0.7})
+  book.save(15, tree, loader, resume.EpochPosition())
+  book.close()
+  assert checkpoints.finished_steps(str(tmp_path)) == [5, 15]
+  assert checkpoints.best_checkpoint(str(tmp_path)) == checkpoints.Best(5, 'knn_top1', 'max', 0.9)
 
 
 @pytest.fixture

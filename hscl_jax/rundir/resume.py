@@ -71,14 +71,22 @@ class Restored:
 
 
 class RunRecord:
-  """The checkpoints (rundir/checkpoints, keeping `keep`) and epoch records of the run in
-  `workdir`; only `enabled` processes write records (process 0), every process takes part
-  in a checkpoint."""
+  """The checkpoints (rundir/checkpoints, keeping `keep`, and the best by the figure
+  `keep_best` names: config.keep_best's text, `checkpoints.KeepBest.parse`) and epoch
+  records of the run in `workdir`; only `enabled` processes write records (process 0),
+  every process takes part in a checkpoint."""
 
-  def __init__(self, workdir: str, *, keep: int, enabled: bool = True):
+  def __init__(
+    self, workdir: str, *, keep: int, keep_best: str | None = None, enabled: bool = True
+  ):
     self._workdir, self._enabled = workdir, enabled
-    self._checkpointer = checkpoints.Checkpointer(workdir, keep=keep)
+    self._checkpointer = checkpoints.Checkpointer(
+      workdir, keep=keep, keep_best=checkpoints.KeepBest.parse(keep_best)
+    )
     self._writer = None
+    # The last record given to write_record, on every process (the writer keeps records
+    # on process 0 only), so that every process ranks a checkpoint alike.
+    self._last_record: dict[str, Any] | None = None
 
   def restore(self, target: Any, loader) -> Restored:
     """The newest usable checkpoint (shaped as the pytree `target`), `loader` set to its
@@ -106,12 +114,18 @@ class RunRecord:
 
   def write_record(self, step: int, record: dict[str, Any]) -> None:
     self._writer.write(step, record)
+    self._last_record = {**record, 'step': step}
 
   def save(self, step: int, tree: Any, loader, position: EpochPosition) -> None:
     """Starts a checkpoint of the state pytree, `loader`'s position and `position` (a
-    no-op if `step` is saved already)."""
+    no-op if `step` is saved already), ranked for keep_best by the record written at
+    `step` (a save mid-epoch, after the last epoch's record, is ranked by none)."""
     self._checkpointer.save(
-      step, tree, loader.get_state(), position.to_metadata(self._writer.records)
+      step,
+      tree,
+      loader.get_state(),
+      position.to_metadata(self._writer.records),
+      metric_value=self._last_record,
     )
 
   def last_saved_step(self) -> int | None:
