@@ -304,3 +304,30 @@ def test_export_of_the_best_and_the_latest_checkpoint(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads((tmp_path / 'b.json').read_text())['checkpoint_step'] == step
+
+
+def test_a_training_run_keeps_its_best_epoch_by_the_config_field(tmp_path):
+  """`--config.keep_best=knn_top1` through the loop: the checkpoints kept are the newest
+  and the epoch whose record has the highest kNN figure (of equal ones the newer), as the
+  reference reads them from metrics.jsonl; a bad direction is refused before training."""
+  sys.path.insert(0, str(REPO))
+  from configs import digits
+  from hscl_jax.config import schema
+  from hscl_jax.training import loop
+
+  config = digits.get_config()
+  config.batch_size, config.num_epochs, config.steps_per_epoch_limit = 32, 4, 2
+  config.knn.batch_size, config.keep_checkpoints, config.keep_best = 256, 1, 'knn_top1'
+  config.checkpoint_every_epochs = 1
+  config.optimizer.learning_rate = 3e-2  # large: the kNN figure moves between epochs
+  loop.train_and_evaluate(config, str(tmp_path))
+  records = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
+  figures = {r['step']: r['knn_top1'] for r in records}
+  assert checkpoints.finished_steps(str(tmp_path)) == _expected_kept(figures, 1, 'max')
+  best = checkpoints.best_checkpoint(str(tmp_path))
+  best_step = max(figures, key=lambda step: (figures[step], step))
+  assert best_step < max(figures)  # an old best, which keep_checkpoints=1 alone would delete
+  assert (best.step, best.metric, best.value) == (best_step, 'knn_top1', figures[best_step])
+  config.keep_best = 'knn_top1:up'
+  with pytest.raises(errors.ConfigError, match=r'^config\.keep_best: .* Fix: '):
+    schema.validate_config(config, num_devices=1)

@@ -325,6 +325,14 @@ CHECKPOINTS = (
   Field('checkpoint_every_epochs', 1, _AT_LEAST_1, free=True),
   Field('keep_checkpoints', 3, _AT_LEAST_1, free=True),
   Field(
+    'keep_best',
+    '',
+    free=True,
+    doc='besides the newest: the best checkpoint by a figure of the epoch records, e.g. '
+    "'knn_top1' ('NAME:min' or 'NAME:max' says which way; a loss is smallest first); "
+    "'' keeps none (docs/training.md, 'Which checkpoint')",
+  ),
+  Field(
     'log_every_steps', 50, _AT_LEAST_1, free=True, doc='progress line (and non-finite check) period'
   ),
 )

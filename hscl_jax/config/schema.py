@@ -20,6 +20,7 @@ from hscl_jax import models
 from hscl_jax.config import fields
 from hscl_jax.config import methods
 from hscl_jax.data import augment
+from hscl_jax.rundir import checkpoints
 
 METHODS = methods.NAMES  # the methods table's, read when checked
 HARDENINGS = methods.HARDENINGS
@@ -165,6 +166,7 @@ def validate_config(
   _check_epoch_counts(config)
   _check_batches(config, num_devices, num_processes)
   _check_augment(config)
+  checkpoints.KeepBest.parse(config.keep_best)  # a bad direction: one line naming the fix
 
 
 def validate_linear_eval(linear_eval: ml_collections.ConfigDict) -> None:

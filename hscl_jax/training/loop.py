@@ -97,7 +97,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mes
   stops; a non-finite loss stops the run without saving."""
   run, state = _build(config, mesh)
   plan = run.plan
-  book = resume.RunRecord(workdir, keep=config.keep_checkpoints, enabled=_is_writer())
+  book = resume.RunRecord(
+    workdir, keep=config.keep_checkpoints, keep_best=config.keep_best, enabled=_is_writer()
+  )
   try:
     state, start, pending, timer = _restore(run, book, state)
     metrics.write_config(workdir, config, enabled=_is_writer())
