@@ -227,11 +227,17 @@ def _edges(kind, bound, integer):
 # (not read from the schema, whose bound a bug would change): at_least(bound), positive
 # (> 0), unit = [0, 1).
 AT_LEAST_0 = ('beta', 'decode_cache_gib', 'knn.every_epochs', 'train_examples')
-AT_LEAST_0 += ('optimizer.weight_decay', 'linear_eval.weight_decay')
+AT_LEAST_0 += ('optimizer.weight_decay', 'linear_eval.weight_decay', 'probe.weight_decay')
 AT_LEAST_1 = ('num_epochs', 'steps_per_epoch_limit', 'knn.k', 'knn.chunk_size')
 AT_LEAST_1 += ('checkpoint_every_epochs', 'keep_checkpoints', 'log_every_steps')
 AT_LEAST_1 += ('linear_eval.num_epochs', 'linear_eval.batch_size')
-POSITIVE = ('temperature', 'M', 'knn.temperature', 'linear_eval.learning_rate')
+POSITIVE = (
+  'temperature',
+  'M',
+  'knn.temperature',
+  'linear_eval.learning_rate',
+  'probe.learning_rate',
+)
 POSITIVE += ('optimizer.learning_rate', 'optimizer.eps', 'optimizer.trust_coefficient')
 UNIT = ('tau_plus', 'queue_momentum', 'optimizer.b1', 'optimizer.b2', 'optimizer.momentum')
 RANGES = {

@@ -549,6 +549,8 @@ def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
   assert not resumed.preempted
   _assert_trees_equal(resumed.state.params, reference.state.params)
   _assert_trees_equal(resumed.state.opt_state, reference.state.opt_state)
+  _assert_trees_equal(resumed.state.probe, reference.state.probe)  # the online probe's too
+  assert reference.state.probe is not None
   records = metrics.read_metrics(str(workdir))
   assert _deterministic(records) == _deterministic(metrics.read_metrics(str(reference_dir)))
   assert all(r['images_per_second'] > 0 for r in records)

@@ -299,6 +299,26 @@ KNN = (
   ),
 )
 
+# The online linear probe (training/probe; docs/training.md, "The online linear probe"): its
+# state is in every checkpoint, so a resumed run keeps these as it started.
+PROBE = (
+  Field(
+    'probe.enabled',
+    True,
+    doc='Train a linear classifier in every step on the detached, normalised backbone '
+    "features of the step's views (labelled data; the encoder's update is unchanged) and "
+    "report its test top-1 (probe_top1) with each kNN monitor. A stored run's config "
+    'without it trained without one.',
+  ),
+  Field(
+    'probe.learning_rate',
+    1e-3,
+    positive('use e.g. 1e-3'),
+    doc="Adam with coupled L2, constant, as linear evaluation's",
+  ),
+  Field('probe.weight_decay', 1e-6, at_least(0, 'use e.g. 1e-6')),
+)
+
 # Linear evaluation: python -m hscl_jax.linear_eval --workdir=DIR, after training; it reads
 # these from DIR/config.json, so they may change freely.
 LINEAR_EVAL = (
@@ -346,6 +366,7 @@ DECLARED = (
   *OPTIMIZER,
   *TRAINING,
   *KNN,
+  *PROBE,
   *LINEAR_EVAL,
   *CHECKPOINTS,
 )

@@ -182,7 +182,16 @@ def validate_linear_eval(linear_eval: ml_collections.ConfigDict) -> None:
 
 
 def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> None:
-  """Checks that need the dataset: supervised methods need negatives of another class."""
+  """Checks that need the dataset: supervised methods need negatives of another class, the
+  online probe labelled training data."""
+  tfds_spec = data.TFDS_DATASETS.get(config.dataset)
+  if config.probe.enabled and tfds_spec and config.train_split in tfds_spec.unlabelled_splits:
+    fail(
+      'probe.enabled',
+      f'the online probe learns from labels, but the {config.dataset} training split '
+      f'{config.train_split!r} is unlabelled',
+      'add --config.probe.enabled=False, or train on a labelled split',
+    )
   if config.method in methods.SUPERVISED_NAMES and num_classes < 2:
     fail(
       'method',

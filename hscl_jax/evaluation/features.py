@@ -94,13 +94,38 @@ def knn_accuracy(
 
   `check` is called before each batch of the feature extraction (it may raise).
   """
+  return knn_with_queries(
+    knn_config,
+    feature_fn,
+    variables,
+    bank_source,
+    query_source,
+    num_classes=num_classes,
+    mesh=mesh,
+    check=check,
+  )[0]
+
+
+def knn_with_queries(
+  knn_config: ml_collections.ConfigDict,
+  feature_fn,
+  variables,
+  bank_source,
+  query_source,
+  *,
+  num_classes: int,
+  mesh: jax.sharding.Mesh,
+  check: Callable[[], None] | None = None,
+) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+  """(`knn_accuracy`'s top-1, the queries' (features, labels, mask) on the host it was
+  computed on), for other figures of the same features (training's online probe)."""
   bank, bank_labels, bank_mask = extract_features(
     feature_fn, variables, bank_source, knn_config.batch_size, mesh, check
   )
   queries, query_labels, query_mask = extract_features(
     feature_fn, variables, query_source, knn_config.batch_size, mesh, check
   )
-  return knn.weighted_knn_accuracy(
+  top1 = knn.weighted_knn_accuracy(
     bank,
     bank_labels,
     queries,
@@ -112,3 +137,4 @@ def knn_accuracy(
     query_mask=query_mask,
     bank_mask=bank_mask,
   )
+  return top1, (queries, query_labels, query_mask)

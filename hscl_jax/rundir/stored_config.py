@@ -9,9 +9,11 @@ deliberate change (e.g. extending num_epochs) is allowed by naming the fields.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
+from absl import logging
 from etils import epath
 import ml_collections
 
@@ -55,6 +57,30 @@ def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tu
     for field in sorted(old.keys() & new.keys())
     if old[field] != new[field]
   }
+
+
+def as_resumed(workdir: str, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` as the workdir's run continues: a section its config.json lacks
+  (versions.ABSENT_SECTIONS, e.g. a run stored before the online probe) keeps what the run
+  trained with, whatever `config` says (the checkpoints hold no state for it)."""
+  path = epath.Path(workdir) / layout.CONFIG_FILE
+  try:
+    stored = json.loads(path.read_text()) if path.exists() else None
+  except json.JSONDecodeError:
+    stored = None  # check_unchanged's case: nothing to compare with
+  absent = {} if not isinstance(stored, dict) else versions.ABSENT_SECTIONS.keys() - stored.keys()
+  if not absent:
+    return config
+  config = copy.deepcopy(config)
+  for section in sorted(absent):
+    config[section].update(versions.ABSENT_SECTIONS[section])
+    logging.info(
+      'The run in %s was stored without config.%s: it continues with %s.',
+      workdir,
+      section,
+      ', '.join(f'{section}.{k}={v}' for k, v in versions.ABSENT_SECTIONS[section].items()),
+    )
+  return config
 
 
 def check_unchanged(

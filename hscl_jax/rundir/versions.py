@@ -10,6 +10,9 @@ Format 0 -> 1: `config.model` may lack the fields that shape the backbone added 
 (`FORMAT_0_MODEL`): ReLU, and Flax's 'SAME' padding of the ResNets' strided convolutions
 (small_cnn's convolutions pad as 'SAME' whatever the field says). A checkpoint's metadata
 may lack the metrics records (the file is then trusted) and the epoch's timings.
+
+In any format, a section a config.json lacks (`ABSENT_SECTIONS`) means what the run trained
+with before the section existed: no `probe` section, no online probe.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from hscl_jax import errors
 FORMAT_VERSION = 1
 KEY = 'format_version'
 FORMAT_0_MODEL = {'activation': 'relu', 'strided_padding': 'same'}
+ABSENT_SECTIONS = {'probe': {'enabled': False}}
 _FORMAT_0_METADATA = {
   'epoch_end_pending': False,
   'epoch_seconds': 0.0,
@@ -63,7 +67,7 @@ def migrate_config(stored: dict[str, Any]) -> dict[str, Any]:
     if not str(model.get('name', '')).startswith('resnet'):
       del shaped['strided_padding']  # small_cnn's convolutions pad as Flax's 'SAME'
     config['model'] = {**shaped, **model}
-  return config
+  return {**ABSENT_SECTIONS, **config}
 
 
 def added_by_migration(stored: dict[str, Any]) -> set[str]:

@@ -42,6 +42,7 @@ from hscl_jax.rundir import timing
 from hscl_jax.training import optimizers
 from hscl_jax.training import plan as plan_lib
 from hscl_jax.training import preemption as preemption_lib
+from hscl_jax.training import probe as probe_lib
 from hscl_jax.training import state as state_lib
 from hscl_jax.training import step as step_lib
 from hscl_jax.training import summaries
@@ -78,6 +79,7 @@ def train_and_evaluate(
   stopped = True
   try:
     if checkpoints.finished_steps(workdir):
+      config = stored_config.as_resumed(workdir, config)
       stored_config.check_unchanged(workdir, config, allowed=allowed_config_changes)
     result = _run(config, workdir, mesh)
     stopped = False
@@ -200,7 +202,14 @@ def _build(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh):
   augment_params = augment.AugmentParams.from_config(config.augment)
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
   optimizer = optimizers.create_optimizer(config.optimizer, plan.learning_rate)
-  state = state_lib.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
+  state = state_lib.create_train_state(
+    config,
+    model,
+    optimizer,
+    augment_params.image_size,
+    mesh,
+    probe_classes=train_source.num_classes if probe_lib.enabled(config) else None,
+  )
   run = _Pieces(
     config=config,
     plan=plan,
@@ -327,10 +336,11 @@ def _epoch_record(run: _Pieces, state, times: timing.EpochTimes, epoch: int) -> 
 
 
 def _knn(run: _Pieces, state, timer: timing.Timer, preemption) -> dict[str, float]:
+  """The kNN monitor's top-1, and the online probe's on the same test features."""
   config = run.config
   variables = {'params': state.params, 'batch_stats': state.batch_stats}
-  top1, seconds = timer.evaluate(
-    lambda: eval_features.knn_accuracy(
+  (top1, queries), seconds = timer.evaluate(
+    lambda: eval_features.knn_with_queries(
       config.knn,
       run.feature_fn,
       variables,
@@ -342,7 +352,11 @@ def _knn(run: _Pieces, state, timer: timing.Timer, preemption) -> dict[str, floa
     ),
     every_epochs=config.knn.every_epochs,
   )
-  return {'knn_top1': top1, 'knn_time': seconds}
+  figures = {'knn_top1': top1, 'knn_time': seconds}
+  if state.probe is not None:
+    params = jax.tree.map(parallel.replicated_value, state.probe['params'])
+    figures['probe_top1'] = probe_lib.top1(params, *queries)
+  return figures
 
 
 def _save(run: _Pieces, book, state, step: int, position: resume.EpochPosition) -> None:

@@ -1,6 +1,6 @@
 """The training state (parameters, BatchNorm statistics, optimizer state, the augmentations'
-key, the epoch's metric sums, the negative queue and key encoder), its initial value on the
-mesh and its checkpoint form."""
+key, the epoch's metric sums, the negative queue and key encoder, the online probe), its
+initial value on the mesh and its checkpoint form."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import ml_collections
 import optax
 
 from hscl_jax import models
+from hscl_jax.training import probe as probe_lib
 from hscl_jax.training import queue as negative_queue
 
 
@@ -32,6 +33,8 @@ class TrainState(flax.struct.PyTreeNode):
   queue: negative_queue.Queue | None = None
   # The momentum key encoder {'params', 'batch_stats'}, None with config.queue_momentum = 0.
   key_encoder: dict[str, Any] | None = None
+  # The online linear probe {'params', 'opt_state'} (training/probe), None without one.
+  probe: dict[str, Any] | None = None
 
 
 def metric_names(config: ml_collections.ConfigDict) -> tuple[str, ...]:
@@ -41,29 +44,39 @@ def metric_names(config: ml_collections.ConfigDict) -> tuple[str, ...]:
   return names
 
 
+def _metric_sums(config, probe_classes) -> dict[str, jax.Array]:
+  names = metric_names(config) + (('probe_loss',) if probe_classes else ())
+  return {name: jnp.zeros((), jnp.float32) for name in names}
+
+
 def create_train_state(
   config: ml_collections.ConfigDict,
   model: models.ContrastiveModel,
   optimizer: optax.GradientTransformation,
   image_size: int,
   mesh: jax.sharding.Mesh,
+  *,
+  probe_classes: int | None = None,
 ) -> TrainState:
   """Initial state, replicated over the mesh. Same seed -> same state on any device count.
 
+  `probe_classes`: the classes of an online linear probe (training/probe) the state holds;
+  None: no probe (the training loop passes the dataset's classes where config.probe is on).
   Computed by a jit whose outputs are replicated over the mesh, so every process holds its
   devices' copies (a device_put of one device's arrays would not reach other processes).
   """
 
   def init() -> TrainState:
     init_key, augment_key = jax.random.split(jax.random.key(config.seed))
-    variables = models.initialize(model, init_key, (image_size, image_size, 3))
+    image_shape = (image_size, image_size, 3)
+    variables = models.initialize(model, init_key, image_shape)
     return TrainState(
       step=jnp.zeros((), jnp.int32),
       params=variables['params'],
       batch_stats=variables['batch_stats'],
       opt_state=optimizer.init(variables['params']),
       rng=augment_key,
-      metric_sums={name: jnp.zeros((), jnp.float32) for name in metric_names(config)},
+      metric_sums=_metric_sums(config, probe_classes),
       queue=(
         negative_queue.empty(config.queue_size, config.model.head_out)
         if config.queue_size
@@ -75,14 +88,26 @@ def create_train_state(
         if config.queue_momentum > 0
         else None
       ),
+      probe=_initial_probe(config, model, variables, image_shape, probe_classes),
     )
 
   return jax.jit(init, out_shardings=NamedSharding(mesh, P()))()
 
 
+def _initial_probe(config, model, variables, image_shape, probe_classes):
+  if not probe_classes:
+    return None
+  features = jax.eval_shape(
+    lambda: model.apply(
+      variables, jnp.zeros((1, *image_shape)), method=models.ContrastiveModel.features
+    )
+  )
+  return probe_lib.initial(probe_lib.create_optimizer(config), features.shape[-1], probe_classes)
+
+
 def state_to_checkpoint(state: TrainState) -> dict[str, Any]:
   """Pytree of plain arrays (Orbax stores key data, not typed keys); the parts a run does
-  not use (no queue, no key encoder) are left out, so a run without them stores the same
+  not use (no queue, no key encoder, no probe) are left out, so a run without them stores the same
   tree as one whose code never had them."""
   tree = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
   tree['rng'] = jax.random.key_data(state.rng)

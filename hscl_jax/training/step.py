@@ -22,6 +22,8 @@ statistics once per chunk.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
@@ -34,6 +36,7 @@ from hscl_jax import parallel
 from hscl_jax.config import methods
 from hscl_jax.data import augment
 from hscl_jax.training import gradcache
+from hscl_jax.training import probe as probe_lib
 from hscl_jax.training import queue as negative_queue
 from hscl_jax.training import state as state_lib
 
@@ -77,26 +80,28 @@ def augment_batch(
 
 
 def _value_and_grad(config, encode, loss_of, state: state_lib.TrainState, inputs):
-  """(loss, projections, new batch_stats, gradient): directly, or with gradient caching
+  """(loss, encoder outputs, new batch_stats, gradient): directly, or with gradient caching
   (one chunk's activations at a time, the same loss and gradient) when chunk_size > 0."""
   if config.chunk_size:
-    (loss, _, z, batch_stats), grads = gradcache.value_and_grad(
+    (loss, _, outputs, batch_stats), grads = gradcache.value_and_grad(
       encode,
-      lambda z: (loss_of(z), None),
+      lambda outputs: (loss_of(outputs), None),
       state.params,
       state.batch_stats,
       _chunks(config, inputs),
       axis_name=parallel.AXIS,
       unroll=config.chunk_unroll,
     )
-    return loss, z, batch_stats, grads
+    return loss, outputs, batch_stats, grads
 
   def compute_loss(params):
-    z, batch_stats = encode(params, state.batch_stats, inputs)
-    return loss_of(z), (z, batch_stats)
+    outputs, batch_stats = encode(params, state.batch_stats, inputs)
+    return loss_of(outputs), (outputs, batch_stats)
 
-  (loss, (z, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(state.params)
-  return loss, z, batch_stats, grads
+  (loss, (outputs, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(
+    state.params
+  )
+  return loss, outputs, batch_stats, grads
 
 
 def _chunks(config, inputs):
@@ -111,11 +116,11 @@ def _key_features(config, encode, key_encoder, inputs):
     return None, None
   params, batch_stats = key_encoder['params'], key_encoder['batch_stats']
   if config.chunk_size:
-    z, batch_stats = gradcache.forward_only(
+    (z, _), batch_stats = gradcache.forward_only(
       encode, params, batch_stats, _chunks(config, inputs), unroll=config.chunk_unroll
     )
   else:
-    z, batch_stats = encode(params, batch_stats, inputs)
+    (z, _), batch_stats = encode(params, batch_stats, inputs)
   return jax.lax.stop_gradient(z), {'params': params, 'batch_stats': batch_stats}
 
 
@@ -132,6 +137,27 @@ def _after_update(config, queue, params, key_encoder, keys, labels):
   return queue, key_encoder
 
 
+def _encoder(model, augment_params: augment.AugmentParams, rng: jax.Array, step: jax.Array):
+  """encode(params, batch_stats, (images, their global indices), probe_features=False) ->
+  ((normalised projections [b, 2, d], the probe's detached features [b, 2, f] or None),
+  batch_stats): the views of the step's augmentations through the model in train mode."""
+
+  def encode(params, batch_stats, inputs, *, probe_features=False):
+    images, index = inputs
+    views = augment_batch(rng, step, images, index, augment_params)
+    # Sample-major rows [x0v0, x0v1, x1v0, ...]: the losses' row order.
+    x = views.reshape((-1,) + views.shape[2:])
+    (h, projections), updates = model.apply(
+      {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
+    )
+    per_sample = (images.shape[0], views.shape[1], -1)
+    z = losses.l2_normalize(projections).reshape(per_sample)
+    h = probe_lib.inputs(h).reshape(per_sample) if probe_features else None
+    return (z, h), updates.get('batch_stats', batch_stats)  # none without BatchNorm
+
+  return encode
+
+
 def make_train_step(
   config: ml_collections.ConfigDict,
   model: models.ContrastiveModel,
@@ -139,30 +165,24 @@ def make_train_step(
   augment_params: augment.AugmentParams,
   mesh: jax.sharding.Mesh,
 ):
-  """jit(shard_map(step)): (state, {'image' uint8[B,2,H,W,3], 'label'}, hyper) -> (state, loss)."""
+  """jit(shard_map(step)): (state, {'image' uint8[B,2,H,W,3], 'label'}, hyper) -> (state, loss).
+
+  A state with an online probe (training/probe) trains it in the same step, on the detached
+  backbone features of the step's views."""
   loss_fn, diagnostics_fn = make_loss_fn(config)
+  probe_optimizer = probe_lib.create_optimizer(config)
 
   def per_device_step(state: state_lib.TrainState, batch, hyper):
     images, labels = batch['image'], batch['label']
     local_batch = labels.shape[0]
     global_index = jax.lax.axis_index(parallel.AXIS) * local_batch + jnp.arange(local_batch)
 
-    def encode(params, batch_stats, inputs):
-      """(images, their global indices) -> (normalised projections [b, 2, d], batch_stats)."""
-      images, index = inputs
-      views = augment_batch(state.rng, state.step, images, index, augment_params)
-      # Sample-major rows [x0v0, x0v1, x1v0, ...]: the losses' row order.
-      x = views.reshape((-1,) + views.shape[2:])
-      (_, projections), updates = model.apply(
-        {'params': params, 'batch_stats': batch_stats}, x, train=True, mutable=['batch_stats']
-      )
-      z = losses.l2_normalize(projections).reshape(images.shape[0], views.shape[1], -1)
-      return z, updates.get('batch_stats', batch_stats)  # none without BatchNorm
-
+    encode = _encoder(model, augment_params, state.rng, state.step)
     inputs = (images, global_index)
     keys, key_encoder = _key_features(config, encode, state.key_encoder, inputs)
-    loss_of = lambda z: loss_fn(z, labels, hyper, keys=keys, queue=state.queue)
-    loss, z, batch_stats, grads = _value_and_grad(config, encode, loss_of, state, inputs)
+    loss_of = lambda outputs: loss_fn(outputs[0], labels, hyper, keys=keys, queue=state.queue)
+    online = functools.partial(encode, probe_features=state.probe is not None)
+    loss, (z, h), batch_stats, grads = _value_and_grad(config, online, loss_of, state, inputs)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     keys = z if keys is None else keys
@@ -170,6 +190,11 @@ def make_train_step(
     step_metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads)}
     if config.diagnostics:
       step_metrics.update(diagnostics_fn(z, labels, hyper))
+    probe = state.probe
+    if probe is not None:
+      probe, step_metrics['probe_loss'] = probe_lib.update(
+        probe_optimizer, probe, h, labels, parallel.AXIS
+      )
     # The values are already identical on every device; pmean states it to shard_map.
     step_metrics = jax.lax.pmean(step_metrics, parallel.AXIS)
     new_state = state.replace(
@@ -180,6 +205,7 @@ def make_train_step(
       metric_sums=jax.tree.map(jnp.add, state.metric_sums, step_metrics),
       queue=queue,
       key_encoder=key_encoder,
+      probe=probe,
     )
     return new_state, loss
 

@@ -20,6 +20,8 @@ def epoch_summary(record: dict[str, Any], *, compile_seconds: float = 0.0) -> st
   parts = [f'epoch {record["epoch"]}: loss {record["train_loss"]:.4f}']
   if 'knn_top1' in record:
     parts.append(f'kNN top-1 {record["knn_top1"]:.4f}')
+  if 'probe_top1' in record:
+    parts.append(f'probe top-1 {record["probe_top1"]:.4f}')
   if 'assumption1_fraction' in record:
     parts.append(f'Assumption 1 {record["assumption1_fraction"]:.3f}')
   parts.append(f'lr {record["learning_rate"]:.3g}')
