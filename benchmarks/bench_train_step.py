@@ -26,6 +26,13 @@ model's JAX steps: `torch_images_per_s` and `jax_over_torch`. Needs PyTorch
 
     python benchmarks/bench_train_step.py --torch --models=resnet18 --batch_size=32
     python benchmarks/bench_train_step.py --torch --models=small_cnn --batch_size=256
+
+--probe: instead, the step with the online linear probe (training/probe) on and off, timed
+in alternating steps in one run, and their ratio (`probe_ratio`, on / off, best of --steps
+each; `probe_ratio_median` of the medians; `probe_flop_ratio`, of XLA's FLOP counts, which
+the machine's load does not move):
+
+    python benchmarks/bench_train_step.py --probe --models=small_cnn --batch_size=16 --steps=20
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from hscl_jax.training import state as state_lib  # noqa: E402
 from hscl_jax.training import step as step_lib  # noqa: E402
 
 VIEWS = 2
+PROBE_CLASSES = 10
 
 
 def flops_of(compiled) -> float:
@@ -94,8 +102,10 @@ def bench_config(name, args):
   return config
 
 
-def bench_model(name, args):
-  config = bench_config(name, args)
+def build_step(config, args, *, probe_classes=None):
+  """(the compiled step, its initial state, the batch, hyper, the augmentation's
+  parameters, the compile seconds) on a 1-device mesh; with `probe_classes`, the state
+  holds an online linear probe of that many classes (training/probe)."""
   mesh = parallel.make_mesh(jax.devices()[:1])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
   schedule = optimizers.create_learning_rate_schedule(
@@ -103,7 +113,9 @@ def bench_model(name, args):
   )
   optimizer = optimizers.create_optimizer(config.optimizer, schedule)
   augment_params = augment.AugmentParams.from_config(config.augment)
-  state = state_lib.create_train_state(config, model, optimizer, args.image_size, mesh)
+  state = state_lib.create_train_state(
+    config, model, optimizer, args.image_size, mesh, probe_classes=probe_classes
+  )
   step = step_lib.make_train_step(config, model, optimizer, augment_params, mesh)
   hyper = plan_lib.loss_hyperparameters(config, 1)
   rng = np.random.default_rng(0)
@@ -111,15 +123,53 @@ def bench_model(name, args):
   batch = parallel.global_batch(
     {
       'image': rng.integers(0, 256, shape, dtype=np.uint8),
-      'label': (np.arange(args.batch_size) % 10).astype(np.int32),
+      'label': (np.arange(args.batch_size) % PROBE_CLASSES).astype(np.int32),
     },
     mesh,
     ('image', 'label'),
   )
-
   start = time.perf_counter()
   compiled = step.lower(state, batch, hyper).compile()
-  compile_seconds = time.perf_counter() - start
+  return compiled, state, batch, hyper, augment_params, time.perf_counter() - start
+
+
+def probe_comparison(name, args):
+  """The step's best time with the online probe off and on (PROBE_CLASSES classes), both
+  compiled first and then timed in alternating steps, so that a change of the machine's
+  load reaches both, each round in the other order (the first step of a round runs on
+  colder caches): `probe_ratio` = on / off."""
+  config = bench_config(name, args)
+  runs = {
+    on: list(build_step(config, args, probe_classes=PROBE_CLASSES if on else None))
+    for on in (False, True)
+  }
+  times = {False: [], True: []}
+  for repeat in range(args.steps + 1):  # the first round warms both up
+    for on in (False, True) if repeat % 2 else (True, False):
+      run = runs[on]
+      compiled, state, batch, hyper = run[:4]
+      start = time.perf_counter()
+      run[1], loss = compiled(state, batch, hyper)
+      jax.block_until_ready(loss)
+      if repeat:
+        times[on].append(time.perf_counter() - start)
+  off, on = min(times[False]), min(times[True])
+  median = {probe: sorted(t)[len(t) // 2] for probe, t in times.items()}
+  flops = {probe: flops_of(run[0]) for probe, run in runs.items()}
+  return dict(
+    model=name,
+    batch_size=args.batch_size,
+    probe_off_step_s_best=round(off, 5),
+    probe_on_step_s_best=round(on, 5),
+    probe_ratio=round(on / off, 4),
+    probe_ratio_median=round(median[True] / median[False], 4),
+    probe_flop_ratio=round(flops[True] / flops[False], 4),  # XLA's count: load-free
+  )
+
+
+def bench_model(name, args):
+  config = bench_config(name, args)
+  compiled, state, batch, hyper, augment_params, compile_seconds = build_step(config, args)
   flops = flops_of(compiled)
 
   state, loss = compiled(state, batch, hyper)  # warm-up
@@ -195,7 +245,16 @@ def main():
   )
   parser.add_argument('--matmul_size', type=int, default=2048)
   parser.add_argument('--torch', action='store_true', help='also time the PyTorch step')
+  parser.add_argument(
+    '--probe', action='store_true', help='only the step with the online probe on over off'
+  )
   args = parser.parse_args()
+  if args.probe:
+    for name in args.models.split(','):
+      result = probe_comparison(name, args)
+      print(json.dumps(result))
+      print(f'{name}: step with the online probe / without: {result["probe_ratio"]:.3f}')
+    return
 
   step_name = 'hscl_jax.training.step.make_train_step'
   print(f'devices: {jax.devices()[:1]} (1-device mesh)  step: {step_name}')
