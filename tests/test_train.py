@@ -257,10 +257,10 @@ def compilations():
     return wrapped
 
   def flagging_writes(save):
-    def wrapped(*args):
+    def wrapped(*args, **kwargs):
       writing.append(True)
       try:
-        return save(*args)
+        return save(*args, **kwargs)
       finally:
         writing.pop()
 
@@ -412,8 +412,8 @@ def test_progress_lines_come_every_log_every_steps_and_count_both_views(uninterr
   each of steps 2..6 over the time the records measured them in (epoch 1's steps 2-3 at
   its rate, epoch 2's 3 steps); a rate of samples would be half. The last ETA is nought."""
   workdir, _, _, _, lines, _ = uninterrupted_run
-  progress = [match for line in lines if (match := PROGRESS.fullmatch(line))]
-  assert [(int(m[1]), int(m[2]), int(m[3])) for m in progress] == [
+  matched = [match for line in lines if (match := PROGRESS.fullmatch(line))]
+  assert [(int(m[1]), int(m[2]), int(m[3])) for m in matched] == [
     (1, 2, 33),
     (1, 3, 50),
     (2, 4, 67),
@@ -422,8 +422,8 @@ def test_progress_lines_come_every_log_every_steps_and_count_both_views(uninterr
   first, second = metrics.read_metrics(str(workdir))
   batch = tiny_config().batch_size
   seconds = 2 * batch / first['samples_per_second'] + second['epoch_time']
-  np.testing.assert_allclose(int(progress[-1][5]), 2 * batch * 5 / seconds, rtol=0.3)
-  assert progress[-1][6] == progress.format_duration(0)
+  np.testing.assert_allclose(int(matched[-1][5]), 2 * batch * 5 / seconds, rtol=0.3)
+  assert matched[-1][6] == progress.format_duration(0)
 
 
 def test_the_knn_time_is_the_span_between_the_last_step_and_the_epochs_line(uninterrupted_run):
