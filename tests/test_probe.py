@@ -171,7 +171,7 @@ def test_a_stored_config_without_the_probe_resumes_without_it(tmp_path):
   (tmp_path / layout.CONFIG_FILE).write_text(json.dumps(versions.stamped(stored)))
   resumed = stored_config.as_resumed(str(tmp_path), config)
   assert not resumed.probe.enabled and config.probe.enabled  # the caller's is left as it was
-  assert versions.migrate_config(stored)['probe'] == {'enabled': False}
+  assert versions.ABSENT_SECTIONS['probe'] == {'enabled': False}
   stored_config.check_unchanged(str(tmp_path), resumed)  # nothing differs
   # A run stored with the probe keeps the config it is given.
   (tmp_path / layout.CONFIG_FILE).write_text(json.dumps(versions.stamped(config.to_dict())))

@@ -12,7 +12,8 @@ Format 0 -> 1: `config.model` may lack the fields that shape the backbone added 
 may lack the metrics records (the file is then trusted) and the epoch's timings.
 
 In any format, a section a config.json lacks (`ABSENT_SECTIONS`) means what the run trained
-with before the section existed: no `probe` section, no online probe.
+with before the section existed: no `probe` section, no online probe. The stored config
+reads as it was written; a resumed run takes these values (rundir/stored_config.as_resumed).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def migrate_config(stored: dict[str, Any]) -> dict[str, Any]:
     if not str(model.get('name', '')).startswith('resnet'):
       del shaped['strided_padding']  # small_cnn's convolutions pad as Flax's 'SAME'
     config['model'] = {**shaped, **model}
-  return {**ABSENT_SECTIONS, **config}
+  return config
 
 
 def added_by_migration(stored: dict[str, Any]) -> set[str]:
