@@ -9,6 +9,7 @@ import types
 
 from absl import logging as absl_logging
 from etils import epath
+import numpy as np
 import pytest
 import tensorboard_events  # tests/ is on sys.path (pytest)
 
@@ -122,6 +123,32 @@ def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path, 
   writer.close()
   assert metrics.read_metrics(str(tmp_path)) == model
   assert _scalars(tmp_path) == pytest.approx({r['step']: r['train_loss'] for r in model})
+
+
+def test_step_rows_after_the_checkpoint_are_cut_and_written_again(tmp_path, one_second):
+  """StepWriter: rows reach the file at `flush` (and `close`); a resume at step 20 keeps
+  the rows through 20 (file and TensorBoard's steps run), drops 30 and 40, and the rows
+  the resumed run writes follow; 'epoch' is no TensorBoard scalar."""
+  steps_run = tmp_path / layout.EVENTS_DIR / layout.STEP_EVENTS_DIR
+  writer = metrics.StepWriter(str(tmp_path))
+  for step in (10, 20, 30, 40):
+    writer.write(step, {'epoch': 1, 'train_loss': step / 100, 'grad_norm': np.float32(2.0)})
+  assert metrics.read_steps(str(tmp_path)) == []  # not flushed yet
+  writer.flush()
+  assert [r['step'] for r in metrics.read_steps(str(tmp_path))] == [10, 20, 30, 40]
+  writer.close()
+  writer = metrics.StepWriter(str(tmp_path), keep_through_step=20)
+  assert [r['step'] for r in metrics.read_steps(str(tmp_path))] == [10, 20]
+  writer.write(30, {'epoch': 2, 'train_loss': 0.5, 'grad_norm': 1.0})
+  writer.close()
+  rows = metrics.read_steps(str(tmp_path))
+  assert [(r['step'], r['train_loss']) for r in rows] == [(10, 0.1), (20, 0.2), (30, 0.5)]
+  assert rows[0]['grad_norm'] == 2.0 and isinstance(rows[0]['grad_norm'], float)
+  events = tensorboard_events.scalars(steps_run)
+  assert set(events) == {'train_loss', 'grad_norm'}
+  assert events['train_loss'] == pytest.approx({10: 0.1, 20: 0.2, 30: 0.5})
+  # The epoch records' run is apart: its purge never reaches the steps' events.
+  assert tensorboard_events.scalars(tmp_path / layout.EVENTS_DIR) == {}
 
 
 def test_a_resume_without_a_row_of_the_file_hides_that_rows_events(tmp_path, one_second):

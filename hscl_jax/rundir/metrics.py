@@ -1,4 +1,5 @@
-"""Run outputs: DIR/metrics.jsonl, TensorBoard events, DIR/config.json, a progress line.
+"""Run outputs: DIR/metrics.jsonl, DIR/steps.jsonl, TensorBoard events, DIR/config.json, a
+progress line.
 
 Only process 0 writes (`enabled=False` elsewhere), so a multi-host run produces one copy.
 """
@@ -83,7 +84,15 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
   A torn last line (a copy or a filesystem that cut the file) is dropped with a warning;
   a bad line elsewhere raises ValueError naming it.
   """
-  path = epath.Path(workdir) / layout.METRICS_FILE
+  return _read_rows(epath.Path(workdir) / layout.METRICS_FILE)
+
+
+def read_steps(workdir: str) -> list[dict[str, Any]]:
+  """All rows of DIR/steps.jsonl, the per-step scalars (read as `read_metrics` reads)."""
+  return _read_rows(epath.Path(workdir) / layout.STEPS_FILE)
+
+
+def _read_rows(path: epath.Path) -> list[dict[str, Any]]:
   if not path.exists():
     return []
   lines = [line for line in path.read_text().splitlines() if line.strip()]
@@ -99,6 +108,26 @@ def read_metrics(workdir: str) -> list[dict[str, Any]]:
         ) from None
       logging.warning('Dropping the torn last line of %s: %r', path, line[:80])
   return records
+
+
+def _summary_writer(logdir: str, purge_step: int):
+  """A TensorBoard writer of `logdir` hiding the events logged earlier at steps >=
+  `purge_step`."""
+  return tensorboardX.SummaryWriter(
+    logdir=logdir,
+    purge_step=purge_step,
+    flush_secs=30,
+    # tensorboardX names the file by the second it opens and the host: a resume within
+    # that second would write over the previous file; the process and a counter keep
+    # every writer's file apart (and in opening order within one process).
+    filename_suffix=f'.{os.getpid()}.{next(_WRITERS_OPENED):06d}',
+  )
+
+
+def _add_scalars(writer, row: dict[str, Any], *, skip: tuple[str, ...] = ('step',)) -> None:
+  for name, value in row.items():
+    if name not in skip and isinstance(value, (int, float)):
+      writer.add_scalar(name, value, global_step=int(row['step']))
 
 
 def _first_difference(rows: list[dict], expected: list[dict]) -> int:
@@ -142,14 +171,9 @@ class MetricWriter:
     self._rewrite()
     # TensorBoard hides the events logged earlier at steps >= purge_step.
     differing = on_file[rebuilt : rebuilt + 1] + self.records[rebuilt : rebuilt + 1]
-    self._tensorboard = tensorboardX.SummaryWriter(
-      logdir=os.path.join(workdir, layout.EVENTS_DIR),
-      purge_step=min((r['step'] for r in differing), default=keep_through_step + 1),
-      flush_secs=30,
-      # tensorboardX names the file by the second it opens and the host: a resume within
-      # that second would write over the previous file; the process and a counter keep
-      # every writer's file apart (and in opening order within one process).
-      filename_suffix=f'.{os.getpid()}.{next(_WRITERS_OPENED):06d}',
+    self._tensorboard = _summary_writer(
+      os.path.join(workdir, layout.EVENTS_DIR),
+      min((r['step'] for r in differing), default=keep_through_step + 1),
     )
     for record in self.records[rebuilt:]:
       self._add_scalars(record)
@@ -172,9 +196,7 @@ class MetricWriter:
     self._add_scalars(record)
 
   def _add_scalars(self, record: dict[str, Any]) -> None:
-    for name, value in record.items():
-      if name != 'step' and isinstance(value, (int, float)):
-        self._tensorboard.add_scalar(name, value, global_step=int(record['step']))
+    _add_scalars(self._tensorboard, record)
     self._tensorboard.flush()
 
   def _rewrite(self) -> None:
@@ -182,6 +204,53 @@ class MetricWriter:
 
   def close(self) -> None:
     if self._tensorboard is not None:
+      self._tensorboard.close()
+      self._tensorboard = None
+
+
+class StepWriter:
+  """The per-step scalars: one JSON row per logging step in DIR/steps.jsonl, and the
+  TensorBoard run DIR/tensorboard/steps.
+
+  The rows are kept in memory and the file is rewritten whole, atomically, at `flush`
+  (each epoch's end and before each checkpoint), so it is never torn and a checkpoint
+  never starts before the file holds every row through its step. On resume, the rows
+  after `keep_through_step` (the checkpoint's step: rows a stopped run wrote after it)
+  are dropped from the file and hidden in TensorBoard, and the resumed run writes them
+  again as an uninterrupted run would.
+  """
+
+  def __init__(self, workdir: str, *, enabled: bool = True, keep_through_step: int = 0):
+    self._enabled = enabled
+    self._path = epath.Path(workdir) / layout.STEPS_FILE
+    self._tensorboard = None
+    self.rows = []
+    if not enabled:
+      return
+    epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+    self.rows = [r for r in read_steps(workdir) if r['step'] <= keep_through_step]
+    self.flush()
+    self._tensorboard = _summary_writer(
+      os.path.join(workdir, layout.EVENTS_DIR, layout.STEP_EVENTS_DIR), keep_through_step + 1
+    )
+
+  def write(self, step: int, scalars: dict[str, Any]) -> None:
+    if not self._enabled:
+      return
+    row = {'step': int(step), **{k: _to_python(v) for k, v in scalars.items()}}
+    self.rows.append(row)
+    _add_scalars(self._tensorboard, row, skip=('step', 'epoch'))
+
+  def flush(self) -> None:
+    if not self._enabled:
+      return
+    atomic.write_text(self._path, ''.join(json.dumps(r) + '\n' for r in self.rows))
+    if self._tensorboard is not None:
+      self._tensorboard.flush()
+
+  def close(self) -> None:
+    if self._tensorboard is not None:
+      self.flush()
       self._tensorboard.close()
       self._tensorboard = None
 

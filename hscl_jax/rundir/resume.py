@@ -1,11 +1,12 @@
 """A training run's bookkeeping in its workdir, so that a resumed run writes exactly the
 records an uninterrupted one would (`RunRecord`): its checkpoints with where the epoch
-stood (`EpochPosition`, each checkpoint's metadata) and its epoch records
-(metrics.jsonl and TensorBoard, rundir/metrics).
+stood (`EpochPosition`, each checkpoint's metadata), its epoch records (metrics.jsonl and
+TensorBoard, rundir/metrics) and its per-step scalars (steps.jsonl and TensorBoard).
 
 `restore` brings back the newest usable checkpoint's state, the input position, where the
 epoch stood and the records so far, and rewrites the records to that checkpoint's step;
-`save` writes a checkpoint of all of these; `write_record` adds an epoch's record.
+`save` writes a checkpoint of all of these; `write_record` adds an epoch's record,
+`write_step` a logging step's scalars.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class RunRecord:
     # The last record given to write_record, on every process (the writer keeps records
     # on process 0 only), so that every process ranks a checkpoint alike.
     self._last_record: dict[str, Any] | None = None
+    self._steps = None
 
   def restore(self, target: Any, loader) -> Restored:
     """The newest usable checkpoint (shaped as the pytree `target`), `loader` set to its
@@ -105,6 +107,8 @@ class RunRecord:
       keep_through_step=step - 1 if position.steps_done else step,
       records=records,
     )
+    # The steps through the checkpoint's are all taken (and their rows written) before it.
+    self._steps = metrics.StepWriter(self._workdir, enabled=self._enabled, keep_through_step=step)
     return Restored(step=step, tree=tree, position=position)
 
   @property
@@ -115,11 +119,17 @@ class RunRecord:
   def write_record(self, step: int, record: dict[str, Any]) -> None:
     self._writer.write(step, record)
     self._last_record = {**record, 'step': step}
+    self._steps.flush()
+
+  def write_step(self, step: int, scalars: dict[str, Any]) -> None:
+    self._steps.write(step, scalars)
 
   def save(self, step: int, tree: Any, loader, position: EpochPosition) -> None:
     """Starts a checkpoint of the state pytree, `loader`'s position and `position` (a
     no-op if `step` is saved already), ranked for keep_best by the record written at
-    `step` (a save mid-epoch, after the last epoch's record, is ranked by none)."""
+    `step` (a save mid-epoch, after the last epoch's record, is ranked by none), after the
+    per-step rows through it are on file."""
+    self._steps.flush()
     self._checkpointer.save(
       step,
       tree,
@@ -140,3 +150,5 @@ class RunRecord:
     self._checkpointer.close()
     if self._writer is not None:
       self._writer.close()
+    if self._steps is not None:
+      self._steps.close()
