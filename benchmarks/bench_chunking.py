@@ -111,7 +111,7 @@ def child(
     state, loss = compiled(state, data, hyper)
     jax.block_until_ready(loss)
     times.append(time.perf_counter() - start)
-    first_loss = float(loss) if first_loss is None else first_loss
+    first_loss = float(loss['train_loss']) if first_loss is None else first_loss
   seconds = min(times)
   peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
   return dict(

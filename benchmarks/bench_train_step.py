@@ -203,7 +203,7 @@ def bench_model(name, args):
     mfu_local=round(achieved / peak, 3),
     augment_ms=round(1e3 * augment_seconds, 1),
     load_average_1min=round(os.getloadavg()[0], 2),
-    loss=float(loss),
+    loss=float(loss['train_loss']),
   )
 
 

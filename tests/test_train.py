@@ -121,7 +121,7 @@ def run_steps(config, num_devices, batches):
   for batch in batches:
     state, loss = step(state, parallel.global_batch(batch, mesh, ('image', 'label')), hyper)
     states.append(jax.device_get(state))
-    losses.append(float(loss))
+    losses.append(float(loss['train_loss']))
   return states, losses, state
 
 
@@ -185,7 +185,7 @@ def record_first_step(patch):
         with jax.transfer_guard('allow'):
           seen['state'], seen['batch'] = jax.device_get((state, batch))  # before donation
       new_state, loss = step(state, batch, hyper)
-      seen.setdefault('loss', float(jax.device_get(loss)))
+      seen.setdefault('loss', float(jax.device_get(loss['train_loss'])))
       return new_state, loss
 
     return recording_step
@@ -361,13 +361,15 @@ def test_end_to_end_writes_checkpoints_metrics_and_config(uninterrupted_run):
     **json.loads(json.dumps(tiny_config().to_dict())),
     'format_version': versions.FORMAT_VERSION,
   }
+  assert (workdir / layout.STEPS_FILE).exists()
   # Every file has the mode any new file gets (a co-worker in the group reads them).
   umask = os.umask(0o022)
   os.umask(umask)
   modes = {str(p.relative_to(workdir)): p.stat().st_mode for p in workdir.rglob('*')}
   odd = {p: oct(m) for p, m in modes.items() if stat.S_ISREG(m) and m & 0o777 != 0o666 & ~umask}
   assert not odd and len(modes) > 10, odd
-  events = list((workdir / 'tensorboard').iterdir())
+  # The epoch records' event files (the per-step scalars' run is the folder beside them).
+  events = [p for p in (workdir / 'tensorboard').iterdir() if p.is_file()]
   assert events and events[0].name.startswith('events.out.tfevents')
 
 
@@ -424,6 +426,78 @@ def test_progress_lines_come_every_log_every_steps_and_count_both_views(uninterr
   seconds = 2 * batch / first['samples_per_second'] + second['epoch_time']
   np.testing.assert_allclose(int(matched[-1][5]), 2 * batch * 5 / seconds, rtol=0.3)
   assert matched[-1][6] == progress.format_duration(0)
+
+
+STEP_ROW_KEYS = {'step', 'epoch', 'train_loss', 'grad_norm', 'learning_rate', 'beta'}
+
+
+def _step_events(workdir):
+  return tensorboard_events.scalars(workdir / layout.EVENTS_DIR / layout.STEP_EVENTS_DIR)
+
+
+def test_steps_file_has_a_row_per_logging_step(uninterrupted_run):
+  """steps.jsonl has a row at each progress line's step (2, 3, 4, 6): the step's loss as
+  the line shows it, the learning rate its update used (the cosine written out), beta
+  (H-SCL(beta) reads no tau); TensorBoard's steps run holds the same scalars."""
+  workdir, _, _, _, lines, _ = uninterrupted_run
+  rows = metrics.read_steps(str(workdir))
+  assert [r['step'] for r in rows] == [2, 3, 4, 6]
+  assert [r['epoch'] for r in rows] == [1, 1, 2, 2]
+  assert all(set(r) == STEP_ROW_KEYS for r in rows), rows
+  config = tiny_config()
+  want = [
+    config.optimizer.learning_rate * 0.5 * (1 + np.cos(np.pi * (s - 1) / 6)) for s in (2, 3, 4, 6)
+  ]
+  np.testing.assert_allclose([r['learning_rate'] for r in rows], want, rtol=1e-6)
+  assert all(r['beta'] == np.float32(config.beta) for r in rows)
+  assert all(r['grad_norm'] > 0 for r in rows)
+  shown = [float(m[4]) for line in lines if (m := PROGRESS.fullmatch(line))]
+  assert shown == [float(f'{r["train_loss"]:.4f}') for r in rows]
+  events = _step_events(workdir)
+  assert set(events) == STEP_ROW_KEYS - {'step', 'epoch'}
+  for name, steps in events.items():
+    assert steps == {r['step']: float(np.float32(r[name])) for r in rows}, name
+
+
+def test_per_step_rows_average_to_the_epoch_records(tmp_path):
+  """Logging every step: each epoch's rows of loss and gradient norm average to its record
+  (which sums them on the device)."""
+  config = tiny_config()
+  config.log_every_steps, config.knn.every_epochs = 1, 0
+  loop.train_and_evaluate(config, str(tmp_path))
+  rows, records = metrics.read_steps(str(tmp_path)), metrics.read_metrics(str(tmp_path))
+  assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
+  for record in records:
+    epoch_rows = [r for r in rows if r['epoch'] == record['epoch']]
+    for name in ('train_loss', 'grad_norm'):
+      np.testing.assert_allclose(np.mean([r[name] for r in epoch_rows]), record[name], rtol=1e-6)
+
+
+def test_the_start_line_counts_the_parameters_and_the_state_bytes(uninterrupted_run):
+  """The start line's counts per part equal the model's initial parameters counted from
+  their shapes (no arrays made), and its bytes those of the checkpoint's tree on the host."""
+  workdir, result, _, _, lines, _ = uninterrupted_run
+  (line,) = [line for line in lines if line.startswith('Parameters:')]
+  match = re.fullmatch(
+    r'Parameters: backbone ([\d,]+), head ([\d,]+), probe ([\d,]+) \(([\d,]+) in all\); '
+    r'train state ([\d,]+) bytes \(\d+\.\d MiB\) per device\.',
+    line,
+  )
+  assert match, line
+  backbone, head, probe, total, size = (int(g.replace(',', '')) for g in match.groups())
+  config = tiny_config()
+  model = models.create_model(config.model)
+  image_size = augment.AugmentParams.from_config(config.augment).image_size
+  shapes = jax.eval_shape(
+    lambda: models.initialize(model, jax.random.key(0), (image_size, image_size, 3))
+  )['params']
+  count = lambda tree: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+  assert (backbone, head) == (count(shapes['encoder']), count(shapes['head']))
+  # The online probe (on for labelled data): its own parameters, beside the model's.
+  assert probe == count(jax.device_get(result.state.probe['params']))
+  assert total == backbone + head + probe
+  host = jax.device_get(state_lib.state_to_checkpoint(result.state))
+  assert size == sum(np.asarray(x).nbytes for x in jax.tree.leaves(host))
 
 
 def test_the_knn_time_is_the_span_between_the_last_step_and_the_epochs_line(uninterrupted_run):
@@ -555,6 +629,43 @@ def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
   assert _deterministic(records) == _deterministic(metrics.read_metrics(str(reference_dir)))
   assert all(r['images_per_second'] > 0 for r in records)
   assert _deterministic_events(workdir) == _deterministic_events(reference_dir)
+  # The per-step scalars too, the file and TensorBoard's steps run.
+  assert metrics.read_steps(str(workdir)) == metrics.read_steps(str(reference_dir))
+  assert _step_events(workdir) == _step_events(reference_dir)
+
+
+def test_a_crash_after_a_checkpoint_resumes_to_the_uninterrupted_step_rows(
+  uninterrupted, tmp_path, monkeypatch
+):
+  """A crash (no SIGTERM: no checkpoint at it) before step 5 leaves step 4's row on file
+  after the checkpoint at step 3; the resumed run drops it, hides its TensorBoard event
+  and writes both again: the rows and the steps run equal an uninterrupted run's."""
+  reference_dir, _ = uninterrupted
+  workdir = tmp_path / 'run'
+  make_train_step = step_lib.make_train_step
+
+  class Crash(Exception):
+    pass
+
+  def make_train_step_crashing_before_step_5(*args, **kwargs):
+    step = make_train_step(*args, **kwargs)
+
+    def crashing(state, batch, hyper):
+      if int(state.step) == 4:
+        raise Crash()
+      return step(state, batch, hyper)
+
+    return crashing
+
+  with monkeypatch.context() as patch:
+    patch.setattr(step_lib, 'make_train_step', make_train_step_crashing_before_step_5)
+    with pytest.raises(Crash):
+      loop.train_and_evaluate(tiny_config(), str(workdir))
+  assert _checkpoint_steps(workdir) == [3]
+  assert [r['step'] for r in metrics.read_steps(str(workdir))] == [2, 3, 4]
+  loop.train_and_evaluate(tiny_config(), str(workdir))
+  assert metrics.read_steps(str(workdir)) == metrics.read_steps(str(reference_dir))
+  assert _step_events(workdir) == _step_events(reference_dir)
 
 
 def _tear_last_row(path):
@@ -1097,7 +1208,7 @@ def test_chunked_step_with_batchnorm_normalises_each_chunk(num_devices=4):
   )
   step = step_lib.make_train_step(config, model, optimizer, augment_params, mesh)
   new_state, new_loss = jax.device_get(step(state, batch, hyper))
-  np.testing.assert_allclose(new_loss, loss, rtol=1e-6)
+  np.testing.assert_allclose(new_loss['train_loss'], loss, rtol=1e-6)
   for x, y in zip(_leaves(new_state.params), _leaves(params), strict=True):
     np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
   for x, y in zip(_leaves(new_state.batch_stats), _leaves(stats), strict=True):

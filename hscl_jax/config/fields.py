@@ -353,7 +353,12 @@ CHECKPOINTS = (
     "'' keeps none (docs/training.md, 'Which checkpoint')",
   ),
   Field(
-    'log_every_steps', 50, _AT_LEAST_1, free=True, doc='progress line (and non-finite check) period'
+    'log_every_steps',
+    50,
+    _AT_LEAST_1,
+    free=True,
+    doc='period of the progress line, the non-finite check and the per-step scalars '
+    '(DIR/steps.jsonl, TensorBoard)',
   ),
 )
 

@@ -10,7 +10,8 @@ Each epoch: the paper's diagnostics (Assumption 1 fraction; the four losses) ave
 over the training batches, a weighted kNN monitor (train split as memory bank, test split
 as queries, normalised backbone features, BatchNorm in eval mode), throughput, epoch time
 and learning rate (timed by rundir/timing), written to DIR/metrics.jsonl and TensorBoard;
-then an Orbax checkpoint.
+then an Orbax checkpoint. Every log_every_steps: the progress line and the step's own
+scalars (loss, gradient norm, learning rate, beta/tau) in DIR/steps.jsonl and TensorBoard.
 """
 
 from __future__ import annotations
@@ -122,19 +123,21 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mes
         for step in range(start + 1, plan.total_steps + 1):  # the step it reaches
           epoch = plan.epoch_of_step(step - 1)
           if step == start + 1 or (step - 1) % plan.steps_per_epoch == 0:  # epoch (re)starts
-            hyper = parallel.replicated(plan_lib.loss_hyperparameters(config, epoch), run.mesh)
+            host_hyper = plan_lib.loss_hyperparameters(config, epoch)
+            hyper = parallel.replicated(host_hyper, run.mesh)
             timer.start(step - 1)
           batch = parallel.global_batch(next(run.train_iter), run.mesh, ('image', 'label'))
-          state, loss = run.train_step(state, batch, hyper)
+          state, scalars = run.train_step(state, batch, hyper)
           pending = step == epoch * plan.steps_per_epoch  # its last step: its end is due
           log_step = step % config.log_every_steps == 0 or pending
           if not timer.compiled:  # this process's first step compiles: timed apart
-            jax.block_until_ready(loss)
+            jax.block_until_ready(scalars)
             timer.first_step_done(step)
           if log_step:
-            loss_value = float(parallel.replicated_value(loss))  # waits: real timings
+            row = _step_row(run, step, epoch, scalars, host_hyper)  # waits: real timings
+            book.write_step(step, row)
             _check_finite(state, step, epoch, book)
-            progress.log(step, loss_value)
+            progress.log(step, row['train_loss'])
           preemption.check(sync_point=log_step)
           if pending:
             timer.stop(step)
@@ -235,6 +238,7 @@ def _restore(run: _Pieces, book: resume.RunRecord, state: state_lib.TrainState):
 
 def _log_start(run: _Pieces, state: state_lib.TrainState) -> None:
   config, plan = run.config, run.plan
+  logging.info('%s', summaries.size_line(state))
   summaries.log_queue_memory(config, state)
   logging.info(
     '%s on %s: %d devices, global batch %d, %d steps/epoch, %d epochs.',
@@ -250,6 +254,16 @@ def _log_start(run: _Pieces, state: state_lib.TrainState) -> None:
     logging.info('%s', info)
     if warning:
       logging.warning('%s', warning)
+
+
+def _step_row(run: _Pieces, step: int, epoch: int, scalars, host_hyper) -> dict[str, Any]:
+  """A logging step's row of DIR/steps.jsonl: its epoch, loss and gradient norm (the
+  step's own), the learning rate it used and the loss hyperparameters the method reads."""
+  row = {'epoch': epoch}
+  row.update({name: float(parallel.replicated_value(value)) for name, value in scalars.items()})
+  row['learning_rate'] = run.plan.learning_rate_at(step - 1)
+  row.update({name: float(host_hyper[name]) for name in plan_lib.used_hyperparameters(run.config)})
+  return row
 
 
 def _progress(run: _Pieces, start: int, timer: timing.Timer) -> metrics.Progress:

@@ -40,6 +40,9 @@ from hscl_jax.training import probe as probe_lib
 from hscl_jax.training import queue as negative_queue
 from hscl_jax.training import state as state_lib
 
+# What a step returns besides the state: its loss and its gradient's global norm.
+STEP_SCALARS = ('train_loss', 'grad_norm')
+
 
 def make_loss_fn(config: ml_collections.ConfigDict):
   """(normalised projections [b, 2, d], labels [b], hyper) -> global-batch loss, f32: the
@@ -165,7 +168,9 @@ def make_train_step(
   augment_params: augment.AugmentParams,
   mesh: jax.sharding.Mesh,
 ):
-  """jit(shard_map(step)): (state, {'image' uint8[B,2,H,W,3], 'label'}, hyper) -> (state, loss).
+  """jit(shard_map(step)): (state, {'image' uint8[B,2,H,W,3], 'label'}, hyper) -> (state,
+  the step's own scalars {'train_loss', 'grad_norm'}), replicated; the run reads them on
+  the host only at its logging steps (the state keeps their epoch sums).
 
   A state with an online probe (training/probe) trains it in the same step, on the detached
   backbone features of the step's views."""
@@ -207,7 +212,7 @@ def make_train_step(
       key_encoder=key_encoder,
       probe=probe,
     )
-    return new_state, loss
+    return new_state, {name: step_metrics[name] for name in STEP_SCALARS}
 
   step = jax.shard_map(
     per_device_step, mesh=mesh, in_specs=(P(), P(parallel.AXIS), P()), out_specs=(P(), P())

@@ -1,5 +1,6 @@
-"""The lines a run logs: each epoch's summary, the final kNN, what a class-aware epoch
-visits, the memory the queue and the key encoder hold."""
+"""The lines a run logs: what the run is (its parameters per part, its train state's
+bytes), each epoch's summary, the final kNN, what a class-aware epoch visits, the memory
+the queue and the key encoder hold."""
 
 from __future__ import annotations
 
@@ -7,11 +8,49 @@ import math
 from typing import Any
 
 from absl import logging
+import jax
 import ml_collections
+import numpy as np
 
 from hscl_jax import data
 from hscl_jax.training import queue as negative_queue
 from hscl_jax.training import state as state_lib
+
+# The parts of the model's parameters by their top-level entry; any other entry (e.g. an
+# online probe's 'probe') is named as itself.
+PARAMETER_PARTS = {'encoder': 'backbone', 'head': 'head'}
+
+
+def parameter_counts(params: dict[str, Any]) -> dict[str, int]:
+  """{part: its number of parameters}: the backbone, the head, then any other entry."""
+  order = [k for k in PARAMETER_PARTS if k in params]
+  order += sorted(k for k in params if k not in PARAMETER_PARTS)
+  return {
+    PARAMETER_PARTS.get(key, key): sum(int(np.size(x)) for x in jax.tree.leaves(params[key]))
+    for key in order
+  }
+
+
+def state_bytes(state: state_lib.TrainState) -> int:
+  """The train state's bytes on one device (every leaf is replicated): parameters,
+  BatchNorm statistics, optimizer state, metric sums, queue and key encoder."""
+  return sum(int(x.nbytes) for x in jax.tree.leaves(state))
+
+
+def size_line(state: state_lib.TrainState) -> str:
+  """What the model is: e.g. 'Parameters: backbone 1,234, head 567 (1,801 in all); train
+  state 21,640 bytes (0.0 MiB) per device.'"""
+  params = dict(state.params)
+  if state.probe is not None:  # the online probe's parameters live beside the model's
+    params['probe'] = state.probe['params']
+  counts = parameter_counts(params)
+  parts = ', '.join(f'{part} {count:,}' for part, count in counts.items())
+  total = sum(counts.values())
+  size = state_bytes(state)
+  return (
+    f'Parameters: {parts} ({total:,} in all); '
+    f'train state {size:,} bytes ({size / 2**20:.1f} MiB) per device.'
+  )
 
 
 def epoch_summary(record: dict[str, Any], *, compile_seconds: float = 0.0) -> str:
