@@ -226,7 +226,7 @@ def _edges(kind, bound, integer):
 # Every range a field of config/fields must lie in, written here from the fields' meaning
 # (not read from the schema, whose bound a bug would change): at_least(bound), positive
 # (> 0), unit = [0, 1).
-AT_LEAST_0 = ('beta', 'decode_cache_gib', 'knn.every_epochs', 'train_examples')
+AT_LEAST_0 = ('beta', 'decode_cache_gib', 'knn.every_epochs', 'train_examples', 'profile_steps')
 AT_LEAST_0 += ('optimizer.weight_decay', 'linear_eval.weight_decay', 'probe.weight_decay')
 AT_LEAST_1 = ('num_epochs', 'steps_per_epoch_limit', 'knn.k', 'knn.chunk_size')
 AT_LEAST_1 += ('checkpoint_every_epochs', 'keep_checkpoints', 'log_every_steps')

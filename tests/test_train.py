@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gzip
 import json
 import logging
 import os
@@ -459,11 +460,13 @@ def test_steps_file_has_a_row_per_logging_step(uninterrupted_run):
     assert steps == {r['step']: float(np.float32(r[name])) for r in rows}, name
 
 
-def test_per_step_rows_average_to_the_epoch_records(tmp_path):
+def test_per_step_rows_average_to_the_epoch_records_and_a_profile_is_traced(tmp_path):
   """Logging every step: each epoch's rows of loss and gradient norm average to its record
-  (which sums them on the device)."""
+  (which sums them on the device). --config.profile_steps=2 leaves a trace of steps 2-3
+  in DIR/profile: a non-empty .xplane.pb and a Perfetto trace that parses and holds the
+  step's program."""
   config = tiny_config()
-  config.log_every_steps, config.knn.every_epochs = 1, 0
+  config.log_every_steps, config.knn.every_epochs, config.profile_steps = 1, 0, 2
   loop.train_and_evaluate(config, str(tmp_path))
   rows, records = metrics.read_steps(str(tmp_path)), metrics.read_metrics(str(tmp_path))
   assert [r['step'] for r in rows] == [1, 2, 3, 4, 5, 6]
@@ -471,6 +474,12 @@ def test_per_step_rows_average_to_the_epoch_records(tmp_path):
     epoch_rows = [r for r in rows if r['epoch'] == record['epoch']]
     for name in ('train_loss', 'grad_norm'):
       np.testing.assert_allclose(np.mean([r[name] for r in epoch_rows]), record[name], rtol=1e-6)
+  xplanes = list((tmp_path / layout.PROFILE_DIR).rglob('*.xplane.pb'))
+  assert len(xplanes) == 1 and xplanes[0].stat().st_size > 0, xplanes
+  (perfetto,) = (tmp_path / layout.PROFILE_DIR).rglob('perfetto_trace.json.gz')
+  trace = json.loads(gzip.decompress(perfetto.read_bytes()))
+  names = {event.get('name', '') for event in trace['traceEvents']}
+  assert any('per_device_step' in name for name in names), sorted(names)[:50]
 
 
 def test_the_start_line_counts_the_parameters_and_the_state_bytes(uninterrupted_run):

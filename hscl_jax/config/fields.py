@@ -360,6 +360,14 @@ CHECKPOINTS = (
     doc='period of the progress line, the non-finite check and the per-step scalars '
     '(DIR/steps.jsonl, TensorBoard)',
   ),
+  Field(
+    'profile_steps',
+    0,
+    at_least(0, 'use 0 (off) or e.g. 5'),
+    free=True,
+    doc='a jax.profiler trace of this many steps after the compiling one, into DIR/profile; '
+    '0 = off',
+  ),
 )
 
 # In the order configs/default.py has always listed them (config.json keeps it).

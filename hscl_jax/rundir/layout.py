@@ -16,6 +16,7 @@ EVENTS_DIR = 'tensorboard'
 # The per-step scalars' TensorBoard run, inside EVENTS_DIR: its own run, so that the epoch
 # records' purge on resume (from the epoch end a resumed run redoes) never hides a step's.
 STEP_EVENTS_DIR = 'steps'
+PROFILE_DIR = 'profile'  # a jax.profiler trace of --config.profile_steps steps
 CHECKPOINT_DIR = 'checkpoints'
 UNUSABLE_DIR = 'checkpoints_unusable'  # checkpoints that failed to restore, kept to inspect
 LOCK_FILE = 'run.lock'
@@ -34,7 +35,7 @@ def is_temporary_of(entry: str, name: str) -> bool:
 # What the run itself writes at the top of its workdir (the lock, which the lock removes,
 # apart); with the temporary files of its atomic writes, `is_run_entry`.
 RUN_ENTRIES = frozenset(
-  {CONFIG_FILE, METRICS_FILE, STEPS_FILE, EVENTS_DIR, CHECKPOINT_DIR, UNUSABLE_DIR}
+  {CONFIG_FILE, METRICS_FILE, STEPS_FILE, EVENTS_DIR, CHECKPOINT_DIR, UNUSABLE_DIR, PROFILE_DIR}
 )
 
 

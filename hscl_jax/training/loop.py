@@ -44,6 +44,7 @@ from hscl_jax.training import optimizers
 from hscl_jax.training import plan as plan_lib
 from hscl_jax.training import preemption as preemption_lib
 from hscl_jax.training import probe as probe_lib
+from hscl_jax.training import profiling
 from hscl_jax.training import state as state_lib
 from hscl_jax.training import step as step_lib
 from hscl_jax.training import summaries
@@ -103,6 +104,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mes
   book = resume.RunRecord(
     workdir, keep=config.keep_checkpoints, keep_best=config.keep_best, enabled=_is_writer()
   )
+  trace = profiling.StepTrace(workdir, config.profile_steps)
   try:
     state, start, pending, timer = _restore(run, book, state)
     metrics.write_config(workdir, config, enabled=_is_writer())
@@ -133,6 +135,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mes
           if not timer.compiled:  # this process's first step compiles: timed apart
             jax.block_until_ready(scalars)
             timer.first_step_done(step)
+          trace.step_done(scalars)
           if log_step:
             row = _step_row(run, step, epoch, scalars, host_hyper)  # waits: real timings
             book.write_step(step, row)
@@ -150,6 +153,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mes
         return _result(state, book, last_record, preempted=True)
     return _result(state, book, last_record)
   finally:
+    trace.close()
     book.close()
 
 
