@@ -149,7 +149,8 @@ def test_second_run_on_a_live_workdir_names_the_holder(tmp_path):
       DIGITS,
       '--config.learning_rate=0.3',
       "--config.learning_rate: config has no field 'learning_rate'. Fix: did you mean "
-      '--config.linear_eval.learning_rate or --config.optimizer.learning_rate?',
+      '--config.linear_eval.learning_rate or --config.optimizer.learning_rate or '
+      '--config.probe.learning_rate?',
     ),
     (
       'hscl_jax.main',
