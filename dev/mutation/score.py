@@ -234,6 +234,7 @@ HAND_TESTS_OF = {
   'hscl_jax/training/optimizers.py': ('tests/test_optim.py',),
   'hscl_jax/training/plan.py': _TRAIN,
   'hscl_jax/training/preemption.py': _TRAIN,
+  'hscl_jax/training/probe.py': ('tests/test_probe.py',),
   'hscl_jax/training/profiling.py': _TRAIN,
   'hscl_jax/training/queue.py': ('tests/test_queue_training.py',),
   'hscl_jax/training/state.py': _TRAIN,
