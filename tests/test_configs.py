@@ -24,6 +24,7 @@ from configs import stl10  # noqa: E402
 from hscl_jax.config import command_line  # noqa: E402
 from hscl_jax.config import fields  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
+from hscl_jax.evaluation import retrieval  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import optimizers  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
@@ -399,3 +400,19 @@ def test_a_config_file_elsewhere_imports_its_own_configs_package(tmp_path, monke
   import configs
 
   assert getattr(configs, 'WHERE', None) == 'elsewhere'
+
+
+def test_the_monitors_retrieval_metrics_are_checked_by_name():
+  """config.knn.retrieval: a comma-separated list; an unknown name is refused naming it,
+  spaces and repeats are forgiven, '' names none."""
+  message = _invalid(_setitem('knn.retrieval', 'precision_at_1,map_at_k'))
+  assert message.startswith(
+    "config.knn.retrieval: Unknown retrieval metric 'map_at_k': use precision_at_1, "
+  ), message
+  assert message.endswith("Fix: use e.g. 'precision_at_1,map_at_r', or ''."), message
+  for text in ('', 'recall_at_16', ' map_at_r , recall_at_1,map_at_r'):
+    config = default.get_config()
+    config.knn.retrieval = text
+    schema.validate_config(config, num_devices=4)
+  assert retrieval.metric_names(' map_at_r , recall_at_1,map_at_r,') == ('map_at_r', 'recall_at_1')
+  assert retrieval.metric_names('') == ()

@@ -93,6 +93,27 @@ def test_the_encoder_update_is_bitwise_the_same_with_the_probe_on_and_off(method
   assert with_probe.metric_sums['probe_loss'] > 0
 
 
+@pytest.mark.parametrize('chunks', [1, 2])
+def test_the_chunked_step_trains_the_same_probe_and_leaves_the_encoder_alone(chunks):
+  """Gradient caching (config.chunk_size, 16 samples per device): the encoder's update is
+  bitwise the same with the probe on and off, and the probe reads the features of the
+  chunked forward pass: in one chunk the unchunked step's probe (to rounding), in two a
+  probe trained on per-chunk BatchNorm's features, so another one."""
+  config = _config('hucl')
+  whole = _steps(config, 1, NUM_CLASSES)
+  config.chunk_size = 16 // chunks
+  with_probe = _steps(config, 1, NUM_CLASSES)
+  without = _steps(config, 1, None)
+  for part in ('params', 'batch_stats', 'opt_state', 'step'):
+    _assert_bitwise_equal(getattr(with_probe, part), getattr(without, part))
+  gap = max(
+    float(np.abs(np.asarray(a) - np.asarray(b)).max())
+    for a, b in zip(jax.tree.leaves(with_probe.probe), jax.tree.leaves(whole.probe))
+  )
+  assert (gap < 1e-5) == (chunks == 1), gap
+  assert np.abs(with_probe.probe['params']['w']).max() > 0
+
+
 def _first_update_reference(features, labels, learning_rate):
   """The probe's first step from zero, by hand in float64: the cross-entropy gradient of the
   labelled views' mean (softmax - one-hot), then Adam's first step, lr * g / (|g| + eps)

@@ -379,7 +379,8 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
 ):
   """Epoch 1's line shows its compilation, whose time is the epoch's time less its other
   2 steps at the recorded rate; epoch 2's line has none. The last line is the closing one:
-  the epochs, the final kNN, the workdir and the next commands with it filled in."""
+  the epochs, the final monitor (kNN, retrieval, probe), the workdir and the next commands
+  with it filled in."""
   workdir, _, _, seconds, lines, _ = uninterrupted_run
   records = metrics.read_metrics(str(workdir))
   epoch_lines = [line for line in lines if re.match(r'epoch \d+: loss', line)]
@@ -393,7 +394,9 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
   assert rates in epoch_lines[0]
   head, *commands = lines[-1].split('\n')
   closing = re.fullmatch(
-    rf'Finished 2 epochs in (\S+), final kNN top-1 {second["knn_top1"]:.4f}; '
+    rf'Finished 2 epochs in (\S+), final kNN top-1 {second["knn_top1"]:.4f}, P@1 '
+    rf'{second["precision_at_1"]:.4f}, MAP@R {second["map_at_r"]:.4f}, probe top-1 '
+    rf'{second["probe_top1"]:.4f}; '
     rf'workdir {re.escape(str(workdir))}\. Next:',
     head,
   )
@@ -522,14 +525,14 @@ def test_the_knn_time_is_the_span_between_the_last_step_and_the_epochs_line(unin
 
 def test_run_compiles_each_program_once_in_its_first_epoch(uninterrupted_run):
   """The train step compiles once; the initialisation, the learning-rate schedule, the
-  feature extraction and the kNN once each; nothing compiles after the first epoch, and
-  no one-op program ever (eager jnp arithmetic on the host would compile `add`, `cos`...),
-  except Orbax's: on several devices each replica writes a slice of every replicated
-  array (replica-parallel saving), one `slice` program per array shape."""
+  feature extraction, the kNN and the retrieval metrics once each; nothing compiles after
+  the first epoch, and no one-op program ever (eager jnp arithmetic on the host would
+  compile `add`, `cos`...), except Orbax's: on several devices each replica writes a slice
+  of every replicated array (replica-parallel saving), one `slice` program per array shape."""
   _, _, compiled, _, _, _ = uninterrupted_run
   order = data.EpochOrder(1438, global_batch_size=tiny_config().batch_size, seed=0)
   schedule = plan_lib.make_plan(tiny_config(), order).learning_rate.__name__
-  ours = ['init', 'per_device_step', schedule, 'per_device', '_predict']
+  ours = ['init', 'per_device_step', schedule, 'per_device', '_predict', '_per_query']
   assert [c.program for c in compiled if not c.in_checkpoint_write] == [
     f'jit({name})' for name in ours
   ], compiled
@@ -711,9 +714,13 @@ def test_finished_run_is_not_retrained(uninterrupted, caplog):
   caplog.set_level(logging.INFO, logger='absl')
   again = loop.train_and_evaluate(tiny_config(), str(workdir))
   assert int(again.state.step) == 6 and again.last_record is None and again.already_complete
-  knn = f'{metrics.read_metrics(str(workdir))[-1]["knn_top1"]:.4f}'
+  last = metrics.read_metrics(str(workdir))[-1]
+  figures = (
+    f'final kNN top-1 {last["knn_top1"]:.4f}, P@1 {last["precision_at_1"]:.4f}, MAP@R '
+    f'{last["map_at_r"]:.4f}, probe top-1 {last["probe_top1"]:.4f}'
+  )
   assert (
-    f'Already complete: 2 of 2 epochs (final kNN top-1 {knn}). To train longer, rerun with '
+    f'Already complete: 2 of 2 epochs ({figures}). To train longer, rerun with '
     '--config.num_epochs=4 (or any larger number) --allow_config_change=num_epochs.'
   ) in caplog.messages
   assert caplog.messages[-1].startswith(f'Nothing trained (already complete); workdir {workdir}.')

@@ -80,3 +80,49 @@ def test_the_program_prints_and_writes_the_figures(run, tmp_path):
 def test_a_reference_that_is_no_split_is_refused(run):
   with refused(r"--reference='val' is no split of the run; use train or test"):
     trained_retrieval.retrieval_over_trained_run(str(run[0]), reference='val')
+
+
+# --------------------------------------------------------------------------------------
+# The figures of training's kNN monitor (config.knn.retrieval): those of the program above
+# over the same checkpoint.
+
+
+def test_the_monitors_figures_are_the_programs_over_the_same_checkpoint(tmp_path, caplog):
+  """Digits' default config for one epoch on the session's devices, another list of
+  metrics than the default: its epoch record, TensorBoard and epoch line hold the figures
+  that `retrieval_over_trained_run` computes against the train split (the bank) from the
+  checkpoint of that epoch, by another feature extraction; the test split ranked against
+  itself gives other figures, so the bank is the train split."""
+  if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+  import tensorboard_events
+
+  from configs import digits
+  from hscl_jax.rundir import layout
+  from hscl_jax.rundir import metrics
+  from hscl_jax.training import loop
+
+  config = digits.get_config()
+  config.num_epochs = 1
+  config.knn.retrieval = 'recall_at_2, map_at_r,precision_at_1,r_precision'
+  names = ('recall_at_2', 'map_at_r', 'precision_at_1', 'r_precision')
+  caplog.set_level('INFO', logger='absl')
+  loop.train_and_evaluate(config, str(tmp_path))
+  (record,) = metrics.read_metrics(str(tmp_path))
+  assert [name for name in record if retrieval.is_metric(name)] == list(names)
+  for reference in ('train', 'test'):
+    program = trained_retrieval.retrieval_over_trained_run(
+      str(tmp_path), reference=reference, metrics=names
+    )
+    close = all(abs(program[n] - record[n]) <= 1e-6 for n in names)
+    assert close == (reference == 'train'), (reference, program, record)
+  events = tensorboard_events.scalars(tmp_path / layout.EVENTS_DIR)
+  assert {n: events[n][record['step']] for n in names} == pytest.approx(
+    {n: record[n] for n in names}, abs=1e-6
+  )
+  line = next(m for m in caplog.messages if m.startswith('epoch 1: loss'))
+  assert (
+    f'kNN top-1 {record["knn_top1"]:.4f}, R@2 {record["recall_at_2"]:.4f}, MAP@R '
+    f'{record["map_at_r"]:.4f}, P@1 {record["precision_at_1"]:.4f}, R-precision '
+    f'{record["r_precision"]:.4f}, probe top-1 {record["probe_top1"]:.4f}, '
+  ) in line

@@ -22,10 +22,12 @@ from hscl_jax.config import methods
 from hscl_jax.config.checks import Field
 from hscl_jax.config.checks import at_least
 from hscl_jax.config.checks import choice
+from hscl_jax.config.checks import fail
 from hscl_jax.config.checks import in_unit_interval
 from hscl_jax.config.checks import positive
 from hscl_jax.config.checks import unset
 from hscl_jax.config.checks import unset_or
+from hscl_jax.evaluation import retrieval
 from hscl_jax.training import optimizers
 
 # Per-channel (mean, std) of each training split on [0, 1] pixels: config.augment.mean/std
@@ -283,6 +285,14 @@ TRAINING = (
   ),
 )
 
+
+def _retrieval_metrics(field, value):
+  try:
+    retrieval.metric_names(value)
+  except ValueError as error:
+    fail(field, str(error).rstrip('.'), "use e.g. 'precision_at_1,map_at_r', or ''")
+
+
 # kNN monitor: weights exp(sim / temperature), normalised backbone features.
 KNN = (
   Field('knn.every_epochs', 1, at_least(0, 'use 1, or 0 to disable'), doc='0 = never'),
@@ -296,6 +306,16 @@ KNN = (
   ),
   Field(
     'knn.chunk_size', 256, at_least(1, 'use e.g. 256'), free=True, doc='queries per on-device chunk'
+  ),
+  Field(
+    'knn.retrieval',
+    'precision_at_1,map_at_r',
+    _retrieval_metrics,
+    free=True,
+    doc='Retrieval metrics of the same features with each kNN monitor (the test split '
+    'ranked against the bank), comma-separated among precision_at_1, r_precision, '
+    "map_at_r and recall_at_K (any K >= 1); '' = none (docs/training.md, 'Retrieval "
+    "metrics')",
   ),
 )
 

@@ -7,6 +7,7 @@ frozen encoder): evaluation never imports training.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 from jax.sharding import PartitionSpec as P
@@ -19,6 +20,7 @@ from hscl_jax import models
 from hscl_jax import parallel
 from hscl_jax.data import augment
 from hscl_jax.evaluation import knn
+from hscl_jax.evaluation import retrieval
 
 
 def make_feature_fn(
@@ -79,6 +81,54 @@ def extract_features(
   return tuple(np.concatenate([parallel.to_host(p[i]) for p in parts]) for i in range(3))
 
 
+class MonitorFeatures(NamedTuple):
+  """The kNN monitor's features of both splits on the host: each a (features, labels,
+  mask) triple whose mask is False on padding rows."""
+
+  bank: tuple[np.ndarray, np.ndarray, np.ndarray]
+  queries: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def monitor_features(
+  knn_config: ml_collections.ConfigDict,
+  feature_fn,
+  variables,
+  bank_source,
+  query_source,
+  *,
+  mesh: jax.sharding.Mesh,
+  check: Callable[[], None] | None = None,
+) -> MonitorFeatures:
+  """Features of the bank (training) and query (test) splits, extracted once for every
+  figure of the monitor: the kNN, the retrieval metrics, training's online probe.
+
+  `check` is called before each batch of the extraction (it may raise).
+  """
+  extract = lambda source: extract_features(
+    feature_fn, variables, source, knn_config.batch_size, mesh, check
+  )
+  return MonitorFeatures(bank=extract(bank_source), queries=extract(query_source))
+
+
+def monitor_knn(
+  knn_config: ml_collections.ConfigDict, features: MonitorFeatures, *, num_classes: int
+) -> float:
+  """Weighted-kNN top-1 of the monitor's queries against its bank (config.knn's settings)."""
+  (bank, bank_labels, bank_mask), (queries, query_labels, query_mask) = features
+  return knn.weighted_knn_accuracy(
+    bank,
+    bank_labels,
+    queries,
+    query_labels,
+    num_classes=num_classes,
+    k=knn_config.k,
+    temperature=knn_config.temperature,
+    chunk_size=knn_config.chunk_size,
+    query_mask=query_mask,
+    bank_mask=bank_mask,
+  )
+
+
 def knn_accuracy(
   knn_config: ml_collections.ConfigDict,
   feature_fn,
@@ -94,47 +144,28 @@ def knn_accuracy(
 
   `check` is called before each batch of the feature extraction (it may raise).
   """
-  return knn_with_queries(
-    knn_config,
-    feature_fn,
-    variables,
-    bank_source,
-    query_source,
-    num_classes=num_classes,
-    mesh=mesh,
-    check=check,
-  )[0]
+  features = monitor_features(
+    knn_config, feature_fn, variables, bank_source, query_source, mesh=mesh, check=check
+  )
+  return monitor_knn(knn_config, features, num_classes=num_classes)
 
 
-def knn_with_queries(
-  knn_config: ml_collections.ConfigDict,
-  feature_fn,
-  variables,
-  bank_source,
-  query_source,
-  *,
-  num_classes: int,
-  mesh: jax.sharding.Mesh,
-  check: Callable[[], None] | None = None,
-) -> tuple[float, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-  """(`knn_accuracy`'s top-1, the queries' (features, labels, mask) on the host it was
-  computed on), for other figures of the same features (training's online probe)."""
-  bank, bank_labels, bank_mask = extract_features(
-    feature_fn, variables, bank_source, knn_config.batch_size, mesh, check
-  )
-  queries, query_labels, query_mask = extract_features(
-    feature_fn, variables, query_source, knn_config.batch_size, mesh, check
-  )
-  top1 = knn.weighted_knn_accuracy(
-    bank,
-    bank_labels,
+def monitor_retrieval(
+  knn_config: ml_collections.ConfigDict, features: MonitorFeatures
+) -> dict[str, float]:
+  """The retrieval metrics named by config.knn.retrieval (evaluation/retrieval) of the
+  monitor's queries ranked against its bank; {} when it names none."""
+  names = retrieval.metric_names(knn_config.retrieval)
+  if not names:
+    return {}
+  (bank, bank_labels, bank_mask), (queries, query_labels, query_mask) = features
+  return retrieval.retrieval_metrics(
     queries,
     query_labels,
-    num_classes=num_classes,
-    k=knn_config.k,
-    temperature=knn_config.temperature,
-    chunk_size=knn_config.chunk_size,
+    bank,
+    bank_labels,
+    metrics=names,
     query_mask=query_mask,
-    bank_mask=bank_mask,
+    reference_mask=bank_mask,
+    chunk_size=knn_config.chunk_size,
   )
-  return top1, (queries, query_labels, query_mask)

@@ -126,6 +126,33 @@ def _recall_ks(metrics) -> tuple[int, ...]:
   return tuple(sorted(set(ks)))
 
 
+def metric_names(text: str) -> tuple[str, ...]:
+  """The metrics of a comma-separated list, e.g. config.knn.retrieval's
+  'precision_at_1,map_at_r' (spaces and empty entries ignored: '' names none); an unknown
+  name raises ValueError naming it and the known ones."""
+  names = tuple(dict.fromkeys(n.strip() for n in str(text).split(',') if n.strip()))
+  _recall_ks(names)
+  return names
+
+
+def is_metric(name: str) -> bool:
+  """Whether `name` is a retrieval metric's (an epoch record's key of one, say)."""
+  try:
+    _recall_ks((name,))
+  except ValueError:
+    return False
+  return True
+
+
+def short_name(name: str) -> str:
+  """The epoch line's label of a metric: P@1, R-precision, MAP@R, R@K."""
+  head, _, k = name.rpartition('_')
+  return _SHORT.get(name) or (f'R@{k}' if head == 'recall_at' else name)
+
+
+_SHORT = {'precision_at_1': 'P@1', 'r_precision': 'R-precision', 'map_at_r': 'MAP@R'}
+
+
 def _check(queries, reference, metrics, chunk_size) -> None:
   if queries.ndim != 2 or reference.ndim != 2:
     raise ValueError('query and reference features must be [n, d] arrays.')

@@ -167,7 +167,7 @@ def closing_summary(
   else:
     head = (
       f'Finished {config.num_epochs} epochs in {progress.format_duration(seconds)}, '
-      f'{summaries.final_knn(result.records)}'
+      f'{summaries.final_monitor(result.records)}'
     )
   commands = [
     f'python -m hscl_jax.linear_eval --workdir={workdir}',
@@ -282,7 +282,7 @@ def _progress(run: _Pieces, start: int, timer: timing.Timer) -> metrics.Progress
 
 
 def _already_complete_line(plan: plan_lib.Plan, records: list[dict[str, Any]]) -> str:
-  epochs, knn = plan.num_epochs, summaries.final_knn(records)
+  epochs, knn = plan.num_epochs, summaries.final_monitor(records)
   return (
     f'Already complete: {epochs} of {epochs} epochs ({knn}). '
     f'To train longer, rerun with --config.num_epochs={2 * epochs} (or any larger number) '
@@ -354,26 +354,29 @@ def _epoch_record(run: _Pieces, state, times: timing.EpochTimes, epoch: int) -> 
 
 
 def _knn(run: _Pieces, state, timer: timing.Timer, preemption) -> dict[str, float]:
-  """The kNN monitor's top-1, and the online probe's on the same test features."""
+  """The monitor's figures of one extraction of both splits: the kNN top-1, the retrieval
+  metrics of config.knn.retrieval (both in knn_time), and the online probe's top-1."""
   config = run.config
   variables = {'params': state.params, 'batch_stats': state.batch_stats}
-  (top1, queries), seconds = timer.evaluate(
-    lambda: eval_features.knn_with_queries(
+
+  def evaluate():
+    features = eval_features.monitor_features(
       config.knn,
       run.feature_fn,
       variables,
       run.train_source,
       run.test_source,
-      num_classes=run.train_source.num_classes,
       mesh=run.mesh,
       check=preemption.check,
-    ),
-    every_epochs=config.knn.every_epochs,
-  )
-  figures = {'knn_top1': top1, 'knn_time': seconds}
+    )
+    top1 = eval_features.monitor_knn(config.knn, features, num_classes=run.train_source.num_classes)
+    return {'knn_top1': top1, **eval_features.monitor_retrieval(config.knn, features)}, features
+
+  (figures, features), seconds = timer.evaluate(evaluate, every_epochs=config.knn.every_epochs)
+  figures['knn_time'] = seconds
   if state.probe is not None:
     params = jax.tree.map(parallel.replicated_value, state.probe['params'])
-    figures['probe_top1'] = probe_lib.top1(params, *queries)
+    figures['probe_top1'] = probe_lib.top1(params, *features.queries)
   return figures
 
 

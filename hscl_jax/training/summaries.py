@@ -1,6 +1,6 @@
 """The lines a run logs: what the run is (its parameters per part, its train state's
-bytes), each epoch's summary, the final kNN, what a class-aware epoch visits, the memory
-the queue and the key encoder hold."""
+bytes), each epoch's summary, the final monitor's figures, what a class-aware epoch
+visits, the memory the queue and the key encoder hold."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import data
+from hscl_jax.evaluation import retrieval
 from hscl_jax.training import queue as negative_queue
 from hscl_jax.training import state as state_lib
 
@@ -56,11 +57,7 @@ def size_line(state: state_lib.TrainState) -> str:
 def epoch_summary(record: dict[str, Any], *, compile_seconds: float = 0.0) -> str:
   """One concise log line per epoch (the full record is in metrics.jsonl); the throughput
   leaves out the step that compiled, whose time is shown apart."""
-  parts = [f'epoch {record["epoch"]}: loss {record["train_loss"]:.4f}']
-  if 'knn_top1' in record:
-    parts.append(f'kNN top-1 {record["knn_top1"]:.4f}')
-  if 'probe_top1' in record:
-    parts.append(f'probe top-1 {record["probe_top1"]:.4f}')
+  parts = [f'epoch {record["epoch"]}: loss {record["train_loss"]:.4f}', *monitor_parts(record)]
   if 'assumption1_fraction' in record:
     parts.append(f'Assumption 1 {record["assumption1_fraction"]:.3f}')
   parts.append(f'lr {record["learning_rate"]:.3g}')
@@ -75,10 +72,21 @@ def epoch_summary(record: dict[str, Any], *, compile_seconds: float = 0.0) -> st
   return ', '.join(parts)
 
 
-def final_knn(records: list[dict[str, Any]]) -> str:
-  """The last kNN top-1 of a run's records, as the closing lines show it."""
-  values = [r['knn_top1'] for r in records if 'knn_top1' in r]
-  return f'final kNN top-1 {values[-1]:.4f}' if values else 'no kNN evaluated'
+def monitor_parts(record: dict[str, Any]) -> list[str]:
+  """The monitor's figures of an epoch record as the lines show them: the kNN top-1, the
+  retrieval metrics in their order, the online probe's top-1 (those the record has)."""
+  parts = [f'kNN top-1 {record["knn_top1"]:.4f}'] if 'knn_top1' in record else []
+  figures = [(k, v) for k, v in record.items() if retrieval.is_metric(k)]
+  parts += [f'{retrieval.short_name(k)} {v:.4f}' for k, v in figures]
+  if 'probe_top1' in record:
+    parts.append(f'probe top-1 {record["probe_top1"]:.4f}')
+  return parts
+
+
+def final_monitor(records: list[dict[str, Any]]) -> str:
+  """The last monitored epoch's figures, as the closing lines show them."""
+  monitored = [r for r in records if 'knn_top1' in r]
+  return f'final {", ".join(monitor_parts(monitored[-1]))}' if monitored else 'no kNN evaluated'
 
 
 # Below this share of the training examples per epoch, a class-aware run is warned: its
