@@ -551,8 +551,8 @@ ISSUE27_MUTANTS = (
   M(
     'knn_monitor_bank_from_query_split',
     'hscl_jax/evaluation/features.py',
-    'feature_fn, variables, bank_source, knn_config.batch_size, mesh, check',
-    'feature_fn, variables, query_source, knn_config.batch_size, mesh, check',
+    'MonitorFeatures(bank=extract(bank_source),',
+    'MonitorFeatures(bank=extract(query_source),',
     ('tests/test_knn.py',),
   ),
   # ---- class 2: state updates at non-degenerate parameters
