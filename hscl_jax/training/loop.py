@@ -282,9 +282,9 @@ def _progress(run: _Pieces, start: int, timer: timing.Timer) -> metrics.Progress
 
 
 def _already_complete_line(plan: plan_lib.Plan, records: list[dict[str, Any]]) -> str:
-  epochs, knn = plan.num_epochs, summaries.final_monitor(records)
+  epochs, figures = plan.num_epochs, summaries.final_monitor(records)
   return (
-    f'Already complete: {epochs} of {epochs} epochs ({knn}). '
+    f'Already complete: {epochs} of {epochs} epochs ({figures}). '
     f'To train longer, rerun with --config.num_epochs={2 * epochs} (or any larger number) '
     '--allow_config_change=num_epochs.'
   )
