@@ -26,7 +26,7 @@ then one report across the three:
 
     python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
         --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 --seeds=3 \
-        --seeds_for=hucl=5,hscl_beta=5 --workdir=ROOT_M4 \
+        --seeds_for=hucl=5,hscl_beta=5,scl=5 --workdir=ROOT_M4 \
         --report_dir=docs/results/tiny_imagenet_density/m4
     python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
         --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=16 --seeds=3 \
@@ -38,12 +38,12 @@ then one report across the three:
         --report_dir=docs/results/tiny_imagenet_density
 
 At three times the budget (9 epochs) at 4 per class, the three methods of the open
-question on seeds 0-2, then the report that sets them beside the 3-epoch runs of the
+question on seeds 0-4, then the report that sets them beside the 3-epoch runs of the
 same seeds (docs/results/tiny_imagenet_density/budgets/):
 
     python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
         --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 \
-        --config.num_epochs=9 --seeds=3 --seeds_for=ucl=0,hscl_tau=0 --workdir=ROOT_M4_E9 \
+        --config.num_epochs=9 --seeds=5 --seeds_for=ucl=0,hscl_tau=0 --workdir=ROOT_M4_E9 \
         --report_dir=docs/results/tiny_imagenet_density/m4_e9
     python -m hscl_jax.experiments.compare_budgets --config=configs/tiny_imagenet.py:cpu \
         --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 \
