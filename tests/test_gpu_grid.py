@@ -336,8 +336,9 @@ def test_the_merge_fixes_epochs_once_and_refuses_another(tmp_path):
   spec.loader.exec_module(module)
   assert module.EPOCHS == 17 and module.get_config().num_epochs == 17
   assert module.CALIBRATION == {k: v for k, v in calibration.items() if k != 'epochs'}
-  checked = subprocess.run(['ruff', 'format', '--check', '--diff', str(config_file)],
-                           capture_output=True, text=True)  # fmt: skip
+  # The installed ruff by its interpreter: the venv's bin/ need not be on PATH.
+  checked = subprocess.run([sys.executable, '-m', 'ruff', 'format', '--check', '--diff',
+                            str(config_file)], capture_output=True, text=True)  # fmt: skip
   assert checked.returncode == 0, checked.stdout  # the committed config stays formatted
   assert 'as tin100.py fixes it' in gpu_grid.fix_epochs(config_file, 17, calibration)
   with pytest.raises(SystemExit, match='trained 18 epochs but .* fixes EPOCHS = 17'):
