@@ -31,6 +31,17 @@ QUEUE = dict(
   queue_filled=jnp.array([True, True, True, True, False, True]),
 )
 
+# A graph batch: 8 graphs (the last one padding) of 2 nodes each, node 2g and 2g + 1 in
+# graph g; the last node padding too. node_graph indexes the global batch's graphs.
+NODES = jax.random.normal(jax.random.key(63), (16, 8))
+GRAPHS = jax.random.normal(jax.random.key(64), (8, 8))
+GRAPH_BATCH = dict(
+  graph_labels=jnp.array([0, 1, 2, 0, 1, 2, 0, 0]),
+  node_mask=jnp.arange(16) < 15,
+  graph_mask=jnp.arange(8) < 7,
+  hardening=losses.exponential(1.0),
+)
+
 
 @pytest.fixture(autouse=True)
 def _four_devices():
@@ -55,6 +66,16 @@ CASES = {
   'hucl': Case((FEATURES,), dict(beta=1.0, tau_plus=0.1, temperature=0.5)),
   'scl': Case((FEATURES, LABELS), dict(temperature=0.3, **QUEUE)),
   'hscl': Case((FEATURES, LABELS), dict(hardening=losses.exponential(1.0), temperature=0.5)),
+  'local_global_jsd': Case(
+    (NODES, GRAPHS, jnp.arange(16) // 2),
+    GRAPH_BATCH,
+    sharded_options=('graph_labels', 'node_mask', 'graph_mask'),
+  ),
+  'local_global_infonce': Case(
+    (NODES, GRAPHS, jnp.arange(16) // 2),
+    GRAPH_BATCH,
+    sharded_options=('graph_labels', 'node_mask', 'graph_mask'),
+  ),
 }
 # The rest of losses.__all__, and why it is not a loss to check.
 NOT_LOSSES = {
@@ -70,8 +91,6 @@ NOT_LOSSES = {
   'beta_schedule': 'a schedule',
   'exponential': 'a hardening',
   'l2_normalize': 'a normalisation',
-  'local_global_infonce': 'no axis_name yet',
-  'local_global_jsd': 'no axis_name yet',
   'log_alphas': 'a per-anchor diagnostic',
   'tau_schedule': 'a schedule',
   'threshold': 'a hardening',
@@ -248,6 +267,10 @@ def test_a_batch_that_does_not_split_and_a_loss_without_axis_name_are_refused():
       return gathered_infonce(z)
 
     testing.check_device_invariance(single_device, FEATURES, devices=DEVICES)
+  with pytest.raises(ValueError, match=r"^sharded_options names 'labels', which is not an array"):
+    testing.check_device_invariance(
+      gathered_infonce, FEATURES, devices=DEVICES, sharded_options=('labels',)
+    )
 
 
 _PROBE = """

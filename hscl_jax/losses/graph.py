@@ -3,6 +3,13 @@ Table II). Scores s_vG = <l_v, g_G> between every node v and every graph G of a 
 
 The objective, its hard-negative weights and the rescaled scores are stated in
 docs/graphs.md; the docstrings below say what each argument means.
+
+Cross-device: with ``axis_name`` (inside ``jax.shard_map`` or ``jax.pmap`` over that axis,
+every argument being the local shard of the global batch's), the graphs, their labels and
+mask are all-gathered, so every local node meets every graph of the global batch, and
+``node_graph`` indexes that global batch (the devices' graphs in device order: a slice of
+the global batch's ``node_graph``); the returned value is the global batch's loss,
+identical on every device.
 """
 
 from __future__ import annotations
@@ -22,7 +29,11 @@ Hardening = kernel.Hardening
 _LOG2 = float(np.log(2.0))
 
 
-def _rescaled_scores(scores: Array, valid: Array) -> Array:
+def _gathered(x, axis_name):
+  return x if axis_name is None else jax.lax.all_gather(x, axis_name, axis=0, tiled=True)
+
+
+def _rescaled_scores(scores: Array, valid: Array, axis_name) -> Array:
   """ŝ = 2·s / max|s| over the valid pairs, in [-2, 2]; the maximum is a constant.
 
   Graph scores are unbounded (no normalisation, no temperature), so an exponential tilt
@@ -30,6 +41,8 @@ def _rescaled_scores(scores: Array, valid: Array) -> Array:
   App. B) tilts the rescaled scores instead.
   """
   peak = jax.lax.stop_gradient(jnp.max(jnp.where(valid, jnp.abs(scores), 0.0)))
+  if axis_name is not None:  # the global batch's maximum
+    peak = jax.lax.pmax(peak, axis_name)
   return 2.0 * scores / jnp.where(peak > 0, peak, 1.0)
 
 
@@ -44,12 +57,25 @@ class _NodeGraphPairs(NamedTuple):
 
 
 def _node_graph_pairs(
-  local_features, graph_features, node_graph, graph_labels, hardening, node_mask, graph_mask
+  local_features,
+  graph_features,
+  node_graph,
+  graph_labels,
+  hardening,
+  node_mask,
+  graph_mask,
+  axis_name,
 ) -> _NodeGraphPairs:
-  """Scores, negatives and hardening log-weights of every node against every graph."""
+  """Scores, negatives and hardening log-weights of every (local) node against every
+  (global) graph."""
   num_nodes, num_graphs = local_features.shape[0], graph_features.shape[0]
   node_mask = jnp.ones(num_nodes, bool) if node_mask is None else node_mask.astype(bool)
   graph_mask = jnp.ones(num_graphs, bool) if graph_mask is None else graph_mask.astype(bool)
+  graph_features = _gathered(graph_features, axis_name)
+  graph_mask = _gathered(graph_mask, axis_name)
+  if graph_labels is not None:
+    graph_labels = _gathered(graph_labels, axis_name)
+  num_graphs = graph_features.shape[0]
   own = node_graph[:, None] == jnp.arange(num_graphs)[None, :]
   valid = node_mask[:, None] & graph_mask[None, :]
   # Zeroed padding cannot leak NaN/inf into the values or the gradients.
@@ -61,15 +87,20 @@ def _node_graph_pairs(
     node_labels = jnp.take(graph_labels, node_graph, mode='clip')
     candidates &= node_labels[:, None] != graph_labels[None, :]
   hardening = kernel.no_hardening if hardening is None else hardening
-  log_w = jnp.where(candidates, hardening(_rescaled_scores(scores, valid)), kernel.NEG_INF)
+  log_w = jnp.where(
+    candidates, hardening(_rescaled_scores(scores, valid, axis_name)), kernel.NEG_INF
+  )
   own_scores = jnp.sum(jnp.where(own, scores, 0.0), axis=1)
   return _NodeGraphPairs(scores, candidates, log_w, own_scores, node_mask)
 
 
-def _node_mean(per_node: Array, node_mask: Array) -> Array:
-  """(1/N) Σ_v over the N real nodes (0 for a batch without one)."""
+def _node_mean(per_node: Array, node_mask: Array, axis_name) -> Array:
+  """(1/N) Σ_v over the N real nodes of the global batch (0 for a batch without one)."""
   total = jnp.sum(jnp.where(node_mask, per_node, 0.0))
-  return total / jnp.maximum(jnp.sum(node_mask, dtype=jnp.float32), 1.0)
+  count = jnp.sum(node_mask, dtype=jnp.float32)
+  if axis_name is not None:
+    total, count = jax.lax.psum((total, count), axis_name)
+  return total / jnp.maximum(count, 1.0)
 
 
 def local_global_jsd(
@@ -81,6 +112,7 @@ def local_global_jsd(
   hardening: Hardening | None = None,
   node_mask: Array | None = None,
   graph_mask: Array | None = None,
+  axis_name: str | None = None,
 ) -> Array:
   """InfoGraph's Jensen–Shannon local–global loss with (hard) negatives, Table II.
 
@@ -101,18 +133,28 @@ def local_global_jsd(
     graph_labels: [graphs] int class labels (SCL / H-SCL), or None (UCL / H-UCL).
     hardening: log η as a function of ŝ, or None.
     node_mask, graph_mask: False marks padding (excluded everywhere); default all real.
+    axis_name: inside ``jax.shard_map``/``jax.pmap``, the batch axis: every argument is
+      the local shard, ``node_graph`` indexes the global batch's graphs, and the value is
+      the global batch's loss (module docstring).
   Returns:
     The scalar loss (float32).
   """
   pairs = _node_graph_pairs(
-    local_features, graph_features, node_graph, graph_labels, hardening, node_mask, graph_mask
+    local_features,
+    graph_features,
+    node_graph,
+    graph_labels,
+    hardening,
+    node_mask,
+    graph_mask,
+    axis_name,
   )
   log_norm, has_negative = kernel.lse_finish(kernel.lse_partial(pairs.log_w))
   q = jnp.exp(pairs.log_w - log_norm[:, None])
   terms = jnp.where(pairs.candidates, q * (jax.nn.softplus(pairs.scores) - _LOG2), 0.0)
   negative = jnp.where(has_negative, jnp.sum(terms, axis=1), 0.0)
   positive = _LOG2 - jax.nn.softplus(-pairs.own_scores)
-  return _node_mean(negative - positive, pairs.node_mask)
+  return _node_mean(negative - positive, pairs.node_mask, axis_name)
 
 
 def local_global_infonce(
@@ -125,14 +167,16 @@ def local_global_infonce(
   node_mask: Array | None = None,
   graph_mask: Array | None = None,
   M=None,
+  axis_name: str | None = None,
 ) -> Array:
   """eq. (3)'s InfoNCE estimator over InfoGraph's node–graph pairs, Table II's settings.
 
   ℓ_v = log(1 + M_v · e^{−s_{v,g(v)}} · E_{G~q_v}[e^{s_vG}]),  L = (1/N) Σ_v ℓ_v,
 
   node v the anchor, its graph g(v) the positive, and N(v), q_v(G) ∝ η(ŝ_vG), ``hardening``,
-  ``graph_labels`` and the masks exactly as in ``local_global_jsd``. ``M=None`` takes M_v =
-  |N(v)|, the number of negatives of node v, so with η ≡ 1 this is the cross-entropy
+  ``graph_labels``, the masks and ``axis_name`` exactly as in ``local_global_jsd``.
+  ``M=None`` takes M_v = |N(v)|, the number of negatives of node v (in the global batch),
+  so with η ≡ 1 this is the cross-entropy
   log(1 + Σ_{G∈N(v)} e^{s_vG − s_{v,g(v)}}); otherwise M is the given constant (positive).
   In log space, ℓ_v = kernel.softplus(log M_v + LSE_G(log q_v(G) + s_vG) − s_{v,g(v)}). A node
   without negatives contributes 0 and still counts in N; β = 0 gives the unhardened loss.
@@ -141,7 +185,14 @@ def local_global_infonce(
     The scalar loss (float32).
   """
   pairs = _node_graph_pairs(
-    local_features, graph_features, node_graph, graph_labels, hardening, node_mask, graph_mask
+    local_features,
+    graph_features,
+    node_graph,
+    graph_labels,
+    hardening,
+    node_mask,
+    graph_mask,
+    axis_name,
   )
   if M is None:
     count = jnp.sum(pairs.candidates, axis=1, dtype=jnp.float32)
@@ -152,4 +203,4 @@ def local_global_infonce(
     kernel.lse_partial(pairs.log_w + pairs.scores), kernel.lse_partial(pairs.log_w)
   )
   per_node = kernel.infonce_pair_loss(log_m)(pairs.own_scores, log_e, has_negative)
-  return _node_mean(per_node, pairs.node_mask)
+  return _node_mean(per_node, pairs.node_mask, axis_name)
