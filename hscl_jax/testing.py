@@ -155,16 +155,14 @@ def check_device_invariance(
     kwargs = {key: values[key] for key in values if key not in names}
     return loss_fn(*args, **kwargs, **static, **extra)
 
-  def on_one_device(diff, other):
-    return call({**diff, **other})
-
-  single = jax.jit(jax.value_and_grad(on_one_device))
-  value, single_grads = single(*jax.device_put((traced, fixed), devices[0]))
-  sharded = _sharded_value_and_grad(call, devices, axis_name, sharded_names)
-  (_, values), sharded_grads = sharded(traced, fixed)
-  report = _compare(
-    float(value), np.asarray(values, np.float64), single_grads, sharded_grads, rtol, atol
+  one_device = jax.jit(jax.value_and_grad(lambda diff, other: call({**diff, **other})))
+  value, single_grads = one_device(*jax.device_put((traced, fixed), devices[0]))
+  (_, values), sharded_grads = _sharded_value_and_grad(call, devices, axis_name, sharded_names)(
+    traced, fixed
   )
+  # The loss's arguments first, then its options, as given.
+  grads = {name: (single_grads[name], sharded_grads[name]) for name in traced}
+  report = _compare(float(value), np.asarray(values, np.float64), grads, rtol, atol)
   return report.raise_if_different() if strict else report
 
 
@@ -203,6 +201,10 @@ def _devices(devices) -> list:
   """The devices asked for; one line naming the flag where JAX has fewer."""
   available = jax.devices()
   if devices is not None and not isinstance(devices, int):
+    if len(devices) < 2:
+      raise ValueError(
+        f'check_device_invariance needs 2 devices or more, was given {len(devices)}.'
+      )
     return list(devices)
   wanted = len(available) if devices is None else devices
   if wanted < 2 or len(available) < wanted:
@@ -283,12 +285,14 @@ def _check_rows(traced, fixed, sharded_names, num_devices) -> None:
       )
 
 
-def _compare(value, values, single_grads, sharded_grads, rtol, atol) -> InvarianceReport:
+def _compare(value, values, grads, rtol, atol) -> InvarianceReport:
+  """The report of the value (one device's, each of the N's) and each gradient (name: its
+  one-device and N-device values)."""
   num_devices = len(values)
   failures = _value_failures(value, values, rtol, atol)
   gradients = {}
-  for name in single_grads:
-    one, many = np.asarray(single_grads[name]), np.asarray(sharded_grads[name])
+  for name, (one, many) in grads.items():
+    one, many = np.asarray(one), np.asarray(many)
     gradients[name] = GradientComparison(
       one, many, _ratio(one, many), bool(np.allclose(many, one, rtol=rtol, atol=atol))
     )

@@ -6,10 +6,14 @@ float64 NumPy written from the formulas."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import io
 import json
 import os
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -256,6 +260,10 @@ def test_too_few_devices_is_one_line_naming_the_flag():
     'check_device_invariance needs 64 devices, JAX has 4 (cpu): on a CPU, set '
     'XLA_FLAGS=--xla_force_host_platform_device_count=64 before JAX is imported.'
   )
+  with pytest.raises(
+    ValueError, match=r'^check_device_invariance needs 2 devices or more, was given 1\.$'
+  ):
+    testing.check_device_invariance(gathered_infonce, FEATURES, devices=jax.devices()[:1])
 
 
 def test_a_batch_that_does_not_split_and_a_loss_without_axis_name_are_refused():
@@ -271,6 +279,25 @@ def test_a_batch_that_does_not_split_and_a_loss_without_axis_name_are_refused():
     testing.check_device_invariance(
       gathered_infonce, FEATURES, devices=DEVICES, sharded_options=('labels',)
     )
+
+
+METHOD_DOC = pathlib.Path(__file__).resolve().parents[1] / 'docs' / 'method.md'
+_NUMBER = re.compile(r'-?\d+\.\d+(?:e-?\d+)?')
+
+
+def test_the_documented_example_runs_and_prints_what_the_doc_shows():
+  """docs/method.md's user-written InfoNCE: its check passes and prints the doc's lines
+  (the figures to 1e-5)."""
+  section = METHOD_DOC.read_text().split('## Checking a loss across devices')[1]
+  code = section.split('```python\n')[1].split('```')[0]
+  shown = section.split('```text\n')[1].split('```')[0]
+  printed = io.StringIO()
+  with contextlib.redirect_stdout(printed):
+    exec(compile(code, str(METHOD_DOC), 'exec'), {})
+  got, expected = printed.getvalue().splitlines(), shown.splitlines()
+  assert [_NUMBER.sub('#', line) for line in got] == [_NUMBER.sub('#', line) for line in expected]
+  got_numbers = [float(x) for x in _NUMBER.findall(printed.getvalue())]
+  np.testing.assert_allclose(got_numbers, [float(x) for x in _NUMBER.findall(shown)], rtol=1e-5)
 
 
 _PROBE = """
