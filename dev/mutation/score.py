@@ -223,6 +223,7 @@ HAND_TESTS_OF = {
   'hscl_jax/rundir/progress.py': ('tests/test_progress.py',),
   'hscl_jax/rundir/stored_config.py': ('tests/test_stored_config.py',),
   'hscl_jax/rundir/trained_run.py': (*_LINEAR_PROBE, 'tests/test_best_checkpoint.py'),
+  'hscl_jax/testing.py': ('tests/test_testing.py',),
   'hscl_jax/training/__init__.py': (_LAYOUT,),
   'hscl_jax/training/distributed.py': ('tests/test_multiprocess.py',),
   'hscl_jax/training/gradcache.py': ('tests/test_gradcache.py',),
