@@ -9,16 +9,16 @@ value and the gradients it gives on one device holding the whole (global) batch.
 common ways to break it change nothing on one device: a loss summed over devices, a gradient
 summed twice (off by the device count), a loss that forgets to all-gather (each device sees
 only its own negatives). `check_device_invariance` runs the loss both ways and names the
-difference, as a ratio where it is a constant factor. docs/method.md#checking-a-loss-across-devices
-shows a user-written loss checked.
+difference, as a ratio where it is a constant factor. docs/method.md (its section "Checking
+a loss across devices") shows a user-written loss checked.
 
 The loss is called as ``loss_fn(*arrays, **options)`` on one device and as
-``loss_fn(*shards, axis_name=axis_name, **options)`` inside ``jax.shard_map`` over a 1-D mesh
-of N devices, each positional array split along its leading axis (but those listed in
-``replicated``), each option whole on every device (but those listed in
-``sharded_options``). The sharded value is the mean of
-the devices' values (they must agree), and its gradients are those of the function of
-the global arrays that holds the ``shard_map``: what a user trains with.
+``loss_fn(*shards, axis_name=axis_name, **options)`` inside ``jax.shard_map`` over a 1-D
+mesh of N devices, each positional array split along its leading axis (but those listed
+in ``replicated``), each option whole on every device (but those listed in
+``sharded_options``). The sharded value is the mean of the devices' values (they must
+agree), and its gradients are those of the function of the global arrays that holds the
+``shard_map``: what a user trains with.
 
 On a CPU, JAX has one device unless XLA_FLAGS holds ``--xla_force_host_platform_device_count=N``
 before JAX is imported (``XLA_FLAGS=--xla_force_host_platform_device_count=4 python ...``).
@@ -280,8 +280,8 @@ def _check_rows(traced, fixed, sharded_names, num_devices) -> None:
     if rows is None or rows % num_devices:
       raise ValueError(
         f'{name} has {rows if rows is not None else "no"} rows, not a multiple of the '
-        f'{num_devices} devices: give a batch of a multiple of {num_devices} rows, or list '
-        'its position in replicated= if every device takes it whole.'
+        f'{num_devices} devices: give a multiple of {num_devices} rows, or keep it whole on '
+        'every device (its position in replicated=, or out of sharded_options=).'
       )
 
 
@@ -309,9 +309,11 @@ def _ratio(one: np.ndarray, many: np.ndarray) -> float:
   return float(one @ many) / square if square > 0 else float('nan')
 
 
-def _factor_meaning(ratio: float, num_devices: int) -> str:
+def _factor_meaning(ratio: float, num_devices: int, of_value: bool = False) -> str:
   """What a constant factor between N devices and one most likely means."""
   if np.isclose(ratio, num_devices, rtol=1e-3):
+    if of_value:
+      return ' (the device count: the loss is probably summed over devices, not averaged)'
     return (
       ' (the device count: the loss is probably summed over devices, or its psum is '
       'transposed to a psum, as under pmap)'
@@ -335,7 +337,7 @@ def _value_failures(value, values, rtol, atol) -> list[str]:
   if np.isclose(mean, value, rtol=rtol, atol=atol):
     return []
   ratio = mean / value if value else float('nan')
-  meaning = _factor_meaning(ratio, n) or (
+  meaning = _factor_meaning(ratio, n, of_value=True) or (
     ' (a loss that does not all-gather its negatives? each device then sees only its own)'
   )
   return [

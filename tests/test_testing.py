@@ -197,6 +197,21 @@ def test_a_loss_that_forgets_the_all_gather_fails_on_its_value():
     report.raise_if_different()
 
 
+def test_a_loss_summed_over_devices_fails_naming_the_factor_of_its_value_and_gradient():
+  def summed(z, *, axis_name=None):
+    loss = gathered_infonce(z, axis_name=axis_name)
+    return loss if axis_name is None else jax.lax.psum(loss, axis_name)
+
+  report = testing.check_device_invariance(summed, FEATURES, devices=DEVICES, strict=False)
+  value, gradient = report.failures
+  assert value == (
+    f'value differs on 4 devices: {report.sharded_value:.7g} against {report.value:.7g} on 1 '
+    'device, 4.000 × it (the device count: the loss is probably summed over devices, not '
+    'averaged).'
+  )
+  assert gradient.startswith('gradient of z differs on 4 devices: it is 4.000 × the 1-device')
+
+
 def test_a_loss_not_reduced_over_devices_fails_naming_the_devices_values():
   def unreduced(z, *, axis_name=None):
     return gathered_infonce(z, gather=False)  # each device's own value
