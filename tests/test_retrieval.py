@@ -244,7 +244,7 @@ def test_bad_arguments():
 @pytest.fixture
 def pml():
   """(torch, PML's accuracy_calculator, inference and distances modules), or the test
-  skipped. Asked for by every test that uses them (tests/declared_imports.py)."""
+  skipped: the README's test command does not install the [peers] extra."""
   torch = pytest.importorskip('torch', reason='the peer comparisons need torch ([peers] extra)')
   calculator = pytest.importorskip(
     'pytorch_metric_learning.utils.accuracy_calculator',
