@@ -119,9 +119,8 @@ setuptools.setup(
     # docs/method.md's porting table): pytorch-metric-learning's NTXentLoss and SupConLoss,
     # lightly's NTXentLoss. Never imported by the package; the versions tested.
     'peers': ['torch>=2.14.1', 'pytorch-metric-learning>=2.9.0', 'lightly>=1.6.0'],
-    # dev/mutation, with its own test command (dev/README.md): cosmic-ray's mutants, sampled
+    # dev/mutation.py (dev/README.md): cosmic-ray's mutants of a module against its tests
     # (docs/testing.md). The version tested (its floor not searched).
-    # parso and attrs: cosmic-ray's parser and result classes, which dev/mutation builds on.
-    'mutation': ['cosmic-ray>=8.7.0', 'parso>=0.8.7', 'attrs>=26.1.0'],
+    'mutation': ['cosmic-ray>=8.7.0'],
   },
 )
