@@ -1,15 +1,13 @@
-"""What setup.py declares, read from setup.py itself (its `setup()` call captured), and what a
-fresh install of it brings (the declared distributions' own requirements, transitively).
+"""What setup.py declares, read from setup.py itself (its `setup()` call captured).
 
-    >>> 'pytest' in extra('test') and 'jax' in install_requires()
-    True
+>>> 'pytest' in extra('test') and 'jax' in install_requires()
+True
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-import importlib.metadata
 import pathlib
 import re
 import types
@@ -52,44 +50,3 @@ def extras() -> dict[str, list[str]]:
 
 def extra(name: str) -> list[str]:
   return extras()[name]
-
-
-def declared() -> set[str]:
-  """Every distribution setup.py names, in install_requires or any extra."""
-  return set(install_requires()).union(*extras().values())
-
-
-def _requirements_of(name: str) -> list[str]:
-  """The distributions an installed distribution requires unconditionally or under an
-  environment marker (markers other than `extra` are taken as met: a superset is what a
-  fresh install may bring), or [] where it is not installed."""
-  try:
-    requires = importlib.metadata.distribution(name).requires or []
-  except importlib.metadata.PackageNotFoundError:
-    return []
-  return [distribution(r) for r in requires if 'extra ==' not in r.replace('"', "'")]
-
-
-@functools.cache
-def installed_by(*extra_names: str) -> frozenset[str]:
-  """The distributions `pip install -e '.[EXTRAS]'` brings: the declared ones and their
-  requirements, transitively (read from the installed distributions' metadata)."""
-  return with_requirements(install_requires() + [d for e in extra_names for d in extra(e)])
-
-
-def with_requirements(names) -> frozenset[str]:
-  """The distributions `names` and what they require, transitively."""
-  todo = list(names)
-  found: set[str] = set()
-  while todo:
-    name = todo.pop()
-    if name not in found:
-      found.add(name)
-      todo.extend(_requirements_of(name))
-  return frozenset(found)
-
-
-def extras_providing(dist: str) -> list[str]:
-  """The extras whose declared distributions include `dist` ('' for install_requires)."""
-  found = [''] if dist in install_requires() else []
-  return found + [name for name, dists in extras().items() if dist in dists]
