@@ -103,11 +103,16 @@ def sample_jobs(session: pathlib.Path, sample: int, seed: int) -> int:
   from cosmic_ray.work_item import WorkResult
 
   with use_db(str(session), WorkDB.Mode.open) as db:
-    pending = sorted(item.job_id for item in db.pending_work_items)
+    # In the order of the mutations, not of the job ids (random per session).
+    pending = [item.job_id for item in sorted(db.pending_work_items, key=mutation_key)]
     kept = set(random.Random(seed).sample(pending, min(sample, len(pending))))
     skipped = WorkResult(output='not sampled', worker_outcome=WorkerOutcome.SKIPPED)
     db.set_multiple_results([job for job in pending if job not in kept], skipped)
     return len(pending) - len(kept)
+
+
+def mutation_key(item) -> list[tuple[str, str, int]]:
+  return [(str(m.module_path), m.operator_name, m.occurrence) for m in item.mutations]
 
 
 def outcomes(session: pathlib.Path) -> dict[str, int]:

@@ -4,6 +4,8 @@ import it; none found is one line naming the file to write."""
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import sys
 
 import mutation
 import pytest
@@ -75,3 +77,33 @@ def test_a_module_without_tests_is_one_line_naming_the_file_to_write(tmp_path):
     'test file importing hscl_jax.training.loop exists; write tests/training/test_loop.py '
     'or pass --tests'
   )
+
+
+def _session(tmp_path: pathlib.Path, name: str) -> pathlib.Path:
+  """A cosmic-ray session of a small module, initialised by `cosmic-ray init`."""
+  module = _tree(tmp_path, {'pkg/m.py': 'def f(a, b):\n  return a + b * 2 - (a < b) or a\n'})
+  config = tmp_path / 'cosmic-ray.toml'
+  config.write_text(mutation.TEMPLATE.read_text().replace('MODULE', 'pkg/m.py'))
+  program = pathlib.Path(sys.executable).with_name('cosmic-ray')
+  subprocess.run([program, 'init', config, name], cwd=module, check=True, capture_output=True)
+  return tmp_path / name
+
+
+def _sampled(session: pathlib.Path) -> set[tuple]:
+  from cosmic_ray.work_db import WorkDB
+  from cosmic_ray.work_db import use_db
+
+  with use_db(str(session), WorkDB.Mode.open) as db:
+    return {tuple(mutation.mutation_key(item)[0]) for item in db.pending_work_items}
+
+
+def test_a_seeded_sample_is_the_same_mutants_in_every_session(tmp_path):
+  """Two sessions of one module (their job ids differ) keep the same 5 mutants for a seed;
+  another seed keeps others. The rest are marked skipped."""
+  sessions = [_session(tmp_path, f'{name}.sqlite') for name in ('a', 'b', 'c')]
+  total = len(_sampled(sessions[0]))
+  assert total > 20
+  for session, seed in zip(sessions, (0, 0, 1)):
+    assert mutation.sample_jobs(session, 5, seed) == total - 5
+  first, second, other = map(_sampled, sessions)
+  assert len(first) == 5 and first == second and other != first
