@@ -2,7 +2,8 @@
 
 Exceptions caused by the user's input (a config value, a workdir, a dataset, a full disk)
 derive from `UserError` or are recognised here; entry points run their work through
-`exit_on_user_error`, which logs the message and exits with status 1.
+`exit_on_user_error`, which logs the message and exits with status 1. A program stopped by
+Ctrl-C ends with one line too, and the signal's exit status (`exit_on_interrupt`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 import difflib
 import errno
+import os
 import re
+import signal
 import sys
 from typing import Any, TypeVar
 
@@ -30,6 +33,51 @@ class ConfigError(UserError, ValueError):
 
 class NonFiniteLossError(UserError, FloatingPointError):
   """The training loss became NaN/inf; the bad state was not saved."""
+
+
+class Interrupted(BaseException):
+  """A program stopped at once by a signal, its one line the message. A BaseException, as
+  KeyboardInterrupt, so that no `except Exception` on its way takes it for a failure."""
+
+  def __init__(self, message: str, signum: int):
+    super().__init__(message)
+    self.signum = signum
+
+  @property
+  def exit_status(self) -> int:
+    return signal_exit_status(self.signum)
+
+
+def signal_exit_status(signum: int) -> int:
+  """A program a signal stopped exits as one the signal killed would: 128 + its number (130
+  for Ctrl-C, 143 for SIGTERM), so a shell or scheduler sees that it did not finish."""
+  return 128 + int(signum)
+
+
+def signal_name(signum: int) -> str:
+  """How a line names the signal that stopped a program: Ctrl-C is what a person pressed."""
+  return 'Ctrl-C (SIGINT)' if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def exit_on_interrupt(work: Callable[[], T]) -> T:
+  """Runs `work` (a whole program); a Ctrl-C that reaches here (a program with no stop of
+  its own: training saves first) or an `Interrupted` ends the program with one line and
+  the signal's exit status, instead of a traceback."""
+  from absl import logging
+
+  try:
+    return work()
+  except KeyboardInterrupt:
+    name = signal_name(signal.SIGINT)
+    stop = Interrupted(f'{name}: stopped before finishing; rerun the same command.', signal.SIGINT)
+  except Interrupted as error:
+    stop = error
+  logging.error('%s', stop)
+  logging.flush()
+  sys.stdout.flush()
+  # Not sys.exit: a compilation the signal cut short goes on in XLA's threads, and the
+  # interpreter's shutdown beside them waits for it, then crashes (a segmentation fault).
+  os._exit(stop.exit_status)
 
 
 def config_message(field: str, problem: str, fix: str) -> str:

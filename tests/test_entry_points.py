@@ -278,3 +278,39 @@ def test_compare_graphs_refuses_unknown_methods_naming_them_in_order(tmp_path):
   )  # fmt: skip
   assert out.returncode != 0 and os.listdir(tmp_path) == []
   assert "--methods: unknown ['alpha', 'zeta']; use some of " in out.stderr
+
+
+@pytest.mark.parametrize(
+  'stop, status, line',
+  [
+    (
+      'os.kill(os.getpid(), signal.SIGINT); time.sleep(60)',
+      130,
+      'Ctrl-C (SIGINT): stopped before finishing; rerun the same command.',
+    ),
+    ("raise errors.Interrupted('stopped here', signal.SIGTERM)", 143, 'stopped here'),
+  ],
+  ids=['ctrl-c', 'a-stop-at-once'],
+)
+def test_a_program_stopped_by_a_signal_says_so_in_one_line(tmp_path, stop, status, line):
+  """Every program starts by command_line.run: Ctrl-C in one that has no stop of its own
+  (training has: tests/test_train.py), or a stop at once a program raises, ends it with one
+  line instead of a traceback and the status of a process the signal killed (128 + its
+  number: 130 for Ctrl-C, what a shell reports for an interrupted command)."""
+  program = tmp_path / 'program.py'
+  program.write_text(
+    'import os, signal, time\n'
+    'from hscl_jax import errors\n'
+    'from hscl_jax.config import command_line\n'
+    f'def main(argv):\n  {stop}\n'
+    'command_line.run(main)\n'
+  )
+  out = subprocess.run(
+    [sys.executable, str(program)],
+    cwd=REPO, env={**os.environ, 'PYTHONPATH': str(REPO)},
+    capture_output=True, text=True, timeout=120,
+  )  # fmt: skip
+  assert out.returncode == status, out.stderr[-3000:]
+  assert 'Traceback' not in out.stderr, out.stderr[-3000:]
+  (error,) = [text for text in out.stderr.splitlines() if text.startswith('E')]
+  assert error.endswith(f'] {line}'), error

@@ -54,9 +54,10 @@ def _help_as_a_program(program) -> None:
 
 def run(main: Callable[[list[str]], None]) -> None:
   """Runs a program's `main(argv)` under absl with the programs' flag parser (a misspelt
-  --config.FIELD is one line), after its --config file is made importable."""
+  --config.FIELD is one line), after its --config file is made importable; Ctrl-C ends it
+  with one line and exit status 130 (errors.exit_on_interrupt)."""
   from absl import app  # the [train] extra, as every program needs
 
   make_config_importable(sys.argv)
   _help_as_a_program(sys.modules[main.__module__])
-  app.run(main, flags_parser=errors.parse_flags)
+  errors.exit_on_interrupt(lambda: app.run(main, flags_parser=errors.parse_flags))
