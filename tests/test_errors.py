@@ -24,14 +24,19 @@ def test_disk_full_is_recognised_through_wrappers():
   assert not errors.is_disk_full(RuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating'))
 
 
-def test_disk_full_message_names_the_last_good_checkpoint(tmp_path):
+def test_disk_full_message_names_the_last_good_checkpoint_or_says_a_rerun_starts_over(tmp_path):
   for step in (3, 6):
     (tmp_path / 'checkpoints' / str(step)).mkdir(parents=True)
   (tmp_path / 'checkpoints' / '9.orbax-checkpoint-tmp-123').mkdir()  # the failed write
   assert checkpoints.disk_full_message(str(tmp_path)).startswith(
     f'no space at {tmp_path}, last good checkpoint 6 is intact. Fix: '
   )
-  assert 'no checkpoint had been written' in checkpoints.disk_full_message(str(tmp_path / 'new'))
+  # Before the first checkpoint the run removed what it wrote: a rerun starts over.
+  none_yet = checkpoints.disk_full_message(str(tmp_path / 'new'))
+  assert none_yet == (
+    f'no space at {tmp_path / "new"}, no checkpoint had been written. Fix: free space (or move '
+    'the workdir) and rerun the same command; it starts over, as nothing was kept.'
+  )
 
 
 def test_a_full_disk_outside_training_is_one_line_with_the_fix():

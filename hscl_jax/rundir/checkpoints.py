@@ -65,14 +65,16 @@ def finished_steps(workdir: str) -> list[int]:
 
 def disk_full_message(workdir: str) -> str:
   """The one line for a full disk under a training run's workdir: which checkpoint is
-  intact, and that rerunning resumes from it."""
+  intact and that rerunning resumes from it, or that none was and rerunning starts over."""
   steps = finished_steps(workdir)
-  kept = (
-    f'last good checkpoint {steps[-1]} is intact' if steps else 'no checkpoint had been written'
-  )
+  if not steps:  # the run removed what it had written (rundir/lock)
+    return (
+      f'no space at {workdir}, no checkpoint had been written. Fix: free space (or move the '
+      'workdir) and rerun the same command; it starts over, as nothing was kept.'
+    )
   return (
-    f'no space at {workdir}, {kept}. Fix: free space (or move the workdir) and rerun '
-    'the same command to resume.'
+    f'no space at {workdir}, last good checkpoint {steps[-1]} is intact. Fix: free space (or '
+    'move the workdir) and rerun the same command to resume.'
   )
 
 
