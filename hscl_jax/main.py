@@ -68,9 +68,8 @@ def main(argv):
     workdir=_WORKDIR.value,
     describe_disk_full=checkpoints.disk_full_message,
   )
-  if result.preempted:
-    # 128 + SIGTERM, as a process killed by the signal: the run is not finished.
-    sys.exit(143)
+  if result.preempted:  # saved: the same command resumes; the status says it is not finished
+    sys.exit(errors.signal_exit_status(result.stop_signal))
 
 
 def run():

@@ -16,7 +16,7 @@ from test_train import _assert_trees_equal  # tests/ is on sys.path (pytest)
 from test_train import _leaves
 from test_train import _random_batch
 from test_train import _sgd_config
-from test_train import _sigterm_at
+from test_train import _signal_at
 from test_train import assert_first_step_pinned
 from test_train import record_first_step
 from test_train import run_steps
@@ -221,7 +221,7 @@ def test_sigterm_resume_restores_the_queue_and_key_encoder(tmp_path, monkeypatch
   assert expected in caplog.text
   workdir = str(tmp_path / 'run')
   with monkeypatch.context() as patch:
-    fired = _sigterm_at(patch, 'step', 4)
+    fired = _signal_at(patch, 'step', 4)
     stopped = loop.train_and_evaluate(_run_config(), workdir)
   assert fired and stopped.preempted and int(stopped.state.step) == 4
   resumed = loop.train_and_evaluate(_run_config(), workdir)

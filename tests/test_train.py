@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import gc
 import gzip
 import json
 import logging
@@ -38,6 +39,7 @@ from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
 from hscl_jax import data  # noqa: E402
+from hscl_jax import errors  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax import models  # noqa: E402,E501
 from hscl_jax import parallel  # noqa: E402,E501
@@ -555,26 +557,32 @@ def _deterministic_events(workdir):
   }
 
 
-def _sigterm_at(patch, phase, step=None):
-  """Sends SIGTERM once, at the first time this run reaches `phase`:
+def _signal_at(patch, phase, step=None, *, signum=signal.SIGTERM):
+  """Sends `signum` once, at the first time this run reaches `phase`:
   'step' (after optimisation step `step`), 'knn' (the kNN's feature extraction),
-  'record' (writing an epoch's metrics), 'checkpoint' (while a checkpoint is written)."""
+  'record' (writing an epoch's metrics), 'checkpoint' (while a checkpoint is written),
+  'saving' (as the checkpoint of step `step` starts), 'loop-start' (as the first batch is
+  put on the devices), 'compile' (as the first step is called: where it compiles),
+  'compile-callback' (the same, from a garbage-collection callback, where the interpreter
+  only reports an error raised)."""
   fired = []
 
-  def sigterm():
+  def send():
     if not fired:
       fired.append(True)
-      os.kill(os.getpid(), signal.SIGTERM)
+      os.kill(os.getpid(), signum)
+      for _ in range(100):  # the handler runs here, between bytecodes, as in a library
+        pass
 
   def wrap(owner, name, before=True, when=lambda *a: True):
     original = getattr(owner, name)
 
     def wrapped(*args, **kwargs):
       if before and when(*args):
-        sigterm()
+        send()
       result = original(*args, **kwargs)
       if not before and when(*args, result):
-        sigterm()
+        send()
       return result
 
     patch.setattr(owner, name, wrapped)
@@ -582,27 +590,59 @@ def _sigterm_at(patch, phase, step=None):
   if phase == 'step':
     make_train_step = step_lib.make_train_step
 
-    def make_train_step_sending_sigterm(*args, **kwargs):
+    def make_train_step_sending(*args, **kwargs):
       train_step = make_train_step(*args, **kwargs)
 
-      def step_then_sigterm(state, batch, hyper):
+      def step_then_send(state, batch, hyper):
         new_state, loss = train_step(state, batch, hyper)
         if int(new_state.step) == step:
-          sigterm()
+          send()
         return new_state, loss
 
-      return step_then_sigterm
+      return step_then_send
 
-    patch.setattr(step_lib, 'make_train_step', make_train_step_sending_sigterm)
+    patch.setattr(step_lib, 'make_train_step', make_train_step_sending)
+  elif phase in ('compile', 'compile-callback'):
+    _signal_as_the_first_step_is_called(patch, send, in_callback=phase == 'compile-callback')
+  elif phase == 'loop-start':
+    wrap(parallel, 'global_batch')
   elif phase == 'knn':
     wrap(eval_features, 'extract_features')
   elif phase == 'record':
     wrap(metrics.MetricWriter, 'write')
   elif phase == 'checkpoint':
     wrap(checkpoints.Checkpointer, 'save', before=False, when=lambda *a: a[-1])  # a real write
+  elif phase == 'saving':
+    wrap(checkpoints.Checkpointer, 'save', when=lambda checkpointer, at, *a: at == step)
   return fired
 
 
+def _signal_as_the_first_step_is_called(patch, send, *, in_callback):
+  make_train_step = step_lib.make_train_step
+
+  def make_train_step_sending_first(*args, **kwargs):
+    train_step = make_train_step(*args, **kwargs)
+
+    def send_then_step(state, batch, hyper):
+      if in_callback:
+        gc.callbacks.append(lambda *_: send())
+        try:
+          gc.collect()
+        finally:
+          gc.callbacks.pop()
+      else:
+        send()
+      return train_step(state, batch, hyper)
+
+    return send_then_step
+
+  patch.setattr(step_lib, 'make_train_step', make_train_step_sending_first)
+
+
+SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C (SIGINT)'}
+
+
+@pytest.mark.parametrize('first', [signal.SIGINT, signal.SIGTERM], ids=['sigint', 'sigterm'])
 @pytest.mark.parametrize(
   'interruptions',
   [
@@ -613,23 +653,35 @@ def _sigterm_at(patch, phase, step=None):
   ],
   ids=['epoch-end-phases', 'checkpoint-and-last-epoch'],
 )
-def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
-  uninterrupted, tmp_path, monkeypatch, interruptions
+@pytest.mark.covering  # each sequence once, each signal first once; -m slow: the other two
+def test_a_signal_in_any_phase_resumes_to_the_uninterrupted_records(
+  uninterrupted, tmp_path, monkeypatch, caplog, interruptions, first
 ):
-  """Whatever phase a SIGTERM lands in, the run stops (exit 143 from main) and the resumed
+  """Whatever phase a SIGTERM or a Ctrl-C lands in (the two alternate, `first` first), the
+  run saves and stops (main exits 143 or 130), saying where it stopped, and the resumed
   run's metrics.jsonl and TensorBoard scalars equal an uninterrupted run's, row for row;
   every run under the transfer guard (`no_implicit_transfers`)."""
   reference_dir, reference = uninterrupted
   workdir = tmp_path / 'run'
-  for interruption in interruptions:
+  sigint_handler = signal.getsignal(signal.SIGINT)
+  signals = [first, ({signal.SIGTERM, signal.SIGINT} - {first}).pop()] * len(interruptions)
+  for interruption, signum in zip(interruptions, signals):
+    caplog.clear()
     with monkeypatch.context() as patch, no_implicit_transfers():
-      fired = _sigterm_at(patch, *interruption)
+      fired = _signal_at(patch, *interruption, signum=signum)
       stopped = loop.train_and_evaluate(tiny_config(), str(workdir))
-    assert fired and stopped.preempted, interruption
+    assert fired and stopped.stop_signal == signum, interruption
     if interruption[0] == 'step':  # it stops at the step the signal came in, not later
-      assert int(stopped.state.step) == interruption[1], interruption
-      assert max(_checkpoint_steps(workdir)) == interruption[1], interruption
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handler restored
+      step = interruption[1]
+      assert int(stopped.state.step) == step, interruption
+      assert max(_checkpoint_steps(workdir)) == step, interruption
+      taken = (step - 1) % 3 + 1
+      assert (
+        f'{SIGNAL_NAMES[signum]}: saved the checkpoint at step {step} (epoch {(step + 2) // 3} '
+        f'of 2, {taken} of its 3 steps taken); rerun the same command to resume.'
+      ) in caplog.messages
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is sigint_handler
   with no_implicit_transfers():
     resumed = loop.train_and_evaluate(tiny_config(), str(workdir))
   assert not resumed.preempted
@@ -644,6 +696,81 @@ def test_sigterm_in_any_phase_resumes_to_the_uninterrupted_records(
   # The per-step scalars too, the file and TensorBoard's steps run.
   assert metrics.read_steps(str(workdir)) == metrics.read_steps(str(reference_dir))
   assert _step_events(workdir) == _step_events(reference_dir)
+
+
+STARTS_OVER = (
+  'no checkpoint had been written, so the workdir is left as it was and rerunning the same '
+  'command starts over'
+)
+
+
+@pytest.mark.parametrize(
+  'phase, signum',
+  [
+    ('compile', signal.SIGINT),
+    ('compile', signal.SIGTERM),
+    ('compile-callback', signal.SIGINT),
+    ('loop-start', signal.SIGINT),
+  ],
+  ids=['sigint', 'sigterm', 'sigint-in-a-callback', 'sigint-as-the-loop-starts'],
+)
+def test_a_signal_before_the_first_step_stops_at_once_leaving_the_workdir_as_it_was(
+  tmp_path, monkeypatch, phase, signum
+):
+  """Until the first step is taken (as it compiles, or as the loop starts) the run has
+  nothing to save: a signal stops it at once (errors.Interrupted: main's one line and exit
+  status 128 + the signal, 130 for Ctrl-C), the workdir as the run found it, and the line
+  says the rerun starts over. Where the signal lands in a callback whose error the
+  interpreter only reports (a garbage collection's, as while XLA compiles), the report is
+  silenced and the run stops after the step instead of saving it."""
+  workdir = tmp_path / 'shared'
+  workdir.mkdir()
+  (workdir / 'notes.txt').write_text('a file of the user')
+  reports = []
+  with monkeypatch.context() as patch:
+    patch.setattr(sys, 'unraisablehook', reports.append)
+    fired = _signal_at(patch, phase, signum=signum)
+    with pytest.raises(errors.Interrupted) as stop:
+      loop.train_and_evaluate(tiny_config(), str(workdir))
+  assert fired and stop.value.exit_status == 128 + signum
+  assert str(stop.value) == (
+    f'{SIGNAL_NAMES[signum]} before the first step was taken: stopped at once without saving; '
+    f'{STARTS_OVER}.'
+  )
+  assert [p.name for p in workdir.iterdir()] == ['notes.txt']
+  assert reports == []
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.parametrize(
+  'first_at, outcome',
+  [
+    (2, STARTS_OVER),
+    (
+      4,
+      'rerunning the same command resumes from the checkpoint at step 3 (epoch 1 of 2, 3 of '
+      'its 3 steps taken)',
+    ),
+  ],
+  ids=['before-the-first-checkpoint', 'after-it'],
+)
+def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path, monkeypatch, first_at, outcome):
+  """Ctrl-C after step `first_at`, then again as the stop's checkpoint starts: the run
+  stops at once, saves nothing more, and says what a rerun does (main: one line, 130)."""
+  workdir = tmp_path / 'run'
+  with monkeypatch.context() as patch:
+    first = _signal_at(patch, 'step', first_at, signum=signal.SIGINT)
+    second = _signal_at(patch, 'saving', first_at, signum=signal.SIGINT)
+    with pytest.raises(errors.Interrupted) as stop:
+      loop.train_and_evaluate(tiny_config(), str(workdir))
+  assert first and second and stop.value.exit_status == 130
+  assert str(stop.value) == (
+    f'Ctrl-C (SIGINT) while the run was stopping: stopped at once without saving; {outcome}.'
+  )
+  if first_at < 3:
+    assert not workdir.exists()
+  else:
+    assert _checkpoint_steps(workdir) == [3]
 
 
 def test_a_crash_after_a_checkpoint_resumes_to_the_uninterrupted_step_rows(
@@ -909,29 +1036,51 @@ def test_a_stopped_first_epoch_removes_only_what_the_run_wrote(tmp_path, monkeyp
   ]
 
 
-def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+  'nan_after, epoch, where',
+  [
+    (
+      3,
+      2,
+      'rerunning the same command resumes from the checkpoint at step 3 (epoch 1 of 2, 3 of '
+      'its 3 steps taken)',
+    ),
+    (1, 1, STARTS_OVER),
+  ],
+  ids=['after-a-checkpoint', 'before-the-first'],
+)
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(
+  tmp_path, monkeypatch, nan_after, epoch, where
+):
+  """NaN weights from step `nan_after` + 1 on, found at the next logging step: the run stops
+  unsaved and says what a rerun does (before the first checkpoint: start over, the workdir
+  left as it was)."""
   make_train_step = step_lib.make_train_step
 
-  def make_train_step_diverging_in_epoch_2(*args, **kwargs):
+  def make_train_step_diverging(*args, **kwargs):
     step = make_train_step(*args, **kwargs)
 
     def diverging_step(state, batch, hyper):
-      if int(state.step) == 3:  # simulate a divergence: NaN weights from step 4 on
+      if int(state.step) == nan_after:  # simulate a divergence
         state = state.replace(params=jax.tree.map(lambda p: p * np.nan, state.params))
       return step(state, batch, hyper)
 
     return diverging_step
 
-  monkeypatch.setattr(step_lib, 'make_train_step', make_train_step_diverging_in_epoch_2)
+  monkeypatch.setattr(step_lib, 'make_train_step', make_train_step_diverging)
   workdir = tmp_path / 'run'
-  with pytest.raises(
-    loop.NonFiniteLossError,
-    match=r'Non-finite training loss or gradient .* in epoch 2.*last good checkpoint '
-    r'is step 3',
-  ):
+  with pytest.raises(loop.NonFiniteLossError) as error:
     loop.train_and_evaluate(tiny_config(), str(workdir))
-  assert _checkpoint_steps(workdir) == [3]
-  assert [r['epoch'] for r in metrics.read_metrics(str(workdir))] == [1]
+  assert re.search(
+    rf'Non-finite training loss or gradient .* in epoch {epoch}, by step {nan_after + 1}\. The '
+    rf'state was not saved; {re.escape(where)}\. Try ',
+    str(error.value),
+  ), str(error.value)
+  if nan_after < 3:
+    assert not workdir.exists()
+  else:
+    assert _checkpoint_steps(workdir) == [3]
+    assert [r['epoch'] for r in metrics.read_metrics(str(workdir))] == [1]
 
 
 # ----------------------------------------------------------------------------------------
@@ -1070,32 +1219,60 @@ def test_main_rejects_an_invalid_config_before_compiling(tmp_path):
   assert not (tmp_path / 'run').exists()
 
 
-@pytest.mark.slow  # a separate JAX process that compiles the step (~40 s)
-def test_main_saves_on_sigterm_and_resumes(tmp_path):
-  import time
+MAIN_FLAGS = (
+  '--config.num_epochs=3',
+  '--config.steps_per_epoch_limit=2',
+  '--config.batch_size=32',
+  '--config.checkpoint_every_epochs=1',
+)
 
+
+@pytest.mark.slow  # a separate JAX process that compiles the step (~40 s)
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT], ids=['sigterm', 'sigint'])
+def test_main_saves_on_a_signal_and_resumes(tmp_path, signum):
+  """After the first checkpoint: one line, exit status 128 + the signal (143, or 130 for
+  Ctrl-C), and the same command finishes the run."""
   workdir = tmp_path / 'run'
-  flags = (
-    '--config.num_epochs=3',
-    '--config.steps_per_epoch_limit=2',
-    '--config.batch_size=32',
-    '--config.checkpoint_every_epochs=1',
-  )
-  process = _main(workdir, *flags)
+  process = _main(workdir, *MAIN_FLAGS)
   try:
     while not (workdir / 'checkpoints' / '2').exists():  # the first checkpoint
       assert process.poll() is None, process.communicate()[0]
       time.sleep(0.2)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     output, _ = process.communicate(timeout=120)
   finally:
     process.kill()
-  assert process.returncode == 143, output
-  assert 'SIGTERM: saved the checkpoint' in output
-  resumed = _main(workdir, *flags)
+  assert process.returncode == 128 + signum, output
+  assert f'{SIGNAL_NAMES[signum]}: saved the checkpoint at step ' in output
+  assert 'Traceback' not in output, output[-3000:]
+  resumed = _main(workdir, *MAIN_FLAGS)
   output, _ = resumed.communicate(timeout=300)
   assert resumed.returncode == 0, output
   assert [r['epoch'] for r in metrics.read_metrics(str(workdir))] == [1, 2, 3]
+
+
+def test_main_ctrl_c_as_the_first_step_compiles_is_one_line(tmp_path):
+  """A separate JAX process (~10 s), Ctrl-C'd as it starts compiling the first step (or
+  loading it from the session's cache): one line, not a traceback, exit status 130 (not
+  a crash of the interpreter's shutdown beside XLA's compiling threads), no workdir left."""
+  workdir = tmp_path / 'run'
+  process = _main(workdir, *MAIN_FLAGS)
+  try:
+    for line in process.stdout:
+      if 'steps/epoch' in line:  # the start line: the first step is being compiled
+        process.send_signal(signal.SIGINT)
+        break
+    output, _ = process.communicate(timeout=120)
+  finally:
+    process.kill()
+  assert process.returncode == 130, output
+  assert 'Traceback' not in output, output[-3000:]
+  (error,) = [line for line in output.splitlines() if line.startswith('E')]
+  assert error.endswith(
+    f'] Ctrl-C (SIGINT) before the first step was taken: stopped at once without saving; '
+    f'{STARTS_OVER}.'
+  )
+  assert not workdir.exists()
 
 
 # ----------------------------------------------------------------------------------------

@@ -87,8 +87,8 @@ def main(argv):
   if not _REPORT_ONLY.value:
     try:
       errors.exit_on_user_error(lambda: image_runs.run_grid(*run_args), workdir=_WORKDIR.value)
-    except image_runs.Preempted:
-      sys.exit(143)  # SIGTERM: the run in progress saved; the same command resumes the grid
+    except image_runs.Preempted as stop:  # the run in progress saved: the same command resumes
+      sys.exit(errors.signal_exit_status(stop.signum))
   report = errors.exit_on_user_error(
     lambda: image_report.write_report(*report_args, report_dir=_REPORT_DIR.value),
     workdir=_WORKDIR.value,

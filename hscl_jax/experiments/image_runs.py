@@ -77,8 +77,9 @@ def run_one(base, setting: image_grid.Setting, seed: int, root: str, protocol: s
   config = image_grid.run_config(base, setting, seed, protocol)
   start = time.time()
   try:
-    if loop.train_and_evaluate(config, workdir).preempted:
-      raise Preempted()  # the run saved its checkpoint: the grid stops too
+    trained = loop.train_and_evaluate(config, workdir)
+    if trained.preempted:
+      raise Preempted(trained.stop_signal)  # the run saved its checkpoint: the grid stops too
     # Evaluated under the run's lock, so two workers never evaluate the same run.
     with workdir_lock.WorkdirLock(workdir):
       result = linear_probe.linear_evaluate(config, workdir)

@@ -3,8 +3,9 @@
 `train_and_evaluate` locks the workdir and runs `_run`, the run's life in one place: the
 run built from its config (the plan, state and step of training/plan, training/state and
 training/step), restored from its workdir (rundir/resume), then one loop over its steps
-with each epoch's end in it; at a SIGTERM (training/preemption) it saves a checkpoint and
-stops.
+with each epoch's end in it; at a SIGTERM or Ctrl-C (training/preemption) it saves a
+checkpoint and stops, or stops at once where it has nothing to save yet (before its first
+step is taken) and at a second Ctrl-C.
 
 Each epoch: the paper's diagnostics (Assumption 1 fraction; the four losses) averaged
 over the training batches, a weighted kNN monitor (train split as memory bank, test split
@@ -16,7 +17,9 @@ scalars (loss, gradient norm, learning rate, beta/tau) in DIR/steps.jsonl and Te
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
+import functools
 import os
 import time
 from typing import Any
@@ -55,10 +58,14 @@ NonFiniteLossError = errors.NonFiniteLossError
 @dataclasses.dataclass
 class TrainResult:
   state: state_lib.TrainState
-  preempted: bool  # stopped by SIGTERM after saving a checkpoint
+  stop_signal: int | None  # the SIGTERM or SIGINT it stopped at after saving (None: it did not)
   last_record: dict[str, Any] | None  # the last epoch's metrics record (None: none trained)
   records: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # all epochs' so far
   already_complete: bool = False  # the workdir's run had trained every epoch: nothing ran
+
+  @property
+  def preempted(self) -> bool:
+    return self.stop_signal is not None
 
 
 def train_and_evaluate(
@@ -72,33 +79,46 @@ def train_and_evaluate(
 
   The workdir is locked for the run (a second run on it stops, naming the holder); resuming
   with a config that differs from DIR/config.json is refused unless the differing fields
-  are in `allowed_config_changes` (see hscl_jax.rundir.stored_config).
+  are in `allowed_config_changes` (see hscl_jax.rundir.stored_config). A signal that stops
+  it at once (before its first step, or a second Ctrl-C) raises `errors.Interrupted`, whose
+  line says what rerunning the command does.
   """
   start = time.perf_counter()
   mesh = parallel.make_mesh() if mesh is None else mesh
   schema.validate_config(config, num_devices=mesh.size, num_processes=jax.process_count())
+  with preemption_lib.PreemptionWatcher() as preemption:
+    try:
+      result = _locked_run(config, workdir, mesh, allowed_config_changes, preemption)
+    except preemption_lib.StoppedAtOnce as stop:
+      raise errors.Interrupted(_stopped_at_once_line(stop, workdir), stop.signum) from None
+  if not result.preempted and jax.process_index() == 0:
+    logging.info('%s', closing_summary(config, workdir, result, time.perf_counter() - start))
+  return result
+
+
+def _locked_run(config, workdir: str, mesh, allowed_config_changes, preemption) -> TrainResult:
+  """`_run` with the workdir locked; a run stopped before its first checkpoint (refused
+  data, a crash, a signal that stops it at once, a full disk) leaves the workdir as it
+  found it."""
   lock = workdir_lock.acquire_for_run(workdir)
   stopped = True
   try:
     if checkpoints.finished_steps(workdir):
       config = stored_config.as_resumed(workdir, config)
       stored_config.check_unchanged(workdir, config, allowed=allowed_config_changes)
-    result = _run(config, workdir, mesh)
+    result = _run(config, workdir, mesh, preemption)
     stopped = False
   finally:
-    if lock is not None:
-      # A run stopped (refused data, a crash, Ctrl-C) before its first checkpoint leaves
-      # the workdir as it found it; a preempted one has saved a checkpoint.
-      lock.release(undo=stopped and not checkpoints.finished_steps(workdir))
-  if not result.preempted and jax.process_index() == 0:
-    logging.info('%s', closing_summary(config, workdir, result, time.perf_counter() - start))
+    if lock is not None:  # a preempted run has saved a checkpoint
+      with preemption.deferring():  # a signal lets the release finish
+        lock.release(undo=stopped and not checkpoints.finished_steps(workdir))
   return result
 
 
-def _run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mesh) -> TrainResult:
+def _run(config: ml_collections.ConfigDict, workdir: str, mesh, preemption) -> TrainResult:
   """The run's life: built, restored, then its steps with each epoch's end among them. A
-  SIGTERM, in whatever phase it lands, saves the state and where the epoch stood, then
-  stops; a non-finite loss stops the run without saving."""
+  SIGTERM or Ctrl-C, in whatever phase after the first step it lands, saves the state and
+  where the epoch stood, then stops; a non-finite loss stops the run without saving."""
   run, state = _build(config, mesh)
   plan = run.plan
   book = resume.RunRecord(
@@ -116,9 +136,9 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mes
       logging.info('Resumed from the checkpoint at step %d.', start)
     progress = _progress(run, start, timer)
     step, last_record = start, None
-    with preemption_lib.PreemptionWatcher() as preemption:
+    with preemption.deferring():
       try:
-        if pending:  # the epoch's steps were all taken before the SIGTERM, not its record
+        if pending:  # the epoch's steps were all taken before the signal, not its record
           state, last_record = _end_epoch(run, book, timer, preemption, state, step)
           pending = False
           _check_between_epochs(preemption, step, plan)
@@ -129,17 +149,14 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mes
             hyper = parallel.replicated(host_hyper, run.mesh)
             timer.start(step - 1)
           batch = parallel.global_batch(next(run.train_iter), run.mesh, ('image', 'label'))
-          state, scalars = run.train_step(state, batch, hyper)
+          state, scalars = _train_step(run, timer, preemption, state, batch, hyper, step)
           pending = step == epoch * plan.steps_per_epoch  # its last step: its end is due
           log_step = step % config.log_every_steps == 0 or pending
-          if not timer.compiled:  # this process's first step compiles: timed apart
-            jax.block_until_ready(scalars)
-            timer.first_step_done(step)
           trace.step_done(scalars)
           if log_step:
             row = _step_row(run, step, epoch, scalars, host_hyper)  # waits: real timings
             book.write_step(step, row)
-            _check_finite(state, step, epoch, book)
+            _check_finite(state, step, epoch, book, plan)
             progress.log(step, row['train_loss'])
           preemption.check(sync_point=log_step)
           if pending:
@@ -147,14 +164,17 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh: jax.sharding.Mes
             state, last_record = _end_epoch(run, book, timer, preemption, state, step)
             pending = False
             _check_between_epochs(preemption, step, plan)
-      except preemption_lib.Preempted:
-        timer.stop(step)
-        _stop_for_preemption(run, book, state, step, resume.EpochPosition(pending, timer.epoch))
-        return _result(state, book, last_record, preempted=True)
+      except preemption_lib.Preempted as stop:
+        _stop_for_preemption(run, book, timer, state, step, pending, stop.signum)
+        return _result(state, book, last_record, stop_signal=stop.signum)
     return _result(state, book, last_record)
+  except preemption_lib.StoppedAtOnce as stop:
+    stop.describe_step = functools.partial(_position, plan)
+    raise
   finally:
-    trace.close()
-    book.close()
+    with preemption.deferring():  # a signal lets the last checkpoint's write finish
+      trace.close()
+      book.close()
 
 
 def closing_summary(
@@ -291,11 +311,11 @@ def _already_complete_line(plan: plan_lib.Plan, records: list[dict[str, Any]]) -
 
 
 def _result(
-  state, book: resume.RunRecord, last_record, *, preempted=False, already_complete=False
+  state, book: resume.RunRecord, last_record, *, stop_signal=None, already_complete=False
 ) -> TrainResult:
   return TrainResult(
     state=state,
-    preempted=preempted,
+    stop_signal=stop_signal,
     last_record=last_record,
     records=list(book.records),
     already_complete=already_complete,
@@ -385,7 +405,9 @@ def _save(run: _Pieces, book, state, step: int, position: resume.EpochPosition) 
   book.save(step, state_lib.state_to_checkpoint(state), run.train_iter, position)
 
 
-def _check_finite(state, step: int, epoch: int, book: resume.RunRecord) -> None:
+def _check_finite(
+  state, step: int, epoch: int, book: resume.RunRecord, plan: plan_lib.Plan
+) -> None:
   """Raises if a step of the epoch so far had a non-finite loss or gradient."""
   sums = {
     name: float(parallel.replicated_value(state.metric_sums[name]))
@@ -393,12 +415,7 @@ def _check_finite(state, step: int, epoch: int, book: resume.RunRecord) -> None:
   }
   if all(np.isfinite(v) for v in sums.values()):
     return
-  last = book.last_saved_step()
-  where = (
-    f'the last good checkpoint is step {last}; rerunning the same command resumes from it'
-    if last is not None
-    else 'no checkpoint was written yet'
-  )
+  where = _rerun_outcome(book.last_saved_step(), functools.partial(_position, plan))
   raise NonFiniteLossError(
     f'Non-finite training loss or gradient (epoch sums: {sums}) in epoch {epoch}, by step '
     f'{step}. The state was not saved; {where}. Try a lower optimizer.learning_rate, a '
@@ -406,10 +423,58 @@ def _check_finite(state, step: int, epoch: int, book: resume.RunRecord) -> None:
   )
 
 
-def _stop_for_preemption(run: _Pieces, book, state, step: int, position) -> None:
-  _check_finite(state, step, run.plan.epoch_of_step(max(step - 1, 0)), book)
-  _save(run, book, state, step, position)  # a no-op if this step is already saved
+def _stop_for_preemption(
+  run: _Pieces, book, timer: timing.Timer, state, step: int, pending: bool, signum: int
+) -> None:
+  """Saves the state at `step` with where its epoch stood, then says so in one line."""
+  timer.stop(step)
+  _check_finite(state, step, run.plan.epoch_of_step(max(step - 1, 0)), book, run.plan)
+  _save(run, book, state, step, resume.EpochPosition(pending, timer.epoch))  # no-op if saved
   book.wait_until_finished()
   logging.warning(
-    'SIGTERM: saved the checkpoint at step %d; rerun the same command to resume.', step
+    '%s: saved the checkpoint at %s; rerun the same command to resume.',
+    errors.signal_name(signum),
+    _position(run.plan, step),
+  )
+
+
+def _train_step(run: _Pieces, timer: timing.Timer, preemption, state, batch, hyper, step: int):
+  """One step; this process's first compiles, timed apart. A signal while it compiles
+  stops the run at once: there is nothing new to save before it is taken."""
+  with preemption.deferring(timer.compiled):
+    state, scalars = run.train_step(state, batch, hyper)
+    if not timer.compiled:
+      jax.block_until_ready(scalars)
+      timer.first_step_done(step)
+  return state, scalars
+
+
+def _position(plan: plan_lib.Plan, step: int) -> str:
+  """'step 20 (epoch 7 of 12, 2 of its 3 steps taken)'."""
+  epoch = plan.epoch_of_step(max(step - 1, 0))
+  taken = step - (epoch - 1) * plan.steps_per_epoch
+  return (
+    f'step {step} (epoch {epoch} of {plan.num_epochs}, {taken} of its {plan.steps_per_epoch} '
+    'steps taken)'
+  )
+
+
+def _rerun_outcome(last_saved: int | None, describe_step: Callable[[int], str]) -> str:
+  """What rerunning the same command does after a stop that saved nothing more: resume
+  from the newest checkpoint, or start over where none had been written."""
+  if last_saved is None:
+    return (
+      'no checkpoint had been written, so the workdir is left as it was and rerunning the '
+      'same command starts over'
+    )
+  return f'rerunning the same command resumes from the checkpoint at {describe_step(last_saved)}'
+
+
+def _stopped_at_once_line(stop: preemption_lib.StoppedAtOnce, workdir: str) -> str:
+  """The one line of a run a signal stopped at once, once the workdir is as it leaves it."""
+  when = 'while the run was stopping' if stop.again else 'before the first step was taken'
+  steps = checkpoints.finished_steps(workdir)
+  return (
+    f'{errors.signal_name(stop.signum)} {when}: stopped at once without saving; '
+    f'{_rerun_outcome(steps[-1] if steps else None, stop.describe_step)}.'
   )
