@@ -75,6 +75,7 @@ def exit_on_interrupt(work: Callable[[], T]) -> T:
   logging.error('%s', stop)
   logging.flush()
   sys.stdout.flush()
+  sys.stderr.flush()
   # Not sys.exit: a compilation the signal cut short goes on in XLA's threads, and the
   # interpreter's shutdown beside them waits for it, then crashes (a segmentation fault).
   os._exit(stop.exit_status)

@@ -642,6 +642,12 @@ def _signal_as_the_first_step_is_called(patch, send, *, in_callback):
 SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C (SIGINT)'}
 
 
+def _tiny_position(step):
+  """Where `step` of tiny_config()'s 2 epochs of 3 steps stands, as the stop lines say it."""
+  epoch = (step - 1) // 3 + 1
+  return f'step {step} (epoch {epoch} of 2, {step - 3 * (epoch - 1)} of its 3 steps taken)'
+
+
 @pytest.mark.parametrize('first', [signal.SIGINT, signal.SIGTERM], ids=['sigint', 'sigterm'])
 @pytest.mark.parametrize(
   'interruptions',
@@ -675,16 +681,19 @@ def test_a_signal_in_any_phase_resumes_to_the_uninterrupted_records(
       step = interruption[1]
       assert int(stopped.state.step) == step, interruption
       assert max(_checkpoint_steps(workdir)) == step, interruption
-      taken = (step - 1) % 3 + 1
       assert (
-        f'{SIGNAL_NAMES[signum]}: saved the checkpoint at step {step} (epoch {(step + 2) // 3} '
-        f'of 2, {taken} of its 3 steps taken); rerun the same command to resume.'
+        f'{SIGNAL_NAMES[signum]}: saved the checkpoint at {_tiny_position(step)}; rerun the '
+        'same command to resume.'
       ) in caplog.messages
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
     assert signal.getsignal(signal.SIGINT) is sigint_handler
+  caplog.clear()
+  caplog.set_level(logging.INFO, logger='absl')
+  last = max(_checkpoint_steps(workdir))
   with no_implicit_transfers():
     resumed = loop.train_and_evaluate(tiny_config(), str(workdir))
   assert not resumed.preempted
+  assert f'Resumed from the checkpoint at {_tiny_position(last)}.' in caplog.messages
   _assert_trees_equal(resumed.state.params, reference.state.params)
   _assert_trees_equal(resumed.state.opt_state, reference.state.opt_state)
   _assert_trees_equal(resumed.state.probe, reference.state.probe)  # the online probe's too

@@ -133,7 +133,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh, preemption) -> T
       logging.info('%s', _already_complete_line(plan, book.records))
       return _result(state, book, None, already_complete=True)
     if start:
-      logging.info('Resumed from the checkpoint at step %d.', start)
+      logging.info('Resumed from the checkpoint at %s.', _position(plan, start))
     progress = _progress(run, start, timer)
     step, last_record = start, None
     with preemption.deferring():
