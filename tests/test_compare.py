@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from hscl_jax.experiments import image_plots  # noqa: E402
 from hscl_jax.experiments import image_report  # noqa: E402
 from hscl_jax.experiments import image_runs  # noqa: E402
 from hscl_jax.experiments import raw_pixels  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
 
 
 def test_settings_cover_the_paper_grids():
@@ -37,6 +39,20 @@ def test_settings_cover_the_paper_grids():
     schema.validate_config(
       image_grid.run_config(config, setting, seed=1), num_devices=1, num_processes=1
     )
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT], ids=['sigterm', 'sigint'])
+def test_a_run_stopped_by_a_signal_stops_the_grid_with_it(tmp_path, monkeypatch, signum):
+  """A run that saved and stopped at a SIGTERM or Ctrl-C stops the grid, which carries the
+  signal for `compare`'s exit status (143 or 130), and nothing is linear-evaluated."""
+  config = digits.get_config()
+  stopped = loop.TrainResult(state=None, stop_signal=signum, last_record=None)
+  monkeypatch.setattr(loop, 'train_and_evaluate', lambda *args: stopped)
+  monkeypatch.setattr(image_runs.linear_probe, 'linear_evaluate', pytest.fail)
+  setting = image_grid.settings(config, set())[0]
+  with pytest.raises(image_runs.Preempted) as stop:
+    image_runs.run_one(config, setting, 0, str(tmp_path), config.linear_eval.protocol)
+  assert stop.value.signum == signum
 
 
 def test_a_runs_config_is_the_base_with_its_settings_overrides_seed_and_protocol():
