@@ -248,7 +248,7 @@ def test_the_config_check_refuses_what_no_data_allows_and_leaves_the_rest_to_the
   from configs import digits
 
   config = digits.get_config()
-  config.batch_size, config.samples_per_class = 32, 32  # 32 does not divide 16 of 2 processes
+  config.batch_size, config.samples_per_class = 32, 12  # 12 does not divide 16 of 2 processes
   schema.validate_config(config, num_devices=4, num_processes=2)
   config.samples_per_class = -1  # (2.5 or '4' the config's types refuse on assignment)
   with pytest.raises(schema.ConfigError, match=r'samples_per_class: must be a whole number'):

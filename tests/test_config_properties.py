@@ -10,7 +10,10 @@ the program's side: exit status 1 and no traceback.
 from __future__ import annotations
 
 import math
+import os
 import pathlib
+import re
+import subprocess
 import sys
 
 from hypothesis import HealthCheck
@@ -18,16 +21,22 @@ from hypothesis import example
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
+from test_main_errors import ENV  # noqa: E402
 from test_main_errors import assert_one_line  # noqa: E402
+from test_main_errors import error_lines  # noqa: E402
 from test_main_errors import run  # noqa: E402
+import xla_flags  # noqa: E402
 
 from configs import default  # noqa: E402
+from configs import digits  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
+from hscl_jax.data import sampling  # noqa: E402
 
 DEVICES = 4
 finite = dict(allow_nan=False, allow_infinity=False)
@@ -112,3 +121,87 @@ def test_config_non_finite_override_exits_1_with_one_line(tmp_path):
   assert code == 1, output[-3000:]
   assert_one_line(output, 'config.beta: must be a finite number')
   assert not workdir.exists()
+
+
+# (devices, processes, fields set) -> the smallest batch_size that passes, by hand: two
+# samples (M = n - 2 > 0), a multiple of the devices (times chunk_size) and of the
+# processes (times samples_per_class), and two classes for a supervised class-aware method.
+SMALLEST_BATCH = [
+  (1, 1, {}, 2),
+  (4, 1, {}, 4),
+  (4, 2, {}, 4),
+  (3, 2, {}, 6),
+  (1, 1, {'M': 5}, 2),  # an explicit M: a single sample still has no negatives
+  (4, 1, {'chunk_size': 8}, 32),
+  (1, 1, {'samples_per_class': 2}, 4),  # hscl: 2 classes of 2
+  (1, 1, {'samples_per_class': 3, 'method': 'ucl'}, 3),  # ucl: negatives of any class
+  (2, 2, {'samples_per_class': 2, 'method': 'scl'}, 4),
+  (4, 1, {'samples_per_class': 4, 'chunk_size': 2}, 8),
+  (1, 1, {'queue_size': 8}, 2),
+]
+
+
+@pytest.mark.parametrize('devices,processes,fields,smallest', SMALLEST_BATCH)
+@pytest.mark.parametrize('value', [0, -1, 1])
+def test_a_batch_too_small_for_negatives_names_the_smallest_that_passes(
+  value, devices, processes, fields, smallest
+):
+  """The refusal names the smallest batch_size that passes; it does, and every smaller one
+  is refused, by the config's check or by the sampler's (samples_per_class must divide a
+  process's share: checked with the data, so that its refusal lists what passes), so no
+  config reaches the loss kernel's `M = n - 2` error."""
+  config = digits.get_config()
+  config.update(fields)
+  config.batch_size, config.knn.batch_size = value, 1440  # 1440: every device count here
+  with pytest.raises(schema.ConfigError) as refused:
+    schema.validate_config(config, num_devices=devices, num_processes=processes)
+  message = str(refused.value)
+  assert message.startswith(f'config.batch_size: {value} is too small: '), message
+  assert f'Fix: use --config.batch_size={smallest}, the smallest that passes here (' in message
+  assert '\n' not in message
+  config.batch_size = smallest
+  schema.validate_config(config, num_devices=devices, num_processes=processes)
+  ten_classes = np.full(10, 100)  # digits' classes, each larger than any m here
+  m = config.samples_per_class
+  for below in range(value, smallest):
+    config.batch_size = below
+    if (
+      m and below > 0 and m not in sampling.passing_samples_per_class(ten_classes, below, processes)
+    ):
+      continue  # the sampler refuses it
+    with pytest.raises(schema.ConfigError, match=r'^config\.(batch|chunk)_size: '):
+      schema.validate_config(config, num_devices=devices, num_processes=processes)
+
+
+def test_a_supervised_class_aware_batch_of_one_class_is_refused_and_an_unsupervised_one_not():
+  """batch_size = samples_per_class: every sample of a batch shares its class, so SCL's and
+  H-SCL's anchors have no negative; UCL's are the other samples, whatever their class."""
+  config = digits.get_config()
+  config.batch_size, config.samples_per_class = 8, 8
+  with pytest.raises(schema.ConfigError, match=r'Fix: use --config\.batch_size=16, '):
+    schema.validate_config(config, num_devices=4)
+  config.method = 'ucl'
+  schema.validate_config(config, num_devices=4)
+
+
+def test_the_program_refuses_a_batch_of_one_and_trains_a_step_at_the_size_it_names(tmp_path):
+  """On one device, as a user meets it: batch_size=1 was accepted and ended in the loss
+  kernel's traceback; now it is one line, and the batch_size it names trains a step."""
+  env = {**ENV, 'XLA_FLAGS': xla_flags.with_devices(1)}
+  workdir = tmp_path / 'w'
+  command = [
+    sys.executable, '-m', 'hscl_jax.main', '--config=configs/digits.py', f'--workdir={workdir}',
+    '--config.num_epochs=1', '--config.steps_per_epoch_limit=1', '--config.knn.every_epochs=0',
+  ]  # fmt: skip
+  refused = subprocess.run(
+    [*command, '--config.batch_size=1'], cwd=REPO, env=env, capture_output=True, text=True
+  )
+  assert refused.returncode == 1 and not workdir.exists()
+  (line,) = error_lines(refused.stdout + refused.stderr)
+  fix = re.search(r'Fix: use (--config\.batch_size=\d+),', line)
+  assert fix and fix.group(1) == '--config.batch_size=2', line
+  trained = subprocess.run(
+    [*command, fix.group(1)], cwd=REPO, env=env, capture_output=True, text=True
+  )
+  assert trained.returncode == 0, (trained.stdout + trained.stderr)[-3000:]
+  assert os.listdir(workdir / 'checkpoints')

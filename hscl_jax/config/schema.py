@@ -84,16 +84,78 @@ def _check_chunk_size(chunk_size: int, per_device_batch: int) -> None:
     )
 
 
+def _whole(value) -> int:
+  """The value of chunk_size or samples_per_class as the batch must meet it: 0
+  where the field is off or not a whole number (its own check refuses it then)."""
+  return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _least_batch_size(config) -> tuple[int, str]:
+  """The fewest samples a step's loss has negatives in, and why: the views of another sample
+  (M = n - 2 of the losses must be positive), or, for a supervised method with class-aware
+  batches of m per class, a second class."""
+  m = _whole(config.samples_per_class)
+  if m and config.method in methods.SUPERVISED_NAMES:
+    return 2 * m, (
+      f'with samples_per_class={m} a batch holds batch_size / {m} classes, and '
+      f'{config.method} takes its negatives from other classes, so it needs 2 classes'
+    )
+  return 2, (
+    "a contrastive loss needs negatives, another sample's views (M = n - 2 must be positive)"
+  )
+
+
+def passing_batch_size(config, num_devices: int, num_processes: int, at_least: int = 1) -> int:
+  """The smallest batch_size >= at_least (and >= the fewest a step has negatives in) that
+  splits over the devices and processes and that chunk_size and samples_per_class divide per
+  device and per process. (queue_size, a multiple of a step's rows, is fixed to fit it.)"""
+  chunk, m = _whole(config.chunk_size), _whole(config.samples_per_class)
+  multiple = math.lcm(num_devices * max(chunk, 1), num_processes * max(m, 1))
+  return _round_up(max(at_least, _least_batch_size(config)[0]), multiple)
+
+
+def _check_batch_size(config, num_devices: int, num_processes: int) -> None:
+  value, divisor = config.batch_size, math.lcm(num_devices, num_processes)
+  least, why = _least_batch_size(config)
+  if value < least:
+    smallest = passing_batch_size(config, num_devices, num_processes)
+    fail(
+      'batch_size',
+      f'{value} is too small: {why}',
+      f'use --config.batch_size={smallest}, the smallest that passes here '
+      f'({_batch_setting(config, num_devices, num_processes)})',
+    )
+  if value % divisor:
+    passing = passing_batch_size(config, num_devices, num_processes, at_least=value)
+    _fail_split('batch_size', value, num_devices, num_processes, passing)
+
+
+def _fail_split(field: str, value: int, num_devices: int, num_processes: int, passing: int):
+  fail(
+    field,
+    f'{value} does not split evenly over the {num_devices} devices ({num_processes} processes)',
+    f'use a multiple of {math.lcm(num_devices, num_processes)}, e.g. --config.{field}={passing}',
+  )
+
+
+def _batch_setting(config, num_devices: int, num_processes: int) -> str:
+  """What the smallest passing batch_size depends on, as set here."""
+  parts = [f'{num_devices} devices, {num_processes} processes']
+  for field in ('chunk_size', 'samples_per_class'):
+    if _whole(config[field]):
+      parts.append(f'{field} {config[field]}')
+  if _least_batch_size(config)[0] > 2:
+    parts.append(f'method {config.method}')
+  return ', '.join(parts)
+
+
 def _check_batches(config, num_devices: int, num_processes: int) -> None:
+  _check_batch_size(config, num_devices, num_processes)
   divisor = math.lcm(num_devices, num_processes)
-  for field in ('batch_size', 'knn.batch_size'):
-    value = fields.value_of(config, field)
-    if value < 1 or value % divisor:
-      fail(
-        field,
-        f'{value} does not split evenly over the {num_devices} devices ({num_processes} processes)',
-        f'use a multiple of {divisor}, e.g. --config.{field}={_round_up(max(value, 1), divisor)}',
-      )
+  value = config.knn.batch_size
+  if value < 1 or value % divisor:
+    passing = _round_up(max(value, 1), divisor)
+    _fail_split('knn.batch_size', value, num_devices, num_processes, passing)
   _check_chunk_size(config.chunk_size, config.batch_size // num_devices)
   data.check_samples_per_class(config.samples_per_class)
   _check_queue_size(config.queue_size, rows=2 * config.batch_size)
