@@ -40,7 +40,11 @@ _CHECKPOINT_STEP = flags.DEFINE_integer('checkpoint_step', None, trained_run.CHE
 def _export_from_flags() -> dict:
   workdir = _WORKDIR.value
   checkpoint = trained_run.checkpoint_choice(_CHECKPOINT.value, _CHECKPOINT_STEP.value)
-  config = _CONFIG.value if _CONFIG.value is not None else trained_run.load_run_config(workdir)
+  config = (
+    _CONFIG.value
+    if _CONFIG.value is not None
+    else trained_run.load_run_config(workdir, config_flag=True)
+  )
   return torch_export.export_torch(workdir, _OUT.value, config=config, checkpoint_step=checkpoint)
 
 

@@ -40,7 +40,11 @@ def _evaluate_from_flags() -> dict[str, Any]:
   linear_probe.check_num_epochs_flag(num_epochs)
   workdir = _WORKDIR.value
   checkpoint = trained_run.checkpoint_choice(_CHECKPOINT.value, _CHECKPOINT_STEP.value)
-  config = _CONFIG.value if _CONFIG.value is not None else trained_run.load_run_config(workdir)
+  config = (
+    _CONFIG.value
+    if _CONFIG.value is not None
+    else trained_run.load_run_config(workdir, config_flag=True)
+  )
   if _PROTOCOL.value is not None:
     config.linear_eval.protocol = _PROTOCOL.value
   if num_epochs is not None:

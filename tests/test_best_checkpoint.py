@@ -204,7 +204,7 @@ def test_resolve_step_takes_best_latest_or_a_step(ranked_workdir, tmp_path):
     trained_run.resolve_step(workdir, '-3')
   unranked = tmp_path / 'unranked'
   shutil.copytree(FIXTURE, unranked)
-  message = r'no best checkpoint .* Fix: train with --config.keep_best=knn_top1, or pass '
+  message = r'no best checkpoint .* Fix: pass --checkpoint=latest or a step, or train with '
   with pytest.raises(trained_run.LinearEvalError, match=message):
     trained_run.resolve_step(str(unranked), 'best')
   assert trained_run.resolve_step(str(unranked), 'latest') == 12
@@ -258,7 +258,8 @@ def test_each_program_reads_the_checkpoint_flag(module, tmp_path):
   (line,) = [line for line in out.stderr.splitlines() if expected in line]
   if module != 'export':
     assert line.endswith(
-      'Fix: train with --config.keep_best=knn_top1, or pass --checkpoint=latest or a step.'
+      'Fix: pass --checkpoint=latest or a step, or train with python -m hscl_jax.main ... '
+      '--config.keep_best=knn_top1 added.'
     )
   both = _program(module, f'--workdir={workdir}', '--checkpoint=12', '--checkpoint_step=12', *args)
   assert both.returncode == 1 and 'both given. Fix: pass one' in both.stderr

@@ -85,6 +85,12 @@ def _flag_definitions(tree: ast.Module):
       yield name, id(node) in top_level
 
 
+def program_flags(module: str) -> set[str]:
+  """The flags entry point `module` defines (absl's own aside)."""
+  tree = ast.parse((REPO / (module.replace('.', '/') + '.py')).read_text())
+  return {name for name, _ in _flag_definitions(tree)}
+
+
 def test_nothing_imports_an_entry_point():
   importers = {
     str(path.relative_to(REPO)): sorted(

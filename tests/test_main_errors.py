@@ -6,15 +6,23 @@ disk-full case stop before anything compiles.
 
 from __future__ import annotations
 
+from concurrent import futures
 import contextlib
 import os
 import pathlib
+import re
+import shutil
 import socket
 import subprocess
 import sys
 
 import pytest
+from test_entry_points import CONSOLE_SCRIPTS
+from test_entry_points import ENTRY_POINTS
+from test_entry_points import program_flags
 from test_workdir_lock import _holder
+
+from hscl_jax.config import fields
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DIGITS = str(REPO / 'configs' / 'digits.py')
@@ -220,3 +228,122 @@ def test_a_refused_samples_per_class_lists_what_passes_and_leaves_no_workdir(tmp
     'training subset at batch_size 256), or 0 (uniform batches).',
   )
   assert list(tmp_path.iterdir()) == []
+
+
+# Every refusal suggests only flags its program has: each program run into its refusals, and
+# each `--flag` a refusal's fix names checked against the flags of the program it is for.
+ABSL_FLAGS = {'help', 'helpfull', 'helpshort', 'helpxml', 'flagfile'}
+MODULE_OF_COMMAND = {name: module for module, name in ENTRY_POINTS.items()} | {
+  entry.split('=', 1)[0]: entry.split('=', 1)[1].split(':')[0] for entry in CONSOLE_SCRIPTS
+}
+_FLAG = re.compile(r'(?<![\w-])--(?:\[no\])?([A-Za-z_][\w.]*)')
+_PUNCTUATION = '()[],.;:`\'"'
+TRAIN = ['--config=configs/digits.py', '--workdir={tmp}/w']
+REFUSALS = [  # (program, its arguments): {missing}, {run} (a trained run), {tmp} filled in
+  ('hscl_jax.embed', ['--workdir={missing}', '--split=test', '--out={tmp}/e.npz']),
+  ('hscl_jax.inspect', ['--workdir={missing}', '--out={tmp}/figures']),
+  ('hscl_jax.retrieval', ['--workdir={missing}']),
+  ('hscl_jax.linear_eval', ['--workdir={missing}']),
+  ('hscl_jax.export', ['--workdir={missing}', '--format=torch', '--out={tmp}/b.safetensors']),
+  ('hscl_jax.embed', ['--workdir={run}', '--checkpoint=best', '--split=test', '--out={tmp}/e.npz']),
+  ('hscl_jax.retrieval', ['--workdir={run}', '--checkpoint=first']),
+  ('hscl_jax.inspect', ['--workdir={run}', '--out=F', '--checkpoint=3', '--checkpoint_step=3']),
+  ('hscl_jax.embed', ['--workdir={run}', '--out={tmp}/e.npz']),
+  ('hscl_jax.inspect', ['--workdir={run}', '--out={tmp}/f', '--config=configs/digits.py']),
+  ('hscl_jax.linear_eval', ['--workdir={run}', '--num_epochs=0']),
+  ('hscl_jax.main', [*TRAIN, '--config.batch_size=0']),
+  ('hscl_jax.main', [*TRAIN, '--config.learning_rate=1']),
+  ('hscl_jax.main', [*TRAIN, '--config.beta=-1']),
+  ('hscl_jax.main', [*TRAIN, '--config.dataset=image_folder']),
+  ('hscl_jax.graphs', ['--config=configs/graphs.py', '--workdir={tmp}/g']),
+]  # fmt: skip
+
+
+def named_flags(line: str, program: str) -> list[tuple[str, str]]:
+  """(program, flag) of each `--flag` the fix of a refusal names (the whole line where it
+  has no `Fix:`): a flag in a command it gives (`python -m MODULE --flag ...`, `hscl-NAME
+  --flag ...`, up to the first word that is not a flag or `...`) is that command's, any
+  other the running program's."""
+  words = line.split('Fix:', 1)[-1].split()
+  named, command = [], None
+  for i, word in enumerate(words):
+    name = word.strip(_PUNCTUATION)
+    if name in MODULE_OF_COMMAND and (words[i - 1 : i] == ['-m'] or name.startswith('hscl-')):
+      command = MODULE_OF_COMMAND[name]
+      continue
+    if command is not None and not word.startswith(('--', '...')):
+      command = None
+    named += [(command or program, flag.rstrip('.')) for flag in _FLAG.findall(word)]
+  return named
+
+
+def is_a_flag_of(module: str, flag: str) -> bool:
+  """Whether `python -m` of `module` accepts `--flag`: its own, absl's, a boolean's --noX,
+  and for a program with --config a field (or section) of its config."""
+  defined = program_flags(module) | ABSL_FLAGS
+  if flag.startswith(('config.', 'noconfig.')):
+    field = flag.split('.', 1)[1]
+    image_config = module not in ('hscl_jax.graphs.__main__', 'hscl_jax.experiments.compare_graphs')
+    known = field in fields.FIELDS or field in fields.CONFIG_FIELDS
+    return 'config' in defined and (known or not image_config)
+  return flag in defined or (flag.startswith('no') and flag[2:] in defined)
+
+
+def _refusal(program: str, args: list[str]) -> tuple[str, list[str], str]:
+  result = subprocess.run(
+    [sys.executable, '-m', program, *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+    timeout=300,
+  )  # fmt: skip
+  output = result.stdout + result.stderr
+  lines = error_lines(output) or [line for line in result.stderr.splitlines() if 'Fix:' in line]
+  assert result.returncode != 0 and lines and 'Traceback' not in output, (program, output[-3000:])
+  return program, lines, output
+
+
+def test_every_refusal_suggests_only_flags_its_program_has(tmp_path):
+  """The programs' refusals (a missing or unranked run, bad flags, bad config values),
+  each as `python -m` gives it: every flag a fix names is one its program defines. So
+  embed, inspect and retrieval, which read the run's own config.json, never suggest
+  --config=FILE (linear_eval and export, which take one, do), and a run without a best
+  checkpoint is sent back to training for --config.keep_best."""
+  run = tmp_path / 'run'
+  shutil.copytree(REPO / 'tests' / 'fixtures' / 'digits_workdir', run)
+  names = dict(missing=tmp_path / 'missing', run=run, tmp=tmp_path)
+  cases = [(program, [a.format(**names) for a in args]) for program, args in REFUSALS]
+  with futures.ThreadPoolExecutor(4) as pool:  # 4 JAX processes at a time
+    refusals = list(pool.map(lambda case: _refusal(*case), cases))
+  checked = set()
+  for program, lines, _ in refusals:
+    module = MODULE_OF_COMMAND[program]
+    for owner, flag in {pair for line in lines for pair in named_flags(line, module)}:
+      assert is_a_flag_of(owner, flag), f'{program} suggests --{flag} ({owner}): {lines}'
+      checked.add((program, owner, flag))
+  for expected in [
+    ('hscl_jax.linear_eval', 'hscl_jax.linear_eval', 'config'),
+    ('hscl_jax.export', 'hscl_jax.export', 'config'),
+    ('hscl_jax.embed', 'hscl_jax.main', 'config.keep_best'),
+    ('hscl_jax.embed', 'hscl_jax.embed', 'checkpoint'),
+    ('hscl_jax.main', 'hscl_jax.main', 'config.batch_size'),
+    ('hscl_jax.main', 'hscl_jax.main', 'config.folder'),
+    ('hscl_jax.graphs', 'hscl_jax.prepare', 'data_dir'),
+  ]:
+    assert expected in checked, sorted(checked)
+  missing_config = [lines for program, lines, _ in refusals[:3]]
+  assert all('config.json not found' in line for lines in missing_config for line in lines)
+
+
+def test_a_fix_names_the_flags_of_the_command_it_gives():
+  line = (
+    'no best checkpoint. Fix: pass --checkpoint=latest, or train with python -m hscl_jax.main'
+    ' ... --config.keep_best=knn_top1 added (hscl-prepare --data_dir=D), or --out=F.'
+  )
+  assert named_flags(line, 'hscl_jax.embed') == [
+    ('hscl_jax.embed', 'checkpoint'),
+    ('hscl_jax.main', 'config.keep_best'),
+    ('hscl_jax.prepare', 'data_dir'),
+    ('hscl_jax.embed', 'out'),
+  ]
+  assert not is_a_flag_of('hscl_jax.embed', 'config')
+  assert is_a_flag_of('hscl_jax.embed', 'noprojections')
+  assert not is_a_flag_of('hscl_jax.main', 'config.learning_rate')
+  assert is_a_flag_of('hscl_jax.main', 'config.optimizer.learning_rate')

@@ -28,12 +28,15 @@ class LinearEvalError(errors.UserError, RuntimeError):
   """A workdir, config or checkpoint that linear evaluation cannot use (names the path)."""
 
 
-def load_run_config(workdir: str) -> config_dict.ConfigDict:
+def load_run_config(workdir: str, *, config_flag: bool = False) -> config_dict.ConfigDict:
+  """DIR/config.json; `config_flag`: the program takes --config=FILE instead, and a missing
+  file's refusal says so (the others' would name a flag they lack)."""
   path = os.path.join(workdir, layout.CONFIG_FILE)
   if not os.path.isfile(path):
+    instead = ', or pass --config=FILE' if config_flag else ''
     raise LinearEvalError(
       f'{path} not found: --workdir must be the directory of a training run '
-      '(python -m hscl_jax.main --workdir=DIR writes it), or pass --config=FILE.'
+      f'(python -m hscl_jax.main --workdir=DIR writes it){instead}.'
     )
   return config_dict.ConfigDict(versions.read_config(path))
 
@@ -97,8 +100,8 @@ def _best_step(workdir: str, steps: list[int]) -> int:
   if best is None:
     raise LinearEvalError(
       f'no best checkpoint in {checkpoints.directory(workdir)}: the run kept none (its '
-      f'checkpoints {steps} carry no ranked figure). Fix: train with '
-      '--config.keep_best=knn_top1, or pass --checkpoint=latest or a step.'
+      f'checkpoints {steps} carry no ranked figure). Fix: pass --checkpoint=latest or a '
+      'step, or train with python -m hscl_jax.main ... --config.keep_best=knn_top1 added.'
     )
   return best.step
 
