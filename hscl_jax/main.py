@@ -3,6 +3,7 @@ r"""Trains a contrastive model (UCL/SimCLR, H-UCL, SCL, H-SCL) and monitors it w
   python -m hscl_jax.main --config=configs/digits.py --workdir=/tmp/hscl_digits
   python -m hscl_jax.main --config=configs/cifar10.py --workdir=DIR \
       --config.method=hscl --config.hardening=exp --config.beta=1.0 --config.num_epochs=50
+  python -m hscl_jax.main --config=configs/digits.py --config_help=augment
 
 An existing DIR resumes from its latest checkpoint (with the same config: a change is
 refused unless named in --allow_config_change, e.g. --allow_config_change=num_epochs to
@@ -48,6 +49,7 @@ _ALLOW_CONFIG_CHANGE = flags.DEFINE_list(
   'Config fields (dotted; a section name allows all of its fields) that may differ from '
   "the workdir's config.json when resuming, e.g. num_epochs to train longer.",
 )
+flags.DEFINE_string('config_help', None, command_line.CONFIG_HELP)  # read by command_line.run
 flags.mark_flags_as_required(['config', 'workdir'])
 
 

@@ -6,6 +6,8 @@ import json
 import os
 import pathlib
 import re
+import shlex
+import subprocess
 import sys
 
 from absl import flags
@@ -21,6 +23,7 @@ from configs import cifar100  # noqa: E402
 from configs import default  # noqa: E402
 from configs import digits  # noqa: E402
 from configs import stl10  # noqa: E402
+from hscl_jax import errors  # noqa: E402
 from hscl_jax.config import command_line  # noqa: E402
 from hscl_jax.config import fields  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
@@ -416,3 +419,84 @@ def test_the_monitors_retrieval_metrics_are_checked_by_name():
     schema.validate_config(config, num_devices=4)
   assert retrieval.metric_names(' map_at_r , recall_at_1,map_at_r,') == ('map_at_r', 'recall_at_1')
   assert retrieval.metric_names('') == ()
+
+
+def _listed(listing: str) -> dict[str, tuple[str, str]]:
+  """{field: (its override as a shell reads it, the rest of its lines)} of a --config_help
+  listing: `  --config.FIELD=VALUE  (notes)` then the meaning, indented further."""
+  entries, name = {}, None
+  for line in listing.splitlines()[1:]:
+    if line.startswith('  --config.'):
+      override, *notes = shlex.split(line)
+      name = override.split('=', 1)[0].removeprefix('--config.')
+      entries[name] = (override, ' '.join(notes))
+    else:
+      entries[name] = (entries[name][0], f'{entries[name][1]} {line.strip()}'.strip())
+  return entries
+
+
+def test_the_config_help_lists_every_field_with_its_default_and_meaning():
+  """--config_help without a file: every field of config/fields, in order, at its default,
+  with its meaning (its doc, rewrapped) and, for a field unset by default, its type."""
+  listed = _listed(command_line.config_help(''))
+  assert list(listed) == list(fields.FIELDS)
+  for name, field in fields.FIELDS.items():
+    override, notes = listed[name]
+    unset = isinstance(field.default, type(fields.unset(int)))
+    default = None if unset else field.default
+    assert override == f'--config.{name}={default}', name
+    assert ' '.join(field.doc.split()) in notes, name
+    assert ('default ' in notes) is False, name  # the value is the default
+    if unset:
+      assert f'None = unset; type {field.default.type.__name__}' in notes
+
+
+@pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
+def test_the_config_help_of_a_file_gives_its_values_as_overrides_that_rebuild_it():
+  """With configs/digits.py: every field at digits' value, the default named where they
+  differ; the listed overrides, applied to cifar10.py by the program's flag parser, give
+  digits' config (every field that is set)."""
+  config = digits.get_config()
+  listed = _listed(command_line.config_help('', config, 'configs/digits.py'))
+  overrides = []
+  for name, (override, notes) in listed.items():
+    value, default = fields.value_of(config, name), fields.FIELDS[name].initial()
+    assert ('default ' in notes) == (value != default and value is not None), (name, notes)
+    if value is not None:
+      overrides.append(override)
+  assert '--config.augment.image_size=8' in overrides and '--config.batch_size=256' in overrides
+  rebuilt = _parse(f'--config={REPO}/configs/cifar10.py', *overrides)
+  assert rebuilt.to_dict() == config.to_dict()
+
+
+def test_the_config_help_lists_a_section_or_a_field_and_refuses_other_names():
+  section = _listed(command_line.config_help('augment'))
+  assert list(section) == [n for n in fields.FIELDS if n.startswith('augment.')]
+  assert list(_listed(command_line.config_help('config.knn'))) == [
+    n for n in fields.FIELDS if n.startswith('knn.')
+  ]
+  assert list(_listed(command_line.config_help('keep_best'))) == ['keep_best']
+  with pytest.raises(errors.UserError) as refused:
+    command_line.config_help('augmnt')
+  assert str(refused.value) == (
+    '--config_help=augmnt: no config section or field of that name. Fix: pass a section '
+    '(model, augment, optimizer, knn, probe, linear_eval) or a field (e.g. batch_size), or '
+    '--config_help alone for all.'
+  )
+  assert command_line.config_help_argument(['p', '--config_help', '--config=x.py']) == ''
+  assert command_line.config_help_argument(['p', '--config_help=model']) == 'model'
+  assert command_line.config_help_argument(['p', '--config=x.py']) is None
+
+
+def test_hscl_train_lists_the_fields_of_its_config_file_before_any_flag_is_required():
+  """As a user types it: no --workdir, exit 0, the listing on stdout."""
+  result = subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.main', '--config=configs/digits.py', '--config_help=augment'],
+    cwd=REPO, env={**os.environ, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'},
+    capture_output=True, text=True, timeout=300,
+  )  # fmt: skip
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert (
+    result.stdout
+    == command_line.config_help('augment', digits.get_config(), 'configs/digits.py') + '\n'
+  )

@@ -153,7 +153,9 @@ def test_the_docs_table_of_console_scripts_is_setups():
 
 def test_the_installed_console_scripts_run_the_programs():
   """The scripts a `pip install` of setup.py puts beside this Python (a fresh install in
-  CI), each in its own process: --help shows its program's usage, as `python -m` does."""
+  CI), each in its own process: --help shows its program's usage, as `python -m` does,
+  its examples spelt with the command it was started by (`hscl-train ...`, not `python -m
+  hscl_jax.main ...`)."""
   installed = {
     entry.name: entry.value
     for entry in importlib.metadata.entry_points(group='console_scripts')
@@ -181,7 +183,9 @@ def test_the_installed_console_scripts_run_the_programs():
     out, err = proc.communicate(timeout=300)
     module = declared[name].split(':')[0]
     assert 'Traceback' not in err, f'{name}:\n{err[-3000:]}'
-    assert f'python -m {ENTRY_POINTS[module]}' in out, (name, out[:500])  # its docstring
+    usage = out.split('\nflags:\n', 1)[0]  # its docstring
+    assert re.search(rf'^ +{name} ', usage, re.M), (name, usage)
+    assert not re.search(rf'python -m {re.escape(ENTRY_POINTS[module])}(?![\w.])', usage), usage
     tree = ast.parse((REPO / (module.replace('.', '/') + '.py')).read_text())
     for flag, _ in _flag_definitions(tree):
       assert re.search(rf'^  --(\[no\])?{flag}:', out, re.M), f'{name}: --{flag} not in --help'
