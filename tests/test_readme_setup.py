@@ -86,3 +86,29 @@ def test_the_longest_groups_named_first_exist_and_come_first():
     'test_a.py::two',
   ]
   assert items[3].marks[0].args == ('digits_run',)
+
+
+def test_a_training_command_on_a_tfds_dataset_says_its_prepare_step_and_extra():
+  """Each README training command whose config reads a TFDS dataset (from the files
+  `prepare` writes, which needs TensorFlow) has before it, in its code block, that
+  dataset's prepare command and the install of an extra that holds TensorFlow."""
+  import importlib
+
+  import requirements
+
+  from hscl_jax import data
+
+  sys.path.insert(0, str(REPO))  # configs/<name>.py imports configs.default
+  extras = requirements.setup_arguments()['extras_require']
+  checked = []
+  for block in re.findall(r'```bash\n(.*?)```', (REPO / 'README.md').read_text(), re.S):
+    for command in re.finditer(r'python -m hscl_jax\.main --config=configs/(\w+)\.py', block):
+      dataset = importlib.import_module(f'configs.{command.group(1)}').get_config().dataset
+      if dataset not in data.TFDS_DATASETS:
+        continue
+      before = block[: command.start()]
+      assert f'python -m hscl_jax.prepare --dataset={dataset}' in before, block
+      extra = re.search(r"pip install -e '\.\[(\w+)\]'", before)
+      assert extra and any(r.startswith('tensorflow') for r in extras[extra.group(1)]), block
+      checked.append(dataset)
+  assert checked == ['cifar10']
