@@ -3,6 +3,7 @@ through both source paths, the one-line refusals, and a digits run pinned to eq.
 
 from __future__ import annotations
 
+import functools
 import logging
 import pathlib
 import re
@@ -30,7 +31,7 @@ def unbalanced_labels(seed=0, num_classes=9):
   return rng.permutation(np.repeat(np.arange(num_classes), sizes)).astype(np.int32)
 
 
-def order_of(labels, batch, m, seed=0, processes=1):
+def order_of(labels, batch, m, seed=0, processes=1, min_classes=1):
   return data.EpochOrder(
     len(labels),
     labels=labels,
@@ -38,6 +39,7 @@ def order_of(labels, batch, m, seed=0, processes=1):
     seed=seed,
     samples_per_class=m,
     num_processes=processes,
+    min_classes_per_batch=min_classes,
   )
 
 
@@ -255,19 +257,22 @@ def test_the_config_check_refuses_what_no_data_allows_and_leaves_the_rest_to_the
     schema.validate_config(config, num_devices=4, num_processes=2)
 
 
+@pytest.mark.parametrize('min_classes', [1, 2])
 @pytest.mark.parametrize('seed', range(6))
-def test_every_value_a_refusal_lists_passes_and_every_other_is_refused(seed):
+def test_every_value_a_refusal_lists_passes_and_every_other_is_refused(seed, min_classes):
   """On random unbalanced labels, each refusal's listed values (or suggested batch_size
-  with its values) build orders whose batches hold m of each of batch / m classes, and
-  every other m from 1 to the batch is refused."""
+  with its values) build orders whose batches hold m of each of batch / m classes, at
+  least min_classes of them (a supervised method's negatives are another class's), and
+  every other m from 1 to the batch is refused. A suggested batch holds two samples."""
   rng = np.random.default_rng(seed)
   num_classes = int(rng.integers(2, 9))
   labels = np.repeat(np.arange(num_classes), rng.integers(1, 20, size=num_classes))
   batch, processes = int(rng.choice([8, 12, 16, 24])), int(rng.choice([1, 2]))
+  order = functools.partial(order_of, min_classes=min_classes)
   outcomes = {}
   for m in range(1, batch + 1):
     try:
-      order_of(labels, batch, m, processes=processes)
+      order(labels, batch, m, processes=processes)
     except schema.ConfigError as refused:
       outcomes[m] = str(refused)
     else:
@@ -285,12 +290,16 @@ def test_every_value_a_refusal_lists_passes_and_every_other_is_refused(seed):
     elif suggested:
       assert not passing, message
       other = int(suggested.group(1))
+      assert other >= 2, message
       for m in (int(v) for v in suggested.group(2).split(', ')):
-        _assert_m_per_class(order_of(labels, other, m, processes=processes), labels, m)
+        _assert_m_per_class(order(labels, other, m, processes=processes), labels, m)
+        assert other // m >= min_classes, message
     else:
       assert not passing and 'samples_per_class=0 (uniform batches): no value' in message
   for m in passing:
-    _assert_m_per_class(order_of(labels, batch, m, processes=processes), labels, m)
+    _assert_m_per_class(order(labels, batch, m, processes=processes), labels, m)
+  assert all(batch // m >= min_classes for m in passing)
+  assert min_classes == 1 or outcomes[batch] is not None  # one class: no negatives
 
 
 def _assert_m_per_class(order, labels, m):

@@ -253,3 +253,25 @@ def test_a_refused_samples_per_class_suggests_a_batch_every_device_divides():
   # Batch 6 would take one of each class; 4 is the largest multiple of 4 devices below 7.
   with pytest.raises(errors.ConfigError, match=r'use --config\.batch_size=4 with samples_per'):
     plan_lib.make_train_loader(config, source)
+
+
+def test_a_refused_samples_per_class_suggests_what_the_config_check_passes():
+  """The loader asks what the config check asks (config/schema): a suggested batch_size a
+  multiple of the devices times chunk_size, and for a supervised method two classes per
+  batch, which an unsupervised one does without."""
+  assert (jax.device_count(), jax.process_count()) == (4, 1)
+  labels = np.repeat(np.arange(12), [1] * 11 + [20]).astype(np.int32)  # m = 1 only
+  singles = data.ArraySource(np.zeros((31, 4, 4, 3), np.uint8), labels, 12)
+  config = digits.get_config()
+  config.batch_size, config.samples_per_class = 17, 17  # no m passes at 17: 12 classes
+  for chunk_size, batch in ((0, 12), (2, 8)):
+    config.chunk_size = chunk_size
+    with pytest.raises(errors.ConfigError, match=rf'use --config\.batch_size={batch} with '):
+      plan_lib.make_train_loader(config, singles)
+  pairs = data.ArraySource(np.zeros((16, 4, 4, 3), np.uint8), np.repeat(np.arange(2), 8), 2)
+  config.batch_size, config.samples_per_class, config.chunk_size = 8, 8, 0
+  assert config.method == 'hscl'
+  with pytest.raises(errors.ConfigError, match=r'fewer than the 2 .* use samples_per_class=4 '):
+    plan_lib.make_train_loader(config, pairs)
+  config.method = 'ucl'
+  assert plan_lib.make_train_loader(config, pairs).steps_per_epoch == 2

@@ -90,12 +90,25 @@ def _whole(value) -> int:
   return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def classes_per_batch_needed(config) -> int:
+  """2 for a supervised method with class-aware batches, whose negatives are the other
+  classes' samples; else 1 (an unsupervised method's are the other samples)."""
+  supervised = config.method in methods.SUPERVISED_NAMES
+  return 2 if supervised and _whole(config.samples_per_class) else 1
+
+
+def batch_multiple(config, num_devices: int, num_processes: int) -> int:
+  """What a batch_size must be a multiple of: the devices (times chunk_size, which must
+  divide a device's share) and the processes."""
+  return math.lcm(num_devices * max(_whole(config.chunk_size), 1), num_processes)
+
+
 def _least_batch_size(config) -> tuple[int, str]:
   """The fewest samples a step's loss has negatives in, and why: the views of another sample
   (M = n - 2 of the losses must be positive), or, for a supervised method with class-aware
   batches of m per class, a second class."""
   m = _whole(config.samples_per_class)
-  if m and config.method in methods.SUPERVISED_NAMES:
+  if classes_per_batch_needed(config) == 2:
     return 2 * m, (
       f'with samples_per_class={m} a batch holds batch_size / {m} classes, and '
       f'{config.method} takes its negatives from other classes, so it needs 2 classes'
@@ -107,10 +120,10 @@ def _least_batch_size(config) -> tuple[int, str]:
 
 def passing_batch_size(config, num_devices: int, num_processes: int, at_least: int = 1) -> int:
   """The smallest batch_size >= at_least (and >= the fewest a step has negatives in) that
-  splits over the devices and processes and that chunk_size and samples_per_class divide per
-  device and per process. (queue_size, a multiple of a step's rows, is fixed to fit it.)"""
-  chunk, m = _whole(config.chunk_size), _whole(config.samples_per_class)
-  multiple = math.lcm(num_devices * max(chunk, 1), num_processes * max(m, 1))
+  is a multiple of `batch_multiple` and whose process's share samples_per_class divides.
+  (queue_size, a multiple of a step's rows, is fixed to fit it.)"""
+  m = _whole(config.samples_per_class)
+  multiple = math.lcm(batch_multiple(config, num_devices, num_processes), num_processes * max(m, 1))
   return _round_up(max(at_least, _least_batch_size(config)[0]), multiple)
 
 

@@ -89,7 +89,7 @@ class TrainLoader:
     shard_index, shard_count: this process and the number of processes
       (default: jax.process_index() / jax.process_count()).
     num_classes: optional check of the labels in 'label' mode.
-    batch_multiple: what a batch_size must be a multiple of (`EpochOrder`'s refusals).
+    batch_multiple, min_classes_per_batch: what a batch must meet (`EpochOrder`'s).
     num_threads, prefetch_batches: grain reading threads and prefetch depth.
   """
 
@@ -105,6 +105,7 @@ class TrainLoader:
     shard_count: int | None = None,
     num_classes: int | None = None,
     batch_multiple: int | None = None,
+    min_classes_per_batch: int = 1,
     num_threads: int = DEFAULT_NUM_THREADS,
     prefetch_batches: int = DEFAULT_PREFETCH_BATCHES,
   ):
@@ -128,6 +129,7 @@ class TrainLoader:
       samples_per_class=samples_per_class,
       num_processes=self.shard_count,
       batch_multiple=batch_multiple,
+      min_classes_per_batch=min_classes_per_batch,
     )
     self.steps_per_epoch = self.order.steps_per_epoch
     self._partners = None

@@ -22,6 +22,7 @@ holds whole classes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -70,19 +71,30 @@ def _class_members(labels: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
   return classes, np.split(order, starts[1:])
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchRule:
+  """What a class-aware batch must meet besides the labels: the processes that split it,
+  what a batch_size is a multiple of (a suggested one too), the fewest classes it holds."""
+
+  num_processes: int = 1
+  multiple: int = 1
+  min_classes: int = 1
+
+
 def passing_samples_per_class(
-  class_sizes: np.ndarray, global_batch_size: int, num_processes: int = 1
+  class_sizes: np.ndarray, global_batch_size: int, num_processes: int = 1, min_classes: int = 1
 ) -> list[int]:
   """Every m >= 1 that passes every check on classes of these sizes: m divides a process's
-  share of the batch, the batch's global_batch_size / m classes exist, and m is at most
-  the smallest class (so every class fills a group and a batch can be packed)."""
+  share of the batch, the batch's global_batch_size / m classes exist and are at least
+  `min_classes` (2 where the negatives are another class's), and m is at most the smallest
+  class (so every class fills a group and a batch can be packed)."""
   if global_batch_size % num_processes or len(class_sizes) == 0:
     return []
   local = global_batch_size // num_processes
   return [
     m
     for m in range(1, min(local, int(min(class_sizes))) + 1)
-    if local % m == 0 and global_batch_size // m <= len(class_sizes)
+    if local % m == 0 and min_classes <= global_batch_size // m <= len(class_sizes)
   ]
 
 
@@ -92,10 +104,12 @@ def _values(passing: list[int]) -> str:
   return f'samples_per_class = one of {", ".join(map(str, passing))}'
 
 
-def _what_passes(sizes: np.ndarray, global_batch_size: int, num_processes: int, multiple: int):
+def _what_passes(sizes: np.ndarray, global_batch_size: int, rule: BatchRule):
   """The fix of a refused m: the values that pass here, else the largest batch_size (a
-  multiple of `multiple`) below this one that has some, else uniform batches."""
-  passing = passing_samples_per_class(sizes, global_batch_size, num_processes)
+  multiple of `rule.multiple`, two samples at least) below this one that has some, else
+  uniform batches."""
+  num_processes, min_classes = rule.num_processes, rule.min_classes
+  passing = passing_samples_per_class(sizes, global_batch_size, num_processes, min_classes)
   if passing:
     return (
       f'use {_values(passing)} (what passes every check on this training subset at '
@@ -104,8 +118,8 @@ def _what_passes(sizes: np.ndarray, global_batch_size: int, num_processes: int, 
   facts = f'{len(sizes)} classes, the smallest with {int(min(sizes))} examples'
   # A batch holds at most every class's smallest-class worth: start there.
   largest = min(global_batch_size - 1, len(sizes) * int(min(sizes)))
-  for batch in range(largest - largest % multiple, 0, -multiple):
-    passing = passing_samples_per_class(sizes, batch, num_processes)
+  for batch in range(largest - largest % rule.multiple, 1, -rule.multiple):
+    passing = passing_samples_per_class(sizes, batch, num_processes, min_classes)
     if passing:
       return (
         f'no samples_per_class passes at batch_size {global_batch_size} on this training '
@@ -117,10 +131,9 @@ def _what_passes(sizes: np.ndarray, global_batch_size: int, num_processes: int, 
   )
 
 
-def _check_classes(
-  labels: np.ndarray, global_batch_size: int, m: int, num_processes: int, multiple: int
-) -> None:
+def _check_classes(labels: np.ndarray, global_batch_size: int, m: int, rule: BatchRule) -> None:
   """The checks that need the training subset's labels; a refusal names what passes."""
+  num_processes = rule.num_processes
   if len(labels) and labels.min() < 0:
     errors.fail(
       'samples_per_class',
@@ -142,6 +155,11 @@ def _check_classes(
       f'batch_size {global_batch_size} / {m} = {per_batch} classes per batch, but the '
       f'training subset has {len(classes)} classes'
     )
+  elif per_batch < rule.min_classes:
+    problem = (
+      f'batch_size {global_batch_size} / {m} = {per_batch} class per batch, fewer than the '
+      f'{rule.min_classes} its negatives need'
+    )
   elif m > sizes[smallest]:
     problem = (
       f'{m} exceeds the {sizes[smallest]} training examples of class {classes[smallest]} '
@@ -149,9 +167,7 @@ def _check_classes(
     )
   else:
     return
-  errors.fail(
-    'samples_per_class', problem, _what_passes(sizes, global_batch_size, num_processes, multiple)
-  )
+  errors.fail('samples_per_class', problem, _what_passes(sizes, global_batch_size, rule))
 
 
 def max_batches(groups_per_class: np.ndarray, classes_per_batch: int) -> int:
@@ -180,6 +196,8 @@ class EpochOrder:
     num_processes: the processes that split each batch (m must divide a process's slice).
     batch_multiple: what a batch_size must be a multiple of (the devices and processes; a
       refusal may suggest one), num_processes if None.
+    min_classes_per_batch: the fewest classes a batch may hold (2 where the negatives are
+      another class's samples).
 
   Raises:
     ConfigError: one line naming ``samples_per_class`` and the fix, for a value the data
@@ -203,6 +221,7 @@ class EpochOrder:
     samples_per_class: int = 0,
     num_processes: int = 1,
     batch_multiple: int | None = None,
+    min_classes_per_batch: int = 1,
   ):
     self.num_examples = num_examples
     self.global_batch_size = global_batch_size
@@ -216,7 +235,8 @@ class EpochOrder:
     if labels.shape != (num_examples,):
       raise ValueError(f'labels must have shape ({num_examples},), got {labels.shape}')
     multiple = num_processes if batch_multiple is None else batch_multiple
-    _check_classes(labels, global_batch_size, samples_per_class, num_processes, multiple)
+    rule = BatchRule(num_processes, multiple, min_classes_per_batch)
+    _check_classes(labels, global_batch_size, samples_per_class, rule)
     self._cache: dict[int, np.ndarray] = {}
     self._classes, self._members = _class_members(labels)
     self._groups = np.array([len(c) // samples_per_class for c in self._members])

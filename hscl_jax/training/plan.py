@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import jax
 import ml_collections
@@ -67,8 +66,9 @@ def make_train_loader(config: ml_collections.ConfigDict, train_source) -> data.T
     shard_index=jax.process_index(),
     shard_count=jax.process_count(),
     num_classes=train_source.num_classes,
-    # What the config check asks of a batch_size: a refused m may suggest one.
-    batch_multiple=math.lcm(jax.device_count(), jax.process_count()),
+    # What the config check asks of a batch: a refused m may suggest one.
+    batch_multiple=schema.batch_multiple(config, jax.device_count(), jax.process_count()),
+    min_classes_per_batch=schema.classes_per_batch_needed(config),
   )
 
 
