@@ -231,15 +231,20 @@ def test_one_timer_gives_the_epoch_s_times_the_rate_and_the_eta(monkeypatch):
 
 
 def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():
+  """One more is refused naming the largest batch that passes on the 4 devices (a multiple
+  of 4, and with chunk_size 4 of 16), or, with fewer examples than any, asking for more."""
   config = digits.get_config()
   config.batch_size = 64
   with accepted('a batch of all 64 training examples'):
     plan_lib.check_batch_fits(config, 64)
-  with pytest.raises(
-    errors.ConfigError,
-    match=r'^config\.batch_size: 64 exceeds the 63 training examples\. Fix: use at most 63\.$',
-  ):
+  refusal = r'^config\.batch_size: 64 exceeds the 63 training examples\. Fix: use at most 63: '
+  with pytest.raises(errors.ConfigError, match=refusal + r'--config\.batch_size=60 passes here\.$'):
     plan_lib.check_batch_fits(config, 63)
+  config.chunk_size = 4
+  with pytest.raises(errors.ConfigError, match=r'--config\.batch_size=48 passes here\.$'):
+    plan_lib.check_batch_fits(config, 63)
+  with pytest.raises(errors.ConfigError, match=r'Fix: train on more examples than the .*, 16\.$'):
+    plan_lib.check_batch_fits(config, 15)
 
 
 def test_a_refused_samples_per_class_suggests_a_batch_every_device_divides():

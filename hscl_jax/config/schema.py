@@ -118,13 +118,27 @@ def _least_batch_size(config) -> tuple[int, str]:
   )
 
 
+def _batch_step(config, num_devices: int, num_processes: int) -> int:
+  """What a passing batch_size is a multiple of: `batch_multiple` and, with class-aware
+  batches, the processes times samples_per_class (m divides a process's share)."""
+  m = _whole(config.samples_per_class)
+  return math.lcm(batch_multiple(config, num_devices, num_processes), num_processes * max(m, 1))
+
+
 def passing_batch_size(config, num_devices: int, num_processes: int, at_least: int = 1) -> int:
   """The smallest batch_size >= at_least (and >= the fewest a step has negatives in) that
-  is a multiple of `batch_multiple` and whose process's share samples_per_class divides.
-  (queue_size, a multiple of a step's rows, is fixed to fit it.)"""
-  m = _whole(config.samples_per_class)
-  multiple = math.lcm(batch_multiple(config, num_devices, num_processes), num_processes * max(m, 1))
-  return _round_up(max(at_least, _least_batch_size(config)[0]), multiple)
+  is a multiple of `_batch_step`. (queue_size, a multiple of a step's rows, is fixed to
+  fit it.)"""
+  step = _batch_step(config, num_devices, num_processes)
+  return _round_up(max(at_least, _least_batch_size(config)[0]), step)
+
+
+def largest_passing_batch_size(config, num_devices: int, num_processes: int, at_most: int):
+  """The largest batch_size <= at_most that passes as `passing_batch_size`'s do, None if
+  none does."""
+  step = _batch_step(config, num_devices, num_processes)
+  largest = at_most - at_most % step
+  return largest if largest >= _least_batch_size(config)[0] else None
 
 
 def _check_batch_size(config, num_devices: int, num_processes: int) -> None:

@@ -46,12 +46,20 @@ class Plan:
 
 
 def check_batch_fits(config: ml_collections.ConfigDict, num_train_examples: int) -> None:
-  if config.batch_size > num_train_examples:
-    schema.fail(
-      'batch_size',
-      f'{config.batch_size} exceeds the {num_train_examples} training examples',
-      f'use at most {num_train_examples}',
-    )
+  """A batch of at most the training examples; the refusal names the largest that passes
+  the config check here, or, if none does, asks for more examples."""
+  if config.batch_size <= num_train_examples:
+    return
+  devices, processes = jax.device_count(), jax.process_count()
+  largest = schema.largest_passing_batch_size(config, devices, processes, num_train_examples)
+  if largest is None:
+    smallest = schema.passing_batch_size(config, devices, processes)
+    fix = f'train on more examples than the smallest batch that passes here, {smallest}'
+  else:
+    fix = f'use at most {num_train_examples}: --config.batch_size={largest} passes here'
+  schema.fail(
+    'batch_size', f'{config.batch_size} exceeds the {num_train_examples} training examples', fix
+  )
 
 
 def make_train_loader(config: ml_collections.ConfigDict, train_source) -> data.TrainLoader:
