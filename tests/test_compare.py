@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from hscl_jax.experiments import image_plots  # noqa: E402
 from hscl_jax.experiments import image_report  # noqa: E402
 from hscl_jax.experiments import image_runs  # noqa: E402
 from hscl_jax.experiments import raw_pixels  # noqa: E402
+from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 
 
@@ -529,3 +531,26 @@ def test_raw_pixel_knn_is_recomputed(tmp_path, monkeypatch):
   assert expected not in wrong  # the data tell the centrings apart
   assert result['top1'] == pytest.approx(expected, abs=1e-6)  # float32: < 1 query of 40
   assert (result['bank'], result['queries']) == (60, 40)
+
+
+def test_a_run_of_another_config_is_refused_with_the_comparisons_own_flags(tmp_path):
+  """A grid's run directory holding a run of another config (the stored digits run): the
+  refusal names the run and --workdir, a flag of compare, not training's
+  --allow_config_change, which compare lacks (its runs follow its config)."""
+  from test_main_errors import is_a_flag_of
+  from test_main_errors import named_flags
+
+  config = digits.get_config()
+  setting = image_grid.settings(config, set())[0]
+  workdir = image_grid.run_dir(str(tmp_path), setting, 0)
+  shutil.copytree(REPO / 'tests' / 'fixtures' / 'digits_workdir', workdir)
+  with pytest.raises(stored_config.ConfigChangedError) as refused:
+    image_runs.run_one(config, setting, 0, str(tmp_path), 'features')
+  message = str(refused.value)
+  assert message.startswith(f'workdir {workdir} holds a run trained '), message
+  assert message.endswith(
+    f'Fix: use a new --workdir for the comparison, or remove {workdir} to train that run again'
+  )
+  flags = named_flags(message, 'hscl_jax.experiments.compare')
+  assert flags == [('hscl_jax.experiments.compare', 'workdir')]
+  assert all(is_a_flag_of(*flag) for flag in flags)

@@ -16,6 +16,7 @@ from hscl_jax.rundir import layout
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import progress
+from hscl_jax.rundir import stored_config
 from hscl_jax.rundir import trained_run
 from hscl_jax.rundir import versions
 from hscl_jax.training import loop
@@ -85,6 +86,10 @@ def run_one(base, setting: image_grid.Setting, seed: int, root: str, protocol: s
       result = linear_probe.linear_evaluate(config, workdir)
   except workdir_lock.WorkdirBusyError:
     return None
+  except stored_config.ConfigChangedError as changed:
+    # The comparison has no --allow_config_change: its runs follow its config.
+    fix = f'use a new --workdir for the comparison, or remove {workdir} to train that run again'
+    raise stored_config.ConfigChangedError(changed.problem, fix) from None
   logging.info(
     '%s seed %d: linear top-1 %.4f (%.0f s)',
     setting.label,

@@ -25,7 +25,13 @@ from hscl_jax.rundir import versions
 
 
 class ConfigChangedError(errors.UserError, ValueError):
-  """The config differs from the one the workdir was trained with."""
+  """The config differs from the one the workdir was trained with: `problem` (which run,
+  which fields) and `fix`, in `python -m hscl_jax.main`'s flags (a program without them
+  raises it again with its own fix)."""
+
+  def __init__(self, problem: str, fix: str):
+    super().__init__(f'{problem} Fix: {fix}')
+    self.problem = problem
 
 
 def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
@@ -111,11 +117,11 @@ def check_unchanged(
   as_trained = [f'--config.{f}={old}' for f, (old, _) in changed.items() if f in migrated]
   if as_trained:
     raise ConfigChangedError(
-      f'workdir {workdir} holds a run trained before this field existed ({listed}). '
-      f'Fix: resume it as it was trained, add {" ".join(as_trained)}; or use a new --workdir'
+      f'workdir {workdir} holds a run trained before this field existed ({listed}).',
+      f'resume it as it was trained, add {" ".join(as_trained)}; or use a new --workdir',
     )
   raise ConfigChangedError(
-    f'workdir {workdir} holds a run trained with another config ({listed}). '
-    f'Fix: use a new --workdir, or, to change it deliberately (e.g. more epochs), '
-    f'add --allow_config_change={",".join(changed)}'
+    f'workdir {workdir} holds a run trained with another config ({listed}).',
+    'use a new --workdir, or, to change it deliberately (e.g. more epochs), '
+    f'add --allow_config_change={",".join(changed)}',
   )
