@@ -127,8 +127,8 @@ def _batch_step(config, num_devices: int, num_processes: int) -> int:
 
 def passing_batch_size(config, num_devices: int, num_processes: int, at_least: int = 1) -> int:
   """The smallest batch_size >= at_least (and >= the fewest a step has negatives in) that
-  is a multiple of `_batch_step`. (queue_size, a multiple of a step's rows, is fixed to
-  fit it.)"""
+  is a multiple of `_batch_step`. queue_size is left out: its own refusal names a multiple
+  of the rows of the batch chosen."""
   step = _batch_step(config, num_devices, num_processes)
   return _round_up(max(at_least, _least_batch_size(config)[0]), step)
 
