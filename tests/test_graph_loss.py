@@ -253,3 +253,37 @@ def test_infonce_rejects_a_bad_concrete_m(M):
   local, graph, node_graph, _ = problem()
   with pytest.raises(ValueError, match='^M must be positive and finite'):
     jax_loss(local, graph, node_graph, None, None, losses.local_global_infonce, M=M)
+
+
+def test_arrays_in_the_wrong_form_are_one_line_naming_the_right_one():
+  """Features of other ranks or dims, index arrays of another shape or of floats, masks of
+  another length and a hardening that is not a function are refused in one line."""
+  local, graph = np.ones((6, 4), np.float32), np.ones((2, 4), np.float32)
+  node_graph, labels = np.array([0, 0, 0, 1, 1, 1]), np.array([0, 1])
+  features = 'local_features and graph_features must have shapes .* got'
+  cases = [
+    (dict(local_features=local[None]), ValueError, features + ' \\(1, 6, 4\\) and \\(2, 4\\)'),
+    (dict(graph_features=graph[:, :3]), ValueError, features),
+    (
+      dict(node_graph=node_graph[:4]),
+      ValueError,
+      'node_graph must have shape \\[nodes\\] = \\(6,\\), got \\(4,\\)',
+    ),
+    (dict(node_graph=node_graph * 1.0), TypeError, 'node_graph must be integers, got dtype float'),
+    (
+      dict(graph_labels=node_graph),
+      ValueError,
+      'graph_labels must have shape \\[graphs\\] = \\(2,\\)',
+    ),
+    (dict(graph_labels=labels * 1.0), TypeError, 'graph_labels must be integers'),
+    (dict(node_mask=np.ones(3, bool)), ValueError, 'node_mask must have shape \\(6,\\)'),
+    (dict(graph_mask=np.ones(3, bool)), ValueError, 'graph_mask must have shape \\(2,\\)'),
+    (dict(hardening=1.0), TypeError, 'hardening= takes a function g -> log η'),
+  ]
+  for loss in (losses.local_global_jsd, losses.local_global_infonce):
+    for change, error, message in cases:
+      args = dict(local_features=local, graph_features=graph, node_graph=node_graph) | change
+      with pytest.raises(error, match=message) as raised:
+        loss(**args)
+      assert '\n' not in str(raised.value)
+    assert np.isfinite(loss(local, graph, node_graph, graph_labels=labels, hardening=None))

@@ -621,6 +621,91 @@ class InputValidationTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'one label per sample'):
       jax.jit(losses.scl).lower(features, labels[:5])
 
+  def test_options_in_the_wrong_form_are_one_line_naming_the_right_one(self):
+    """Every option of the losses and diagnostics given in a form they cannot use is
+    refused before any tracing, in one line that names the form (or the call) it takes."""
+    z, y = random_batch(28)
+    exp = losses.exponential(1.0)
+    form = re.escape('hardening= takes a function g -> log η(g), e.g. losses.exponential(1.0)')
+    no_labels = re.escape('labels=None: scl, hscl and the diagnostics need labels')
+    diagnostics = (losses.log_alphas, losses.assumption1, losses.batch_diagnostics)
+    cases = [
+      (
+        lambda: losses.hscl(z, y, hardening=1.0),
+        TypeError,
+        form + r'.*hardening=losses.exponential\(1.0\)',
+      ),
+      (lambda: losses.hscl(z, y, hardening=None), TypeError, form + ', got None'),
+      (lambda: losses.hscl(z, y, hardening='exp'), TypeError, form + ", got 'exp'"),
+      *[
+        (
+          lambda f=f: losses.hscl(z, y, hardening=f),
+          TypeError,
+          f'losses.{f.__name__} is the factory: call it',
+        )
+        for f in (losses.exponential, losses.threshold)
+      ],
+      *[(lambda d=d: d(z, y, hardening=2), TypeError, form) for d in diagnostics],
+      (lambda: losses.scl(z, None), ValueError, no_labels),
+      (lambda: losses.hscl(z, None, hardening=exp), ValueError, no_labels),
+      *[(lambda d=d: d(z, None, hardening=exp), ValueError, no_labels) for d in diagnostics],
+      (lambda: losses.scl(z, jax.nn.one_hot(y, 3).astype(int)), ValueError, r'labels.argmax\(-1\)'),
+      *[
+        (lambda b=b: losses.ucl(z, block_size=b), ValueError, f'a positive int, got {b!r}.$')
+        for b in (4.0, 'auto', True)
+      ],
+      (lambda: losses.ucl(z, precision='fast'), ValueError, "Precision or its name .*got 'fast'"),
+      (lambda: losses.log_alphas(z, y, hardening=exp, precision='fast'), ValueError, "'fast'"),
+      (
+        lambda: losses.ucl(z, axis_name='data'),
+        ValueError,
+        "axis_name='data' is not a mapped axis",
+      ),
+      (lambda: losses.assumption1(z, y, hardening=exp, axis_name='d'), ValueError, 'jax.shard_map'),
+      (
+        lambda: losses.ucl(z, temperature='0.5'),
+        TypeError,
+        "temperature must be a number, got '0.5'",
+      ),
+      (lambda: losses.hucl(z, beta='1'), TypeError, "beta must be a number, got '1'"),
+      (
+        lambda: losses.hucl(z, beta=1.0, clamp='no'),
+        TypeError,
+        "clamp must be True or False, got 'no'",
+      ),
+      (
+        lambda: losses.hscl(z, y, hardening=exp, stop_gradient_weights=1),
+        TypeError,
+        'stop_gradient_weights must be True or False',
+      ),
+    ]
+    for fn, error, message in cases:
+      with self.assertRaisesRegex(error, message) as raised:
+        fn()
+      assert '\n' not in str(raised.exception), str(raised.exception)
+
+  def test_the_forms_the_options_take_are_accepted(self):
+    """What the messages name works: a precision by name, object or pair; a NumPy int block
+    size; a NumPy bool; a hardening returning a Python float (η constant: SCL)."""
+    z, y = random_batch(29)
+    dense = losses.scl(z, y)
+    for precision in ('highest', jax.lax.Precision.HIGHEST, ('highest', 'highest')):
+      np.testing.assert_allclose(losses.scl(z, y, precision=precision), dense, rtol=1e-6)
+    np.testing.assert_allclose(losses.scl(z, y, block_size=np.int64(4)), dense, rtol=1e-5)
+    np.testing.assert_allclose(
+      losses.hucl(z, beta=1.0, clamp=np.bool_(True)), losses.hucl(z, beta=1.0)
+    )
+    np.testing.assert_allclose(losses.hscl(z, y, hardening=lambda g: 0.0), dense, rtol=1e-6)
+
+  def test_the_namespace_is_the_public_api_and_its_modules(self):
+    """dir(losses) (what completion and help read) holds `__all__` and the package's modules
+    (losses.kernel, losses.image, ...), nothing else public."""
+    import pkgutil
+
+    public = {name for name in dir(losses) if not name.startswith('_')}
+    modules = {module.name for module in pkgutil.iter_modules(losses.__path__)}
+    self.assertEqual(public, set(losses.__all__) | modules)
+
 
 class NoRecompileTest(parameterized.TestCase):
   def test_changing_beta_and_tau_does_not_retrace(self):
@@ -678,6 +763,39 @@ class ScheduleTest(parameterized.TestCase):
       np.testing.assert_allclose(
         beta, losses.beta_schedule(on_device, beta=2.0, num_epochs=5, num_steps=2), rtol=1e-6
       )
+
+  def test_schedules_take_1_based_epochs_up_to_num_epochs(self):
+    """Epoch 1 is start's level and epoch num_epochs end's (eq. (4)); a concrete epoch
+    outside [1, num_epochs] (Python, NumPy or a non-traced JAX number) is refused in one
+    line, a traced one is not checked (jit computes the formula); num_epochs is an int
+    >= 1. The issue's example: τ at epoch 10 of 200 lies between e^{start/γ} and
+    e^{end/γ}, not between start and end."""
+    tau = functools.partial(losses.tau_schedule, start=-0.5, end=0.1, num_epochs=200)
+    beta = functools.partial(losses.beta_schedule, beta=2.0, num_epochs=200, num_steps=4)
+    np.testing.assert_allclose(
+      [tau(1), tau(10), tau(200)], np.exp(np.array([-0.5, -0.5 + 9 / 199 * 0.6, 0.1]) / 0.5)
+    )
+    self.assertAlmostEqual(float(tau(10)), 0.388, places=3)
+    range_message = re.escape(
+      'epoch must be 1-based, in [1, num_epochs = 200] (epoch 1 is the first), got'
+    )
+    for bad in (0, 201, np.int64(0), jnp.int32(201), -1.5):
+      for schedule in (tau, beta):
+        with self.assertRaisesRegex(ValueError, f'^{range_message} {bad}.$'):
+          schedule(bad)
+    traced = jax.jit(lambda e: tau(e))(jnp.int32(0))
+    np.testing.assert_allclose(traced, np.exp((-0.5 - 0.6 / 199) / 0.5), rtol=1e-6)
+    for schedule in (losses.tau_schedule, losses.beta_schedule):
+      kwargs = (
+        dict(start=0.0, end=0.1) if schedule is losses.tau_schedule else dict(beta=1.0, num_steps=2)
+      )
+      with self.assertRaisesRegex(
+        ValueError, "^num_epochs must be >= 1 \\(the run's epochs\\), got 0.$"
+      ):
+        schedule(1, num_epochs=0, **kwargs)
+      for bad in (2.5, True):
+        with self.assertRaisesRegex(TypeError, f'^num_epochs must be an int .*got {bad}.$'):
+          schedule(1, num_epochs=bad, **kwargs)
 
   def test_beta_annealing(self):
     betas = [

@@ -60,3 +60,5 @@ __all__ = [
   'threshold',
   'ucl',
 ]
+
+del annotations  # the __future__ import's name: dir(losses) lists the public API only

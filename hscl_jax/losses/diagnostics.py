@@ -20,6 +20,14 @@ Array = kernel.Array
 Hardening = kernel.Hardening
 
 
+def _checked(features, labels, hardening, axis_name, precision):
+  """(features, labels) checked as the supervised losses check them, with the options."""
+  kernel.require_labels(labels)
+  image.check_hardening(hardening)
+  kernel.check_options(axis_name=axis_name, precision=precision)
+  return kernel.check_inputs(features, labels)
+
+
 def log_alphas(
   features: Array,
   labels: Array,
@@ -36,7 +44,7 @@ def log_alphas(
   (H-SCL) or the same label (Hcol), so α_HUCL = α_HSCL + α_Hcol exactly. An empty set
   gives log α = -inf.
   """
-  features, labels = kernel.check_inputs(features, labels)
+  features, labels = _checked(features, labels, hardening, axis_name, precision)
   q, k = kernel.anchor_and_key_rows(features, labels, axis_name)
   log_eta = hardening(kernel.similarity(q.z / temperature, k.z, precision))
   ucl_negatives = kernel.other_sample(q, k)
@@ -68,7 +76,7 @@ def assumption1(
   label. Where either set is empty the conclusion of Lemma 1 holds with equality for that
   anchor (E_HUCL = E_HSCL, or ℓ_HSCL = 0), so it counts as satisfied.
   """
-  features, labels = kernel.check_inputs(features, labels)
+  features, labels = _checked(features, labels, hardening, axis_name, precision)
   q, k = kernel.anchor_and_key_rows(features, labels, axis_name)
   kwargs = dict(
     hardening=hardening, temperature=temperature, stop_gradient_weights=False, precision=precision
@@ -97,7 +105,8 @@ def batch_diagnostics(
   H-UCL uses the same hardening as H-SCL and τ⁺ = 0, so Lemma 1 reads
   loss_hscl <= loss_hucl whenever assumption1_fraction == 1. Values carry no gradient.
   """
-  features, labels = jax.lax.stop_gradient(kernel.check_inputs(features, labels))
+  features, labels = _checked(features, labels, hardening, axis_name, precision)
+  features, labels = jax.lax.stop_gradient((features, labels))
   kernel.check_temperature(temperature)
   positive_set = {'sample': kernel.same_sample, 'label': kernel.same_label}.get(positives)
   if positive_set is None:

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hscl_jax.losses import image
 from hscl_jax.losses import kernel
 
 Array = kernel.Array
@@ -56,6 +57,35 @@ class _NodeGraphPairs(NamedTuple):
   node_mask: Array  # [nodes] bool, the real nodes
 
 
+def _check_graph_inputs(local_features, graph_features, node_graph, graph_labels, masks):
+  """Shapes and dtypes of the graph losses' arrays, each refused in one line naming its form."""
+  local, graph = jnp.shape(local_features), jnp.shape(graph_features)
+  if len(local) != 2 or len(graph) != 2 or local[1] != graph[1]:
+    raise ValueError(
+      'local_features and graph_features must have shapes [nodes, dim] and [graphs, dim] '
+      f'(the same dim), got {local} and {graph}.'
+    )
+  indices = {
+    'node_graph': (node_graph, local[0], 'nodes'),
+    'graph_labels': (graph_labels, graph[0], 'graphs'),
+  }
+  for name, (value, size, axis) in indices.items():
+    if value is None:
+      continue
+    if jnp.shape(value) != (size,):
+      raise ValueError(f'{name} must have shape [{axis}] = ({size},), got {jnp.shape(value)}.')
+    if not jnp.issubdtype(jnp.result_type(value), jnp.integer):
+      raise TypeError(
+        f'{name} must be integers, got dtype {jnp.result_type(value)}; '
+        'cast them with .astype(jnp.int32).'
+      )
+  for (name, value), size in zip(masks.items(), (local[0], graph[0])):
+    if value is not None and jnp.shape(value) != (size,):
+      raise ValueError(
+        f'{name} must have shape ({size},), one flag per row, got {jnp.shape(value)}.'
+      )
+
+
 def _node_graph_pairs(
   local_features,
   graph_features,
@@ -68,6 +98,9 @@ def _node_graph_pairs(
 ) -> _NodeGraphPairs:
   """Scores, negatives and hardening log-weights of every (local) node against every
   (global) graph."""
+  masks = {'node_mask': node_mask, 'graph_mask': graph_mask}
+  _check_graph_inputs(local_features, graph_features, node_graph, graph_labels, masks)
+  image.check_hardening(hardening, optional=True)
   num_nodes, num_graphs = local_features.shape[0], graph_features.shape[0]
   node_mask = jnp.ones(num_nodes, bool) if node_mask is None else node_mask.astype(bool)
   graph_mask = jnp.ones(num_graphs, bool) if graph_mask is None else graph_mask.astype(bool)

@@ -87,17 +87,40 @@ def threshold(tau) -> Hardening:
   return lambda g: jnp.where(g >= log_tau, 0.0, kernel.NEG_INF)
 
 
-def tau_schedule(epoch, *, start: float, end: float, num_epochs: int, temperature: float = 0.5):
-  """Threshold of H-SCL(τ) at a 1-based ``epoch``, eq. (4): τ = e^{l/γ},
+HARDENING_FORM = 'hardening= takes a function g -> log η(g), e.g. losses.exponential(1.0)'
 
-  l = start + (epoch - 1) / (num_epochs - 1) · (end - start). A single-epoch run uses
-  ``start``. The paper's grid: start ∈ {-0.5, -0.3, -0.1}, end ∈ {-0.1, 0, 0.1}.
-  A JAX ``epoch`` (traced or not) gives a JAX array, a Python or NumPy one a NumPy
-  float32 (host arithmetic: no device work).
+
+def check_hardening(hardening, *, optional: bool = False) -> None:
+  """Refuses a hardening that is not a function g -> log η(g) (None allowed if ``optional``),
+  naming the factory call it should have been."""
+  if hardening is exponential or hardening is threshold:
+    name = hardening.__name__
+    raise TypeError(f'hardening=losses.{name} is the factory: call it, e.g. losses.{name}(1.0).')
+  if callable(hardening) or (optional and hardening is None):
+    return
+  if isinstance(hardening, (int, float, np.number)) and not isinstance(hardening, bool):
+    raise TypeError(
+      f'{HARDENING_FORM}, got the number {hardening!r}; for H-SCL(β) at β = {hardening!r} '
+      f'pass hardening=losses.exponential({hardening!r}).'
+    )
+  raise TypeError(f'{HARDENING_FORM}, got {hardening!r}.')
+
+
+def tau_schedule(epoch, *, start: float, end: float, num_epochs: int, temperature: float = 0.5):
+  """Threshold τ of H-SCL(τ) at a 1-based ``epoch`` in [1, num_epochs], eq. (4): τ = e^{l/γ},
+
+  l = start + (epoch - 1) / (num_epochs - 1) · (end - start). ``start`` and ``end`` are
+  the levels l of the first and the last epoch, not τ: τ runs from e^{start/γ} to
+  e^{end/γ} (γ = ``temperature``; 0.368 to 1.221 for start = -0.5, end = 0.1, γ = 0.5).
+  A single-epoch run uses ``start``. The paper's grid: start ∈ {-0.5, -0.3, -0.1},
+  end ∈ {-0.1, 0, 0.1}. A JAX ``epoch`` (traced or not) gives a JAX array, a Python or
+  NumPy one a NumPy float32 (host arithmetic: no device work). A concrete epoch outside
+  [1, num_epochs] is refused; a traced one cannot be checked.
   """
   for name, value in (('start', start), ('end', end)):
     kernel.check_value(name, value, np.isfinite, 'finite')
   kernel.check_temperature(temperature)
+  _check_epoch(epoch, num_epochs)
   xp, dtype = _array_module(epoch)
   progress = (xp.asarray(epoch, dtype) - 1.0) / max(num_epochs - 1, 1)
   level = start + progress * (end - start)
@@ -105,17 +128,34 @@ def tau_schedule(epoch, *, start: float, end: float, num_epochs: int, temperatur
 
 
 def beta_schedule(epoch, *, beta: float, num_epochs: int, num_steps: int):
-  """HCL's annealed β at a 1-based ``epoch`` (Robinson et al., App. D.1).
+  """HCL's annealed β at a 1-based ``epoch`` in [1, num_epochs] (Robinson et al., App. D.1).
 
   β starts at ``beta`` and drops by β/ℓ (ℓ = ``num_steps``) at every epoch that is a
-  multiple of num_epochs/ℓ, reaching 0 at the last epoch. Array type as ``tau_schedule``.
+  multiple of num_epochs/ℓ, reaching 0 at the last epoch. Array type and the epoch's
+  check as ``tau_schedule``.
   """
   if num_steps < 1:
     raise ValueError(f'num_steps (ℓ, the number of β changes) must be >= 1, got {num_steps}.')
   kernel.check_value('beta', beta, kernel.finite_at_least_zero, 'finite and >= 0')
+  _check_epoch(epoch, num_epochs)
   xp, dtype = _array_module(epoch)
   drops = xp.floor(xp.asarray(epoch, dtype) * num_steps / num_epochs)
   return (beta * xp.clip(1.0 - drops / num_steps, 0.0, 1.0)).astype(np.float32)
+
+
+def _check_epoch(epoch, num_epochs) -> None:
+  """The schedules' epochs are 1-based (eq. (4): epoch 1 gives ``start``, epoch num_epochs
+  ``end``); a traced epoch cannot be checked."""
+  if isinstance(num_epochs, bool) or not isinstance(num_epochs, (int, np.integer)):
+    raise TypeError(f"num_epochs must be an int (the run's epochs), got {num_epochs!r}.")
+  if num_epochs < 1:
+    raise ValueError(f"num_epochs must be >= 1 (the run's epochs), got {num_epochs}.")
+  kernel.check_value(
+    'epoch',
+    epoch,
+    lambda e: (e >= 1) & (e <= num_epochs),
+    f'1-based, in [1, num_epochs = {num_epochs}] (epoch 1 is the first)',
+  )
 
 
 def _array_module(epoch):
@@ -211,6 +251,8 @@ def _loss(features, labels, *, candidates, positives, hardening, pair_loss, opti
   filled queue slots join the negatives; for the supervised losses only labelled ones)."""
   features, labels = kernel.check_inputs(features, labels)
   kernel.check_temperature(options.temperature)
+  kernel.check_options(axis_name=options.axis_name, precision=options.precision)
+  kernel.check_flag('stop_gradient_weights', options.stop_gradient_weights)
   queue, queue_labels, filled = _checked_queue(options, features.shape[-1], labels is not None)
   if queue is not None:
     counted = filled if labels is None else filled & (queue_labels >= 0)
@@ -339,6 +381,7 @@ def hucl(
   kernel.check_value(
     'tau_plus', tau_plus, lambda x: (x >= 0) & (x < 1), 'in [0, 1) (a class prior)'
   )
+  kernel.check_flag('clamp', clamp)
   queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled, keys=keys)
   options = _Options(
     temperature, M, axis_name, block_size, precision, stop_gradient_weights, **queue_args
@@ -446,6 +489,8 @@ def hscl(
     >>> bool(losses.hscl(z, labels, hardening=losses.exponential(0.0)) == losses.scl(z, labels))
     True
   """
+  kernel.require_labels(labels)
+  check_hardening(hardening)
   queue_args = dict(queue=queue, queue_labels=queue_labels, queue_filled=queue_filled, keys=keys)
   options = _Options(
     temperature, M, axis_name, block_size, precision, stop_gradient_weights, **queue_args

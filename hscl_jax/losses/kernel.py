@@ -54,6 +54,8 @@ def check_value(name: str, value, valid: Callable[[np.ndarray], np.ndarray], req
   any of its entries fails ``valid``; NaN fails every requirement."""
   if isinstance(value, jax.core.Tracer):
     return
+  if isinstance(value, (str, bytes)):  # NumPy would parse '0.5' as a number
+    raise TypeError(f'{name} must be a number, got {value!r}.')
   try:
     concrete = np.asarray(value, np.float64)
   except (TypeError, ValueError):
@@ -61,6 +63,31 @@ def check_value(name: str, value, valid: Callable[[np.ndarray], np.ndarray], req
   with np.errstate(invalid='ignore'):
     if not np.all(valid(concrete)):
       raise ValueError(f'{name} must be {requirement}, got {value}.')
+
+
+def check_flag(name: str, value) -> None:
+  """A Python switch (it picks the traced program, so it cannot be an array): a bool."""
+  if not isinstance(value, (bool, np.bool_)):
+    raise TypeError(f'{name} must be True or False, got {value!r}.')
+
+
+def check_options(*, axis_name, precision) -> None:
+  """The options every loss and diagnostic shares, in the form it uses them."""
+  if axis_name is not None:
+    try:
+      jax.lax.axis_size(axis_name)
+    except NameError:
+      raise ValueError(
+        f'axis_name={axis_name!r} is not a mapped axis here: call the loss inside '
+        'jax.shard_map (or jax.pmap) over that axis, or pass axis_name=None.'
+      ) from None
+  try:  # JAX's own list of precisions: the dot's check, traced abstractly (no device work)
+    jax.eval_shape(lambda: jnp.dot(jnp.ones(1), jnp.ones(1), precision=precision))
+  except (ValueError, TypeError):
+    raise ValueError(
+      f"precision must be a jax.lax.Precision or its name ('highest', 'high', 'default'), "
+      f'got {precision!r}.'
+    ) from None
 
 
 def finite_at_least_zero(x):
@@ -91,6 +118,14 @@ class Rows:
   valid: Array  # [rows] bool
 
 
+def require_labels(labels) -> None:
+  if labels is None:
+    raise ValueError(
+      'labels=None: scl, hscl and the diagnostics need labels, [batch] integer class ids '
+      '(one per sample); without labels use losses.ucl or losses.hucl.'
+    )
+
+
 def check_inputs(features, labels):
   """(features, labels) as arrays (array-likes such as lists are accepted), checked."""
   features = jnp.asarray(features)
@@ -110,7 +145,10 @@ def check_inputs(features, labels):
   if labels is None:
     return features, labels
   if labels.ndim != 1:
-    raise ValueError(f'labels must have shape [batch], got shape {labels.shape}.')
+    raise ValueError(
+      f'labels must have shape [batch], one integer class id per sample, got shape '
+      f'{labels.shape}; from one-hot labels pass labels.argmax(-1).'
+    )
   if not jnp.issubdtype(labels.dtype, jnp.integer):
     raise TypeError(
       f'labels must be integers (class ids), got dtype {labels.dtype}; '
@@ -255,7 +293,7 @@ def similarity_pullback(d_sim, q_z, k_z, precision):
 
 
 def log_weights(g, candidates, hardening, stop_gradient_weights):
-  log_eta = hardening(g).astype(jnp.float32)
+  log_eta = jnp.asarray(hardening(g), jnp.float32)  # a constant hardening may give a float
   if stop_gradient_weights:
     log_eta = jax.lax.stop_gradient(log_eta)
   return jnp.where(candidates, log_eta, NEG_INF)
@@ -488,8 +526,11 @@ def blockwise_sums(
 def resolve_block_size(block_size, num_queries, num_keys):
   if block_size is None:
     return None if num_queries * num_keys <= DENSE_MAX_ENTRIES else DEFAULT_BLOCK_SIZE
-  if block_size < 0:
-    raise ValueError(f'block_size must be None (auto), 0 (dense) or positive, got {block_size}.')
+  is_int = isinstance(block_size, (int, np.integer)) and not isinstance(block_size, bool)
+  if not is_int or block_size < 0:
+    raise ValueError(
+      f'block_size must be None (auto), 0 (dense) or a positive int, got {block_size!r}.'
+    )
   return block_size or None
 
 
