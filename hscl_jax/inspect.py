@@ -51,12 +51,7 @@ def main(argv):
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   metrics.show_only_own_info_logs()
   result = errors.exit_on_user_error(_inspect_from_flags)
-  print(
-    f'H-UCL: {100 * result["hucl_false_negative_fraction"]:.1f}% of the top-{result["k"]} '
-    f'negatives are same-class ({100 * result["hucl_same_class_fraction_of_all_negatives"]:.1f}% '
-    f'of all negatives; {result["num_anchors"]} anchors); H-SCL: '
-    f'{100 * result["hscl_false_negative_fraction"]:.1f}%. Figures in {_OUT.value}'
-  )
+  print(f'{inspection.summary_line(result)} Figures in {_OUT.value}')
 
 
 def run():

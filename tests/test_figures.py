@@ -7,10 +7,12 @@ it, and with which perplexity, is ours)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 import warnings
 
 import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 import numpy as np
 from PIL import Image
 import pytest
@@ -19,8 +21,7 @@ from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import hard_negatives
 from hscl_jax.evaluation import inspection
 
-WRONG_RGBA = matplotlib.colors.to_rgba(figures.WRONG)
-RIGHT_RGBA = matplotlib.colors.to_rgba(figures.RIGHT)
+PALETTE = (figures.SAME_CLASS, figures.OTHER_CLASS)
 
 
 def _images(count, side=6, offset=0):
@@ -187,7 +188,7 @@ def test_class_colours_tab10_then_tab20_then_spread_hues(num_classes, colours):
 
 def test_nearest_neighbours_rows_are_the_most_similar_training_images(saved, tmp_path):
   """Row r: the query, then its k training images in decreasing cosine similarity, each
-  titled with it (and its class when another, outlined in red); the row's label counts
+  titled with it (and its class when another, framed OTHER_CLASS); the row's label counts
   the same-class ones."""
   embedded, queries, k = _embedded(), np.array([1, 4, 6]), 4
   path = tmp_path / 'nn.png'
@@ -197,7 +198,7 @@ def test_nearest_neighbours_rows_are_the_most_similar_training_images(saved, tmp
   panels = fig.axes
   assert len(panels) == len(queries) * (k + 1)
   _assert_same_width(panels)
-  _assert_inside(fig, top=0.97)  # the top 3 %: the title's
+  _assert_inside(fig, top=1 - 0.5 / fig.get_figheight())  # the top half inch: the title's
   similarity = embedded.test_features.astype(np.float64) @ embedded.train_features.T
   for row, query in enumerate(queries):
     query_ax, *neighbour_axes = panels[row * (k + 1) : (row + 1) * (k + 1)]
@@ -205,7 +206,7 @@ def test_nearest_neighbours_rows_are_the_most_similar_training_images(saved, tmp
     assert _cell(query_ax) == (row, 0)
     label = embedded.test_labels[query]
     assert _shown(query_ax) == 100 + query
-    assert query_ax.get_title() == f'query: class{label}'
+    assert query_ax.get_title() == f'query\nclass{label}'
     nearest = np.argsort(-similarity[query])[:k]
     same = int(np.sum(embedded.train_labels[nearest] == label))
     assert query_ax.get_ylabel() == f'test #{query}\n{same}/{k} same class'
@@ -214,15 +215,21 @@ def test_nearest_neighbours_rows_are_the_most_similar_training_images(saved, tmp
       wrong = embedded.train_labels[j] != label
       name = f'class{embedded.train_labels[j]}' if wrong else ''
       assert ax.get_title() == f'{similarity[query, j]:.3f}\n{name}'
-      _assert_outlined(ax, wrong)
-  with Image.open(path) as png:  # 1.25 (k + 1.3) x 1.45 rows inches at 110 dpi, truncated
-    assert png.size == (int(110 * 1.25 * (k + 1.3)), int(110 * 1.45 * len(queries)))
+      _assert_framed(ax, figures.OTHER_CLASS if wrong else None)
+  assert "orange frame: another class than the query's" in fig._suptitle.get_text()
+  with Image.open(path) as png:  # 1.25 (k + 1.3) x (1.5 rows + 0.5) inches at 110 dpi
+    assert png.size == (int(110 * 1.25 * (k + 1.3)), int(110 * (1.5 * len(queries) + 0.5)))
 
 
 def _shown(ax) -> int:
   """The value of the uniform image a panel shows."""
   assert len(ax.images) == 1, ax.get_title()
   return int(ax.images[0].get_array()[0, 0, 0])
+
+
+def _rows(ax) -> int:
+  """How many grid rows a panel spans."""
+  return len(ax.get_subplotspec().rowspan)
 
 
 def _cell(ax) -> tuple[int, int]:
@@ -245,13 +252,14 @@ def _assert_same_width(panels):
   np.testing.assert_allclose(widths, widths[0], rtol=1e-9)
 
 
-def _assert_outlined(ax, wrong):
-  """A wrong panel: red title and thick red frame; a right one: black title, thin grey."""
-  colour = WRONG_RGBA if wrong else matplotlib.colors.to_rgba('black')
-  assert matplotlib.colors.to_rgba(ax.title.get_color()) == colour
+def _assert_framed(ax, colour):
+  """A marked panel: a thick frame of its palette colour; any other: thin grey. Titles
+  stay black (a coloured title is harder to read than a frame)."""
+  assert matplotlib.colors.to_rgba(ax.title.get_color()) == matplotlib.colors.to_rgba('black')
+  want = figures.UNMARKED if colour is None else colour.value
   for spine in ax.spines.values():
-    assert spine.get_edgecolor() == (WRONG_RGBA if wrong else RIGHT_RGBA)
-    assert spine.get_linewidth() == (3 if wrong else 0.5)
+    assert spine.get_edgecolor() == matplotlib.colors.to_rgba(want)
+    assert spine.get_linewidth() == (0.5 if colour is None else 3)
 
 
 @pytest.mark.parametrize('side, interpolation', [(63, 'nearest'), (64, 'antialiased')])
@@ -264,15 +272,27 @@ def test_small_images_are_drawn_with_nearest_pixels(side, interpolation):
   plt.close(fig)
 
 
+RUN = 'H-SCL(β)'
+PHRASES = {'hucl': 'as H-UCL would', 'hscl': 'as H-SCL does'}
+
+
+def _draw_hardest(embedded, batch, num_anchors, k, path, choice=None, temperature=0.5):
+  choice = choice or inspection.HardeningChoice('exp', 1.0)
+  with drawn_without_warnings():
+    figures.hardest_negatives(
+      embedded, batch, num_anchors, choice, temperature, str(path), k, RUN, PHRASES
+    )
+
+
 def test_hardest_negatives_shows_each_sets_top_k_as_hard_negatives_computes_them(saved, tmp_path):
-  """Two halves (H-UCL's negatives, then H-SCL's), one row per anchor: the anchor, then
-  its k most weighted negatives with their weight q and class, same-class ones in red."""
+  """Per anchor two rows (H-UCL's negatives, then H-SCL's) beside the anchor: its k most
+  weighted negatives with their weight q and class, same-class ones framed SAME_CLASS;
+  the title names the one run measured and the set it trained with."""
   embedded, k, num_anchors, temperature = _embedded(num_test=9), 3, 2, 0.5
   batch = np.array([8, 2, 5, 0, 7, 3])
   choice = inspection.HardeningChoice('exp', 1.0)
   path = tmp_path / 'hard.png'
-  with drawn_without_warnings():
-    figures.hardest_negatives(embedded, batch, num_anchors, choice, temperature, str(path), k)
+  _draw_hardest(embedded, batch, num_anchors, k, path, choice, temperature)
   (fig,) = saved
   z, labels = embedded.test_projections[batch], embedded.test_labels[batch]
   panels = iter(fig.axes)
@@ -281,41 +301,115 @@ def test_hardest_negatives_shows_each_sets_top_k_as_hard_negatives_computes_them
       z, labels, choice.function(), temperature, negatives, k
     )
     for row in range(num_anchors):
-      anchor_ax = next(panels)
-      assert _shown(anchor_ax) == 100 + batch[row]
-      assert _cell(anchor_ax) == (row, half * (k + 2))
-      assert anchor_ax.get_title() == f'anchor: class{labels[row]}'
-      for col, (j, weight) in enumerate(zip(top[row], weights[row]), start=1):
+      if half == 0:
+        anchor_ax = next(panels)
+        assert _shown(anchor_ax) == 100 + batch[row]
+        assert _cell(anchor_ax) == (3 * row, 0) and _rows(anchor_ax) == 2
+        assert anchor_ax.get_title() == f'anchor\nclass{labels[row]}'
+      for col, (j, weight) in enumerate(zip(top[row], weights[row]), start=2):
         ax = next(panels)
-        assert _cell(ax) == (row, half * (k + 2) + col)
+        assert _cell(ax) == (3 * row + half, col)
         assert _shown(ax) == 100 + batch[j]
         assert ax.get_title() == f'q={weight:.3f}\nclass{labels[j]}'
-        _assert_outlined(ax, labels[j] == labels[row])
+        assert ax.get_ylabel() == (hard_negatives.SET_LABELS[negatives] if col == 2 else '')
+        _assert_framed(ax, figures.SAME_CLASS if labels[j] == labels[row] else None)
   assert next(panels, None) is None
   _assert_same_width(fig.axes)
-  _assert_inside(fig, top=0.95)
-  # Each half's heading centred over its panels, above them.
-  for half, text in enumerate(('H-UCL: every other sample', 'H-SCL: only samples of other')):
-    (heading,) = [t for t in fig.texts if t.get_text().startswith(text)]
-    x, y = heading.get_position()
-    boxes = [ax.get_position() for ax in fig.axes if _cell(ax)[1] // (k + 2) == half]
-    assert min(b.x0 for b in boxes) < x < max(b.x1 for b in boxes), text
-    assert max(b.y1 for b in boxes) < y < 1, text
-  assert 'in one test batch of 6; η(g) = exp(βg), β = 1, g = z·z′/0.5' in fig._suptitle.get_text()
+  _assert_inside(fig, top=1 - 0.7 / fig.get_figheight())
+  title = fig._suptitle.get_text()
+  assert title.startswith("This H-SCL(β) run's encoder: the top-3 negatives")
+  assert 'of 2 anchors of one test batch of 6\nη(g) = exp(βg), β = 1, g = z·z′/0.5' in title
+  assert (
+    'upper rows as H-UCL would: every other sample; lower rows as H-SCL does: only samples '
+    "of other classes; blue frame: the anchor's class (a false negative)"
+  ) in title
   with Image.open(path) as png:
-    assert png.size == (int(110 * 1.1 * (2 * k + 3)), int(110 * (1.35 * num_anchors + 0.9)))
+    assert png.size == (int(110 * 1.25 * (k + 1.3)), int(110 * (2.95 * num_anchors + 1.0)))
+
+
+def test_one_palette_one_meaning_per_colour_in_both_figures(saved, tmp_path):
+  """Both grids frame panels only in the palette's colours, each colour for one relation
+  to the query or anchor beside it (SAME_CLASS: its class; OTHER_CLASS: another), and
+  each figure's caption calls the colour it uses by the palette's name."""
+  embedded = _embedded(num_train=30, num_test=12)
+  figures.nearest_neighbours(embedded, np.arange(6), 5, str(tmp_path / 'nn.png'))
+  _draw_hardest(embedded, np.arange(12), 3, 5, tmp_path / 'hard.png')
+  assert len({c.value for c in PALETTE}) == len({c.name for c in PALETTE}) == len(PALETTE)
+  neighbours_fig, hardest_fig = saved
+  meaning = {}  # colour -> whether the panels it frames show the query's or anchor's class
+  unmarked = matplotlib.colors.to_rgba(figures.UNMARKED)
+  for fig, reference in ((neighbours_fig, 'query'), (hardest_fig, 'anchor')):
+    used = set()
+    for ax in fig.axes:
+      if not ax.images or ax.get_title().startswith(reference):
+        continue
+      (edge,) = {spine.get_edgecolor() for spine in ax.spines.values()}
+      if edge != unmarked:
+        own = current_of(fig, ax, reference)
+        name = ax.get_title().split('\n')[1] or own  # a neighbour of the query's class: unnamed
+        meaning.setdefault(edge, set()).add(name == own)
+        used.add(edge)
+    (colour,) = [c for c in PALETTE if matplotlib.colors.to_rgba(c.value) in used]
+    assert f'{colour.name} frame' in fig._suptitle.get_text()
+  assert meaning == {
+    matplotlib.colors.to_rgba(figures.OTHER_CLASS.value): {False},
+    matplotlib.colors.to_rgba(figures.SAME_CLASS.value): {True},
+  }
+
+
+def current_of(fig, ax, reference):
+  """The class name of the query or anchor whose row holds `ax`."""
+  row = _cell(ax)[0]
+  for other in fig.axes:
+    start, stop = other.get_subplotspec().rowspan.start, other.get_subplotspec().rowspan.stop
+    if other.get_title().startswith(reference) and start <= row < stop:
+      return other.get_title().split('\n')[1]
+  raise AssertionError(ax.get_title())
+
+
+def test_hardest_negatives_fits_a_screen_with_readable_text(saved, tmp_path):
+  """At inspect's sizes (8 negatives, NUM_ANCHORS anchors) the PNG is at most 1,400 pixels
+  wide; every text is at least PANEL_FONT = 9 points, 13.75 pixels at its 110 dpi; and a
+  panel's title, long class names cut, fits the grid's column (no overlap)."""
+  k, num_anchors = inspection.NUM_SHOWN_NEGATIVES, inspection.NUM_ANCHORS
+  embedded = _embedded(num_train=30, num_test=40, num_classes=4)
+  embedded = dataclasses.replace(
+    embedded, class_names=['European fire salamander', 'cat', "potter's wheel", 'ship']
+  )
+  path = tmp_path / 'hard.png'
+  _draw_hardest(embedded, np.arange(40), num_anchors, k, path)
+  with Image.open(path) as png:
+    width, height = png.size
+  assert (width, height) == (int(110 * 1.25 * (k + 1.3)), int(110 * (2.95 * num_anchors + 1.0)))
+  assert width <= 1400 and figures.DPI == 110
+  (fig,) = saved
+  texts = [fig._suptitle] + [
+    t for ax in fig.axes for t in (ax.title, ax.yaxis.label) if t.get_text()
+  ]
+  smallest = min(t.get_fontsize() for t in texts)
+  assert smallest >= figures.PANEL_FONT == 9 and smallest * figures.DPI / 72 >= 13.75
+  fig.set_dpi(figures.DPI)  # extents in the PNG's pixels
+  renderer = FigureCanvasAgg(fig).get_renderer()
+  column = width / (k + 1.3)  # the pitch of the grid's unit columns, in pixels
+  for ax in fig.axes:
+    assert ax.title.get_window_extent(renderer).width <= column, ax.get_title()
+  assert fig._suptitle.get_window_extent(renderer).width <= width
+  cut = 'European fire salamander'[: figures.NAME_CHARS - 1] + '…'
+  assert any(cut in ax.get_title() for ax in fig.axes)
 
 
 def test_an_anchor_without_weighted_negatives_gets_a_note_in_place_of_its_images(saved, tmp_path):
-  """A threshold no pair reaches: every negative panel is off, the first holds the note."""
+  """A threshold no pair reaches: every negative panel is blank (no image, no frame, its
+  row's label kept), the first of each row holds the note."""
   embedded, k = _embedded(num_test=6), 2
   choice = inspection.HardeningChoice('threshold', 1e6)
-  with drawn_without_warnings():
-    figures.hardest_negatives(embedded, np.arange(6), 1, choice, 0.5, str(tmp_path / 'h.png'), k)
+  _draw_hardest(embedded, np.arange(6), 1, k, tmp_path / 'h.png', choice)
   (fig,) = saved
+  anchor_ax, *negative_axes = fig.axes
+  assert anchor_ax.images and len(negative_axes) == 2 * k
   for half in range(2):
-    anchor_ax, *negative_axes = fig.axes[half * (k + 1) : (half + 1) * (k + 1)]
-    assert anchor_ax.images
-    assert all(not ax.axison and not ax.images for ax in negative_axes)
-    notes = [[t.get_text() for t in ax.texts] for ax in negative_axes]
-    assert notes == [['no negative with η(g) > 0'], []]
+    row = negative_axes[half * k : (half + 1) * k]
+    assert all(not ax.images for ax in row)
+    assert all(not spine.get_visible() for ax in row for spine in ax.spines.values())
+    assert [[t.get_text() for t in ax.texts] for ax in row] == [['no negative with η(g) > 0'], []]
+    assert row[0].get_ylabel() == hard_negatives.SET_LABELS[hard_negatives.NEGATIVE_SETS[half]]

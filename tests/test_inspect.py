@@ -171,7 +171,8 @@ def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path, mon
   with threadpoolctl.threadpool_limits(limits=1, user_api='openmp'):
     result = inspection.inspect_run(str(workdir), str(out))
   # What docs/inspect.md says the figures show: 8 seeded test queries with 8 neighbours
-  # each; 6 anchors of one test batch of the run's batch size, with 8 negatives each.
+  # each; 4 anchors of one test batch of the run's batch size, with 8 negatives each, the
+  # run (H-SCL(β)) named with the set it trained with.
   embedded, queries, k, _ = drawn['nearest_neighbours']
   assert k == 8 and len(set(queries)) == 8 and list(queries) == sorted(queries)
   # Drawn from the whole test split (8 of 359: all below 9 has odds ~1e-17), neighbours
@@ -181,8 +182,9 @@ def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path, mon
   assert embedded.train_features.shape[0] == len(train) == 1438
   np.testing.assert_array_equal(embedded.train_labels, train.labels())
   np.testing.assert_array_equal(embedded.test_labels, test.labels())
-  _, batch, num_anchors, _, temperature, _, shown = drawn['hardest_negatives']
-  assert (len(batch), num_anchors, shown, temperature) == (256, 6, 8, config.temperature)
+  _, batch, num_anchors, _, temperature, _, shown, run, phrases = drawn['hardest_negatives']
+  assert (len(batch), num_anchors, shown, temperature) == (256, 4, 8, config.temperature)
+  assert (run, phrases) == ('H-SCL(β)', {'hucl': 'as H-UCL would', 'hscl': 'as H-SCL does'})
   assert sorted(p.name for p in out.iterdir()) == sorted(inspection.FILES)
   for name in inspection.FILES:
     if name.endswith('.png'):
@@ -191,11 +193,48 @@ def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path, mon
   saved = json.loads((out / inspection.STATISTIC_FILE).read_text())
   assert saved == result
   assert saved['k'] == 8 and saved['hardening'] == 'exp' and saved['beta'] == config.beta
+  assert (saved['method'], saved['method_label']) == ('hscl', 'H-SCL(β)')
   assert saved['num_anchors'] == len(test) == 359
   assert saved['num_batches'] == 2 and saved['batch_size'] == 256
   assert saved['hscl_false_negative_fraction'] == 0.0
   assert 0.0 < saved['hucl_false_negative_fraction'] <= 1.0
   assert 0.05 < saved['hucl_same_class_fraction_of_all_negatives'] < 0.15  # ~1/10
+
+
+# false_negatives.json's content, the figures of a run such as the issue's.
+STATISTIC = dict(
+  k=8,
+  hardening='exp',
+  beta=1.0,
+  num_anchors=359,
+  hucl_false_negative_fraction=0.966,
+  hucl_same_class_fraction_of_all_negatives=0.1,
+  hscl_false_negative_fraction=0.0,
+)
+
+
+@pytest.mark.parametrize(
+  'label, as_hucl, as_hscl',
+  [
+    ('H-SCL(β)', 'would', 'does'),
+    ('H-SCL(τ)', 'would', 'does'),
+    ('H-UCL', 'does', 'would'),
+    ('SCL', 'would', 'would'),  # trained without a hardening: neither weighting is its own
+    ('UCL', 'would', 'would'),
+  ],
+)
+def test_the_summary_names_the_one_run_measured_and_the_weighting_it_trained_with(
+  label, as_hucl, as_hscl
+):
+  """The printed line says whose encoder was measured and which set's weighting that run
+  trained with ('does') or not ('would'), never reading as two trained models."""
+  line = inspection.summary_line(dict(STATISTIC, method_label=label))
+  assert line == (
+    f"This {label} run's encoder, its negatives weighted by η(g) = exp(βg), β = 1: "
+    f"as H-UCL {as_hucl} (every other sample a negative), 96.6 % of each anchor's top-8 "
+    'are same-class (10.0 % of all its negatives; 359 anchors); '
+    f'as H-SCL {as_hscl} (other classes only), 0.0 %.'
+  )
 
 
 def test_run_hardening_defaults_to_the_runs_and_takes_flags(digits_run):

@@ -8,6 +8,8 @@ projections) and writes one PNG.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from hscl_jax import errors
@@ -16,8 +18,25 @@ from hscl_jax.rundir import atomic
 
 TSNE_MAX_POINTS = 5000  # t-SNE is quadratic in memory and slow beyond this on a CPU
 LEGEND_MAX_CLASSES = 20
-WRONG = '#d62728'  # outline of a wrong-class neighbour or a same-class negative
-RIGHT = '#bbbbbb'
+DPI = 110  # every figure's: a 1.25-inch panel is 137 pixels, a 9-point title 13.75 high
+PANEL_INCHES = 1.25  # an image panel's width in the neighbours and hardest-negatives grids
+PANEL_FONT = 9  # points: the panels' titles and labels, readable at the PNG's own size
+NAME_CHARS = 16  # a class name longer than a panel's title holds at PANEL_FONT is cut
+
+
+@dataclasses.dataclass(frozen=True)
+class Colour:
+  value: str  # what matplotlib draws
+  name: str  # what the figures' captions call it
+
+
+# The one palette of the panel grids: a colour means the same in every figure. A panel
+# framed in SAME_CLASS shows the class of the query or anchor beside it, one framed in
+# OTHER_CLASS another class; each figure frames the panels its reader looks for (a
+# neighbour of another class; a negative of the anchor's class) and names the colour.
+SAME_CLASS = Colour('#0072b2', 'blue')
+OTHER_CLASS = Colour('#e69f00', 'orange')
+UNMARKED = '#bbbbbb'  # the thin frame of every other panel
 
 
 def pyplot(program: str = 'python -m hscl_jax.inspect'):
@@ -86,90 +105,123 @@ def tsne_map(embedded, path: str, title: str, seed: int) -> None:
   _save(fig, path)
 
 
-def _show(ax, image: np.ndarray, title: str, outline: str | None, fontsize: float = 7) -> None:
-  """An image without ticks, titled, its frame coloured `outline` (thick) or light grey."""
+def _show(ax, image: np.ndarray, title: str, frame: Colour | None) -> None:
+  """An image without ticks, titled at PANEL_FONT, framed thick in `frame` or thin grey."""
   ax.imshow(image, interpolation='nearest' if image.shape[0] < 64 else 'antialiased')
   ax.set_xticks([])
   ax.set_yticks([])
-  ax.set_title(title, fontsize=fontsize, color=outline or 'black')
+  ax.set_title(title, fontsize=PANEL_FONT)
   for spine in ax.spines.values():
-    spine.set_edgecolor(outline or RIGHT)
-    spine.set_linewidth(3 if outline else 0.5)
+    spine.set_edgecolor(UNMARKED if frame is None else frame.value)
+    spine.set_linewidth(0.5 if frame is None else 3)
+
+
+def _fit(name: str) -> str:
+  """A class name cut to what a panel's title holds."""
+  return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + '…'
 
 
 def nearest_neighbours(embedded, queries: np.ndarray, k: int, path: str) -> None:
   """One row per test query: the query, then its k nearest training images by cosine
-  similarity of backbone features (the kNN monitor's), wrong classes outlined in red."""
+  similarity of backbone features (the kNN monitor's), another class framed OTHER_CLASS."""
   names = embedded.class_names
   similarity = embedded.test_features[queries] @ embedded.train_features.T
   nearest = np.argsort(-similarity, axis=1, kind='stable')[:, :k]
-  fig = pyplot().figure(figsize=(1.25 * (k + 1.3), 1.45 * len(queries)))
+  fig = pyplot().figure(figsize=(PANEL_INCHES * (k + 1.3), 1.5 * len(queries) + 0.5))
   grid = fig.add_gridspec(len(queries), k + 2, width_ratios=[1, 0.3] + [1] * k)
   for row, (query, neighbours) in enumerate(zip(queries, nearest)):
     label = embedded.test_labels[query]
     ax = fig.add_subplot(grid[row, 0])
-    _show(ax, embedded.test[int(query)]['image'], f'query: {names[label]}', None, 8)
+    _show(ax, embedded.test[int(query)]['image'], f'query\n{_fit(names[label])}', None)
     same = int(np.sum(embedded.train_labels[neighbours] == label))
-    ax.set_ylabel(f'test #{query}\n{same}/{k} same class', fontsize=7)
+    ax.set_ylabel(f'test #{query}\n{same}/{k} same class', fontsize=PANEL_FONT)
     for col, j in enumerate(neighbours, start=2):
       neighbour_label = embedded.train_labels[j]
-      wrong = neighbour_label != label
-      title = f'{similarity[row, j]:.3f}' + (f'\n{names[neighbour_label]}' if wrong else '\n')
+      other = neighbour_label != label
+      name = _fit(names[neighbour_label]) if other else ''
       ax = fig.add_subplot(grid[row, col])
-      _show(ax, embedded.train[int(j)]['image'], title, WRONG if wrong else None)
+      frame = OTHER_CLASS if other else None
+      _show(ax, embedded.train[int(j)]['image'], f'{similarity[row, j]:.3f}\n{name}', frame)
   fig.suptitle(
     f'Nearest training images of {len(queries)} seeded test queries (cosine similarity of '
-    'backbone features); red: another class',
-    fontsize=10,
+    f"backbone features)\n{OTHER_CLASS.name} frame: another class than the query's",
+    fontsize=PANEL_FONT + 1,
   )
-  _save(fig, path, rect=(0, 0, 1, 0.97))
+  _save(fig, path, rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
 
 
 def hardest_negatives(
-  embedded, batch: np.ndarray, num_anchors: int, choice, temperature: float, path: str, k: int
+  embedded,
+  batch: np.ndarray,
+  num_anchors: int,
+  choice,
+  temperature: float,
+  path: str,
+  k: int,
+  run: str,
+  set_phrases: dict[str, str],
 ) -> None:
   """The paper's Fig. 2 on data: for the first anchors of one test batch, the k negatives
-  of largest hardening weight as H-UCL sees them (every other sample) and as H-SCL does
-  (other classes only); same-class (false) negatives outlined in red."""
+  of largest hardening weight as H-UCL sees them (every other sample) and, in the row
+  below, as H-SCL does (other classes only); same-class (false) negatives framed
+  SAME_CLASS. `run` names the trained model ("H-SCL(β)"); `set_phrases`, per negative
+  set, whether it trained with that set's weights ("as H-SCL does") or not ("as H-UCL
+  would"): the figure shows one model's encoder, never two."""
   z, labels = embedded.test_projections[batch], embedded.test_labels[batch]
   names = embedded.class_names
-  fig = pyplot().figure(figsize=(1.1 * (2 * k + 3), 1.35 * num_anchors + 0.9))
+  sets = hard_negatives.NEGATIVE_SETS
+  fig = pyplot().figure(figsize=(PANEL_INCHES * (k + 1.3), 2.95 * num_anchors + 1.0))
+  heights = ([1] * len(sets) + [0.1]) * num_anchors  # a thin gap between anchors
   grid = fig.add_gridspec(
-    num_anchors, 2 * k + 3, width_ratios=[1] * (k + 1) + [0.35] + [1] * (k + 1)
+    len(heights) - 1, k + 2, width_ratios=[1, 0.3] + [1] * k, height_ratios=heights[:-1]
   )
-  for half, negatives in enumerate(hard_negatives.NEGATIVE_SETS):
+  for half, negatives in enumerate(sets):
     top, weights = hard_negatives.top_negatives(
       z, labels, choice.function(), temperature, negatives, k
     )
-    first = half * (k + 2)
     for row in range(num_anchors):
-      anchor = int(batch[row])
-      ax = fig.add_subplot(grid[row, first])
-      _show(ax, embedded.test[anchor]['image'], f'anchor: {names[labels[row]]}', None, 8)
-      for col, (j, weight) in enumerate(zip(top[row], weights[row]), start=1):
-        ax = fig.add_subplot(grid[row, first + col])
+      first = row * (len(sets) + 1)
+      if half == 0:
+        ax = fig.add_subplot(grid[first : first + len(sets), 0])
+        _show(
+          ax, embedded.test[int(batch[row])]['image'], f'anchor\n{_fit(names[labels[row]])}', None
+        )
+      for col, (j, weight) in enumerate(zip(top[row], weights[row]), start=2):
+        ax = fig.add_subplot(grid[first + half, col])
+        if col == 2:
+          ax.set_ylabel(hard_negatives.SET_LABELS[negatives], fontsize=PANEL_FONT + 1)
         if j < 0:  # fewer than k negatives of weight > 0 (a threshold hardening)
-          ax.axis('off')
-          if col == 1:  # out of the layout: tight_layout would shrink every image for it
-            note = ax.text(0, 0.5, 'no negative with η(g) > 0', transform=ax.transAxes, fontsize=9)
-            note.set_in_layout(False)
+          _empty(ax, note=col == 2)
           continue
-        false = labels[j] == labels[row]
-        title = f'q={weight:.3f}\n{names[labels[j]]}'
-        _show(ax, embedded.test[int(batch[j])]['image'], title, WRONG if false else None)
-  fig.text(0.27, 0.965, 'H-UCL: every other sample is a negative', ha='center', fontsize=11)
-  fig.text(0.75, 0.965, 'H-SCL: only samples of other classes', ha='center', fontsize=11)
-  fig.suptitle(
-    f'Top-{k} negatives by hardening weight q ∝ η(g) in one test batch of {len(batch)}; '
-    f'{choice.describe()}, g = z·z′/{temperature:g} on projection-head outputs; '
-    'red: same class (a false negative)',
-    fontsize=9,
-    y=0.995,
+        frame = SAME_CLASS if labels[j] == labels[row] else None
+        title = f'q={weight:.3f}\n{_fit(names[labels[j]])}'
+        _show(ax, embedded.test[int(batch[j])]['image'], title, frame)
+  rows = '; '.join(
+    f'{position} rows {set_phrases[n]}: {hard_negatives.SET_MEMBERS[n]}'
+    for position, n in zip(('upper', 'lower'), sets)
   )
-  _save(fig, path, rect=(0, 0, 1, 0.95))
+  fig.suptitle(
+    f"This {run} run's encoder: the top-{k} negatives by hardening weight q ∝ η(g) of "
+    f'{num_anchors} anchors of one test batch of {len(batch)}\n{choice.describe()}, '
+    f'g = z·z′/{temperature:g} on projection-head outputs\n{rows}; '
+    f"{SAME_CLASS.name} frame: the anchor's class (a false negative)",
+    fontsize=PANEL_FONT + 1,
+  )
+  _save(fig, path, rect=(0, 0, 1, 1 - 0.7 / fig.get_figheight()))
+
+
+def _empty(ax, note: bool) -> None:
+  """A negative's panel left blank (ylabel kept); the row's first says why."""
+  for spine in ax.spines.values():
+    spine.set_visible(False)
+  ax.set_xticks([])
+  ax.set_yticks([])
+  if note:  # out of the layout: tight_layout would shrink every image for it
+    text = ax.text(0, 0.5, 'no negative with η(g) > 0', transform=ax.transAxes, fontsize=PANEL_FONT)
+    text.set_in_layout(False)
 
 
 def _save(fig, path: str, rect=(0, 0, 1, 1)) -> None:
   fig.tight_layout(rect=rect)
-  atomic.write_figure(path, fig, dpi=110)
+  atomic.write_figure(path, fig, dpi=DPI)
   pyplot().close(fig)

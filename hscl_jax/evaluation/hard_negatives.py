@@ -20,6 +20,10 @@ import numpy as np
 from hscl_jax import losses
 
 NEGATIVE_SETS = ('hucl', 'hscl')  # every other sample; only samples of other classes
+# Each set by the loss whose negatives it is, and what it holds (the figures' and the
+# summary's words).
+SET_LABELS = {'hucl': 'H-UCL', 'hscl': 'H-SCL'}
+SET_MEMBERS = {'hucl': 'every other sample', 'hscl': 'only samples of other classes'}
 
 
 def negative_mask(labels: np.ndarray, negatives: str) -> np.ndarray:

@@ -39,7 +39,7 @@ STATISTIC_FILE = 'false_negatives.json'
 FILES = (TSNE_FILE, NEIGHBOURS_FILE, HARDEST_FILE, STATISTIC_FILE)
 NUM_QUERIES = 8  # rows of neighbours.png
 NUM_NEIGHBOURS = 8
-NUM_ANCHORS = 6  # rows of hardest_negatives.png
+NUM_ANCHORS = 4  # anchors of hardest_negatives.png, two rows each
 NUM_SHOWN_NEGATIVES = 8
 
 
@@ -156,6 +156,37 @@ def false_negative_report(
   }
 
 
+def set_phrases(method: methods.Method) -> dict[str, str]:
+  """Per negative set, how a run of `method` relates to its weights: 'as H-SCL does' for
+  the set the run trained with hardened, 'as H-UCL would' for the other (and for both when
+  the run trained without a hardening): inspection measures one encoder under both."""
+  trained = 'hscl' if method.supervised else 'hucl'
+  phrases = {}
+  for negatives, label in hard_negatives.SET_LABELS.items():
+    does = method.hardening != 'none' and negatives == trained
+    phrases[negatives] = f'as {label} ' + ('does' if does else 'would')
+  return phrases
+
+
+def summary_line(result: dict[str, Any]) -> str:
+  """What `inspect` prints from false_negatives.json's content: whose encoder was measured,
+  and its false negatives under each set's weights (one run, never two models)."""
+  method = methods.by_label(result['method_label'])
+  phrases = set_phrases(method)
+  choice = HardeningChoice(
+    result['hardening'], result[methods.HARDENING_PARAMETER[result['hardening']]]
+  )
+  percent = lambda name: f'{100 * result[name]:.1f} %'
+  return (
+    f"This {method.label} run's encoder, its negatives weighted by {choice.describe()}: "
+    f'{phrases["hucl"]} (every other sample a negative), '
+    f"{percent('hucl_false_negative_fraction')} of each anchor's top-{result['k']} are "
+    f'same-class ({percent("hucl_same_class_fraction_of_all_negatives")} of all its '
+    f'negatives; {result["num_anchors"]} anchors); {phrases["hscl"]} (other classes only), '
+    f'{percent("hscl_false_negative_fraction")}.'
+  )
+
+
 def inspect_run(
   workdir: str,
   out_dir: str,
@@ -177,7 +208,10 @@ def inspect_run(
   step, embedded = embed_splits(workdir, config, checkpoint_step)
   os.makedirs(out_dir, exist_ok=True)
   result = false_negative_report(embedded, choice, config, k, seed)
-  result.update(checkpoint_step=step, method=config.method, dataset=config.dataset)
+  method = methods.of_config(config)
+  result.update(
+    checkpoint_step=step, method=config.method, method_label=method.label, dataset=config.dataset
+  )
   atomic.write_json(os.path.join(out_dir, STATISTIC_FILE), result, newline=True)
   rng = np.random.default_rng(seed)
   title = f'{config.method} on {config.dataset}, checkpoint step {step}'
@@ -196,6 +230,8 @@ def inspect_run(
     config.temperature,
     os.path.join(out_dir, HARDEST_FILE),
     NUM_SHOWN_NEGATIVES,
+    method.label,
+    set_phrases(method),
   )
   logging.info('wrote %s into %s', ', '.join(FILES), out_dir)
   return result
