@@ -23,8 +23,9 @@ def _records(path):
     offset = start + length + 4  # the data's masked CRC
 
 
-def scalars(logdir) -> dict[str, dict[int, float]]:
-  """{tag: {step: value}} over every event file of `logdir`, in write order."""
+def scalars(logdir, *, wall_time: bool = False) -> dict[str, dict[int, float]]:
+  """{tag: {step: value}} over every event file of `logdir`, in write order ({tag: {step:
+  the event's wall time}} with `wall_time`)."""
   values: dict[str, dict[int, float]] = {}
   for path in sorted(
     pathlib.Path(logdir).glob('events.out.tfevents.*'), key=lambda p: (p.stat().st_mtime_ns, p.name)
@@ -36,5 +37,6 @@ def scalars(logdir) -> dict[str, dict[int, float]]:
           for step in [s for s in steps if s >= event.step]:
             del steps[step]
       for value in event.summary.value:
-        values.setdefault(value.tag, {})[event.step] = value.simple_value
+        shown = event.wall_time if wall_time else value.simple_value
+        values.setdefault(value.tag, {})[event.step] = shown
   return values

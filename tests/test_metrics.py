@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging as std_logging
 import os
@@ -22,6 +23,10 @@ def _records(*steps):
   return [{'step': step, 'epoch': i + 1, 'train_loss': 1.0 / step} for i, step in enumerate(steps)]
 
 
+def _untimed(rows):
+  return [{k: v for k, v in row.items() if k != metrics.TIME} for row in rows]
+
+
 def _write_lines(workdir, lines):
   (workdir / layout.METRICS_FILE).write_text(''.join(line + '\n' for line in lines))
 
@@ -35,7 +40,7 @@ def test_torn_last_line_is_dropped_with_a_warning(tmp_path, caplog):
   writer = metrics.MetricWriter(str(tmp_path), keep_through_step=20)  # a resume rewrites the file
   writer.write(30, {'epoch': 3, 'train_loss': 1 / 30})
   writer.close()
-  assert metrics.read_metrics(str(tmp_path)) == _records(10, 20, 30)
+  assert _untimed(metrics.read_metrics(str(tmp_path))) == _records(10, 20, 30)
 
 
 def test_bad_line_in_the_middle_is_named(tmp_path):
@@ -76,7 +81,9 @@ def test_a_write_that_dies_leaves_the_previous_file(tmp_path, monkeypatch):
   writer.close()
   assert (tmp_path / layout.METRICS_FILE).read_text() == before
   assert not [p for p in tmp_path.iterdir() if p.name.endswith('.tmp')]
-  assert metrics.read_metrics(str(tmp_path)) == [{'step': 10, 'epoch': 1, 'train_loss': 0.1}]
+  assert _untimed(metrics.read_metrics(str(tmp_path))) == [
+    {'step': 10, 'epoch': 1, 'train_loss': 0.1}
+  ]
 
 
 @pytest.fixture
@@ -89,16 +96,32 @@ def one_second(monkeypatch):
   monkeypatch.setattr(event_file_writer, 'time', frozen)
 
 
+@pytest.fixture
+def stepped_time(monkeypatch):
+  """The rows' wall clock: 1000 s at the first row written, one second more at each."""
+  seconds = itertools.count(1000)
+  monkeypatch.setattr(metrics, 'time', types.SimpleNamespace(time=lambda: float(next(seconds))))
+
+
 def _scalars(workdir):
   return tensorboard_events.scalars(workdir / layout.EVENTS_DIR).get('train_loss', {})
 
 
-def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path, one_second):
+def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(
+  tmp_path, one_second, stepped_time
+):
   """Two resumes, each checked against a model kept by hand (the rows the file must hold,
-  the train_loss scalars TensorBoard shows): rows after the checkpoint's step are dropped,
-  the row at that step is kept, a row of the file that differs from the checkpoint's is
-  rebuilt (file and TensorBoard), and the resumed run's new rows follow."""
-  row = lambda step, loss: {'step': step, 'epoch': step // 10, 'train_loss': loss}
+  with the time each was first written; the train_loss scalars TensorBoard shows): rows
+  after the checkpoint's step are dropped, the row at that step is kept, a row of the file
+  that differs from the checkpoint's is rebuilt with its own time (file and TensorBoard),
+  and the resumed run's new rows follow."""
+  times = itertools.count(1000.0)
+  row = lambda step, loss: {  # noqa: E731
+    'step': step,
+    'time': next(times),
+    'epoch': step // 10,
+    'train_loss': loss,
+  }
   writer = metrics.MetricWriter(str(tmp_path))
   for step in (10, 20, 30):
     writer.write(step, {'epoch': step // 10, 'train_loss': step / 100})
@@ -106,7 +129,7 @@ def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path, 
   model = [row(10, 0.1), row(20, 0.2), row(30, 0.3)]
   assert metrics.read_metrics(str(tmp_path)) == model
   # Resume 1: checkpoint at step 20 (its rows 10, 20); the file's row 20 was changed.
-  damaged = model[:1] + [row(20, 9.9)] + model[2:]
+  damaged = [model[0], {**model[1], 'train_loss': 9.9}, model[2]]
   _write_lines(tmp_path, [json.dumps(r) for r in damaged])
   checkpoint_rows = model[:2]
   writer = metrics.MetricWriter(str(tmp_path), keep_through_step=20, records=checkpoint_rows)
@@ -123,12 +146,18 @@ def test_resumes_keep_rebuild_and_rewrite_rows_like_a_hand_kept_model(tmp_path, 
   writer.close()
   assert metrics.read_metrics(str(tmp_path)) == model
   assert _scalars(tmp_path) == pytest.approx({r['step']: r['train_loss'] for r in model})
+  # TensorBoard's events carry each row's time: the rebuilt row 20 its first write's.
+  walls = tensorboard_events.scalars(tmp_path / layout.EVENTS_DIR, wall_time=True)['train_loss']
+  assert walls == {r['step']: r['time'] for r in model}
 
 
-def test_step_rows_after_the_checkpoint_are_cut_and_written_again(tmp_path, one_second):
+def test_step_rows_after_the_checkpoint_are_cut_and_written_again(
+  tmp_path, one_second, stepped_time
+):
   """StepWriter: rows reach the file at `flush` (and `close`); a resume at step 20 keeps
-  the rows through 20 (file and TensorBoard's steps run), drops 30 and 40, and the rows
-  the resumed run writes follow; 'epoch' is no TensorBoard scalar."""
+  the rows through 20 with their times (file and TensorBoard's steps run), drops 30 and
+  40, and the rows the resumed run writes follow, timed when written; 'epoch' and 'time'
+  are no TensorBoard scalars (the time is the events' own)."""
   steps_run = tmp_path / layout.EVENTS_DIR / layout.STEP_EVENTS_DIR
   writer = metrics.StepWriter(str(tmp_path))
   for step in (10, 20, 30, 40):
@@ -143,10 +172,13 @@ def test_step_rows_after_the_checkpoint_are_cut_and_written_again(tmp_path, one_
   writer.close()
   rows = metrics.read_steps(str(tmp_path))
   assert [(r['step'], r['train_loss']) for r in rows] == [(10, 0.1), (20, 0.2), (30, 0.5)]
+  assert [r['time'] for r in rows] == [1000.0, 1001.0, 1004.0]
   assert rows[0]['grad_norm'] == 2.0 and isinstance(rows[0]['grad_norm'], float)
   events = tensorboard_events.scalars(steps_run)
   assert set(events) == {'train_loss', 'grad_norm'}
   assert events['train_loss'] == pytest.approx({10: 0.1, 20: 0.2, 30: 0.5})
+  walls = tensorboard_events.scalars(steps_run, wall_time=True)['train_loss']
+  assert walls == {10: 1000.0, 20: 1001.0, 30: 1004.0}
   # The epoch records' run is apart: its purge never reaches the steps' events.
   assert tensorboard_events.scalars(tmp_path / layout.EVENTS_DIR) == {}
 

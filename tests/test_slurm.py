@@ -67,7 +67,7 @@ OVERRIDES = [
   '--config.log_every_steps=1',
 ]
 SBATCH_OPTIONS = ['--ntasks=2', '--cpus-per-task=1', '--gpus-per-node=0', '--time=15']
-TIMING_FIELDS = ('epoch_time', 'images_per_second', 'samples_per_second', 'knn_time')
+TIMING_FIELDS = ('epoch_time', 'images_per_second', 'samples_per_second', 'knn_time', 'time')
 
 
 def _free_port_pair() -> int:

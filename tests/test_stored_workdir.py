@@ -37,7 +37,7 @@ RESUME = [
   '--config.optimizer.learning_rate=0.1',
   '--config.optimizer.momentum=0.9',
 ]
-TIMINGS = ('epoch_time', 'images_per_second', 'samples_per_second', 'knn_time', 'seconds')
+TIMINGS = ('epoch_time', 'images_per_second', 'samples_per_second', 'knn_time', 'seconds', 'time')
 
 
 def _program(name: str, *args: str) -> subprocess.CompletedProcess:

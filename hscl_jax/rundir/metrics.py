@@ -1,5 +1,5 @@
 """Run outputs: DIR/metrics.jsonl, DIR/steps.jsonl, TensorBoard events, DIR/config.json, a
-progress line.
+progress line. Every row of the two jsonl files carries its wall-clock time (`TIME`).
 
 Only process 0 writes (`enabled=False` elsewhere), so a multi-host run produces one copy.
 """
@@ -12,6 +12,7 @@ import logging as std_logging
 import math
 import os
 import sys
+import time
 from typing import Any
 
 from absl import logging
@@ -27,6 +28,10 @@ from hscl_jax.rundir import timing
 from hscl_jax.rundir import versions
 
 _WRITERS_OPENED = itertools.count()
+
+# Every row's wall-clock time, in Unix seconds: when the row was first written (a row
+# rebuilt from a checkpoint keeps its own); its TensorBoard scalars carry it as their time.
+TIME = 'time'
 
 
 def _import_tensorboardx():
@@ -124,10 +129,20 @@ def _summary_writer(logdir: str, purge_step: int):
   )
 
 
+def _row(step: int, scalars: dict[str, Any]) -> dict[str, Any]:
+  """A row of a jsonl file: its step, its wall-clock time (now, unless `scalars` has one),
+  then `scalars` as JSON-friendly Python values."""
+  return {
+    'step': int(step),
+    TIME: round(time.time(), 3),
+    **{k: _to_python(v) for k, v in scalars.items()},
+  }
+
+
 def _add_scalars(writer, row: dict[str, Any], *, skip: tuple[str, ...] = ('step',)) -> None:
   for name, value in row.items():
-    if name not in skip and isinstance(value, (int, float)):
-      writer.add_scalar(name, value, global_step=int(row['step']))
+    if name not in (*skip, TIME) and isinstance(value, (int, float)):
+      writer.add_scalar(name, value, global_step=int(row['step']), walltime=row.get(TIME))
 
 
 def _first_difference(rows: list[dict], expected: list[dict]) -> int:
@@ -190,7 +205,7 @@ class MetricWriter:
   def write(self, step: int, scalars: dict[str, Any]) -> None:
     if not self._enabled:
       return
-    record = {'step': int(step), **{k: _to_python(v) for k, v in scalars.items()}}
+    record = _row(step, scalars)
     self.records.append(record)
     self._rewrite()
     self._add_scalars(record)
@@ -237,7 +252,7 @@ class StepWriter:
   def write(self, step: int, scalars: dict[str, Any]) -> None:
     if not self._enabled:
       return
-    row = {'step': int(step), **{k: _to_python(v) for k, v in scalars.items()}}
+    row = _row(step, scalars)
     self.rows.append(row)
     _add_scalars(self._tensorboard, row, skip=('step', 'epoch'))
 
