@@ -23,6 +23,7 @@ from configs import cifar100  # noqa: E402
 from configs import default  # noqa: E402
 from configs import digits  # noqa: E402
 from configs import stl10  # noqa: E402
+from hscl_jax import data  # noqa: E402
 from hscl_jax import errors  # noqa: E402
 from hscl_jax.config import command_line  # noqa: E402
 from hscl_jax.config import fields  # noqa: E402
@@ -96,6 +97,19 @@ _LOAD_MODULE_WARNING = 'ignore:the load_module:DeprecationWarning'
 
 
 @pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
+def test_digits_gives_several_per_step_rows_an_epoch():
+  """The embedded default's per-step curves: a row at every log_every_steps-th step and at
+  each epoch's last (training/loop), so at least 3 in each of digits' 5-step epochs."""
+  config = digits.get_config()
+  order = data.EpochOrder(1438, global_batch_size=config.batch_size, seed=0)
+  plan = plan_lib.make_plan(config, order)
+  assert plan.steps_per_epoch == 5
+  for epoch in range(1, config.num_epochs + 1):
+    steps = range((epoch - 1) * plan.steps_per_epoch + 1, epoch * plan.steps_per_epoch + 1)
+    rows = [s for s in steps if s % config.log_every_steps == 0 or s == steps[-1]]
+    assert len(rows) >= 3, (epoch, rows)
+
+
 def test_command_line_overrides():
   config = _parse(
     f'--config={REPO}/configs/cifar10.py',

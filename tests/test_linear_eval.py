@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pathlib
@@ -246,8 +247,9 @@ def test_unknown_protocol(trained):
     linear_probe.linear_evaluate(config, str(workdir))
 
 
-def test_the_training_loop_logs_every_tenth_of_its_epochs_with_elapsed_and_eta(monkeypatch, caplog):
-  clock = iter(range(0, 1000, 2))  # 2 s between two readings of the clock
+def _train_on_a_clock(monkeypatch, seconds_per_reading):
+  """20 epochs of the linear probe's loop, the clock advancing at each reading."""
+  clock = itertools.count(0.0, seconds_per_reading)
   monkeypatch.setattr(progress, 'time', types.SimpleNamespace(perf_counter=lambda: next(clock)))
   cfg = ml_collections.ConfigDict(
     dict(num_epochs=20, batch_size=8, learning_rate=0.1, weight_decay=0.0)
@@ -255,8 +257,21 @@ def test_the_training_loop_logs_every_tenth_of_its_epochs_with_elapsed_and_eta(m
   setup = linear_probe.LinearSetup(num_classes=3, feature_dim=4, cfg=cfg)
   rng = np.random.default_rng(0)
   x, y = rng.normal(size=(16, 4)).astype(np.float32), np.arange(16, dtype=np.int32) % 3
+  linear_probe._train_loop(setup, 16, lambda indices, epoch, i: (x[indices], y[indices]), 0)
+
+
+def test_the_training_loop_logs_every_ten_seconds_with_elapsed_and_eta_and_a_short_one_never(
+  monkeypatch, caplog
+):
+  """The clock is read once an epoch (and once at the start): at 0.01 s a reading the 20
+  epochs take 0.2 s and log no line; at 3 s a reading a line comes once 10 s have passed
+  since the last, at epochs 4, 8, 12 and 16 (12 s, 24 s, ...), with the elapsed time and
+  the ETA of the epochs left at the rate so far."""
   with caplog.at_level('INFO'):
-    linear_probe._train_loop(setup, 16, lambda indices, epoch, i: (x[indices], y[indices]), 0)
+    _train_on_a_clock(monkeypatch, 0.01)
+  assert caplog.messages == []
+  with caplog.at_level('INFO'):
+    _train_on_a_clock(monkeypatch, 3.0)
   assert progress_lines(caplog) == caplog.messages
   logged = [
     re.fullmatch(
@@ -267,7 +282,9 @@ def test_the_training_loop_logs_every_tenth_of_its_epochs_with_elapsed_and_eta(m
     for m in caplog.messages
   ]
   assert all(logged), caplog.messages
-  # Epoch 1, then every 20 // 10 = 2 epochs; the k-th line reads the clock at 2k s.
-  epochs = [1, *range(2, 21, 2)]
-  expected = [(e, 2 * k, round(2 * k / e * (20 - e))) for k, e in enumerate(epochs, 1)]
-  assert [tuple(int(g) for g in m.groups()) for m in logged] == expected
+  assert [tuple(int(g) for g in m.groups()) for m in logged] == [
+    (4, 12, 48),
+    (8, 24, 36),
+    (12, 36, 24),
+    (16, 48, 12),
+  ]

@@ -223,7 +223,7 @@ def test_the_epoch_line_shows_the_probe_beside_the_knn():
     'images_per_second': 20.0,
     'epoch_time': 1.0,
   }
-  assert 'kNN top-1 0.9000, probe top-1 0.8750, lr' in summaries.epoch_summary(record)
+  assert '  kNN 0.9000  probe 0.8750  ' in summaries.epoch_summary(record, num_epochs=3)
 
 
 def test_probe_features_are_detached_and_normalised():

@@ -163,28 +163,46 @@ def test_wiring_program_model_batchnorm_statistics_are_global(tmp_path, monkeypa
     np.testing.assert_allclose(x, np.broadcast_to(y, x.shape), rtol=1e-4, atol=1e-5)
 
 
-def test_the_epoch_log_line_shows_the_records_values():
+def test_the_epoch_log_line_shows_the_records_main_values_in_under_100_columns():
   """summaries.epoch_summary, the one line logged per epoch, from a record whose every value
-  differs (and rounds visibly at the line's precision); the optional figures only when
-  the record has them."""
+  differs (and rounds visibly at the line's precision): the loss, the kNN's and probe's
+  top-1 only when the record has them, views/s and the time; the other figures stay in
+  the record. Its widest form (a 4-digit epoch, a large loss, rate and time, compiling)
+  still fits in 100 columns (whole seconds from 100 s on)."""
   record = {
     'epoch': 3,
     'train_loss': 4.56789,
     'knn_top1': 0.71234,
+    'precision_at_1': 0.8123,
+    'map_at_r': 0.5123,
+    'probe_top1': 0.875,
     'assumption1_fraction': 0.0456,
     'learning_rate': 0.00123456,
     'images_per_second': 1234.4,  # views: two per sample
     'samples_per_second': 617.2,
     'epoch_time': 12.34,
   }
-  assert summaries.epoch_summary(record) == (
-    'epoch 3: loss 4.5679, kNN top-1 0.7123, Assumption 1 0.046, lr 0.00123, '
-    '617 samples/s (1234 views/s), 12.3 s'
+  assert summaries.epoch_summary(record, num_epochs=30) == (
+    'epoch 3/30  loss 4.5679  kNN 0.7123  probe 0.8750  1234 views/s  12.3 s'
   )
-  del record['knn_top1'], record['assumption1_fraction']
-  assert summaries.epoch_summary(record) == (
-    'epoch 3: loss 4.5679, lr 0.00123, 617 samples/s (1234 views/s), 12.3 s'
+  assert summaries.epoch_summary(record, num_epochs=30, compile_seconds=8.56).endswith(
+    '  12.3 s (8.6 s compiling)'
   )
+  del record['knn_top1'], record['probe_top1']
+  assert summaries.epoch_summary(record, num_epochs=30) == (
+    'epoch 3/30  loss 4.5679  1234 views/s  12.3 s'
+  )
+  widest = {
+    **record,
+    'epoch': 1000,
+    'train_loss': 12.345678,
+    'knn_top1': 0.5,
+    'probe_top1': 0.5,
+    'images_per_second': 1_234_567.0,
+    'epoch_time': 9999.4,
+  }
+  line = summaries.epoch_summary(widest, num_epochs=1000, compile_seconds=999.4)
+  assert line.endswith('  9999 s (999 s compiling)') and len(line) <= 100, line
 
 
 def test_the_epoch_throughput_leaves_out_the_compiling_steps():
@@ -228,6 +246,44 @@ def test_one_timer_gives_the_epoch_s_times_the_rate_and_the_eta(monkeypatch):
   assert timer.seconds_per_step(7) == 2.5 and line.eta_seconds(7) == 8.0
   timer.next_epoch()
   assert timer.epoch == timing.EpochTimes()
+
+
+def test_the_eta_counts_down_without_a_jump_when_the_first_evaluation_compiles(monkeypatch):
+  """30 epochs of 5 steps on a stepped clock: each step 1 s (the first compiles 10 s more),
+  each epoch's kNN 2 s, the first kNN 6 s more compiling (jax.monitoring's event, as JAX
+  reports it). The ETA at each epoch's last step (the loop's progress line, before its kNN)
+  is the steps left at 1 s plus the epochs left at 2 s, from epoch 2 on: a countdown of 7 s
+  an epoch. Taking the first kNN's 8 s as every kNN's would show 364 s at epoch 2 after 145
+  s at epoch 1, then 189 s at epoch 3."""
+  clock = types.SimpleNamespace(now=0.0)
+  clock.perf_counter = lambda: clock.now
+  monkeypatch.setattr(progress, 'time', clock)
+  monkeypatch.setattr(timing, 'time', clock)
+  timer = timing.Timer(start_step=0)
+  line = metrics.Progress(
+    total_steps=150, start_step=0, steps_per_epoch=5, images_per_step=2, timer=timer
+  )
+
+  def knn(epoch):
+    clock.now += 2.0
+    if epoch == 1:
+      clock.now += 6.0
+      jax.monitoring.record_event_duration_secs('/jax/core/compile/backend_compile_duration', 6.0)
+    return epoch
+
+  etas = []
+  for epoch in range(1, 31):
+    timer.start(5 * (epoch - 1))
+    for step in range(5 * (epoch - 1) + 1, 5 * epoch + 1):
+      clock.now += 11.0 if step == 1 else 1.0
+      if not timer.compiled:
+        timer.first_step_done(step)
+    timer.stop(5 * epoch)
+    etas.append(line.eta_seconds(5 * epoch))
+    assert timer.evaluate(lambda: knn(epoch), every_epochs=1) == (epoch, 8.0 if epoch == 1 else 2.0)
+    timer.next_epoch()
+  assert etas[0] == 145.0  # no kNN timed yet
+  assert etas[1:] == pytest.approx([7.0 * (30 - epoch) for epoch in range(2, 31)])
 
 
 def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():

@@ -40,6 +40,8 @@ from hscl_jax.training import optimizers
 
 PROTOCOLS = fields.LINEAR_EVAL_PROTOCOLS
 RESULT_FILE = 'linear_eval.json'
+# A progress line once this many seconds have passed since the last: none for a short loop.
+PROGRESS_EVERY_SECONDS = 10.0
 
 
 def check_num_epochs_flag(num_epochs: int | None) -> None:
@@ -114,8 +116,7 @@ def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
     unit='epoch',
     rate_unit='examples',
     per_unit=steps * batch,
-    every=max(cfg.num_epochs // 10, 1),
-    first=True,
+    every_seconds=PROGRESS_EVERY_SECONDS,
     show_elapsed=True,
   )
   for epoch in range(1, cfg.num_epochs + 1):

@@ -202,13 +202,15 @@ class MetricWriter:
         epochs,
       )
 
-  def write(self, step: int, scalars: dict[str, Any]) -> None:
-    if not self._enabled:
-      return
+  def write(self, step: int, scalars: dict[str, Any]) -> dict[str, Any]:
+    """Writes the row of `step` (its time now); returns it as the file holds it."""
     record = _row(step, scalars)
+    if not self._enabled:
+      return record
     self.records.append(record)
     self._rewrite()
     self._add_scalars(record)
+    return record
 
   def _add_scalars(self, record: dict[str, Any]) -> None:
     _add_scalars(self._tensorboard, record)

@@ -116,10 +116,12 @@ class RunRecord:
     """The records written so far (after `restore`), as a checkpoint stores them."""
     return self._writer.records
 
-  def write_record(self, step: int, record: dict[str, Any]) -> None:
-    self._writer.write(step, record)
-    self._last_record = {**record, 'step': step}
+  def write_record(self, step: int, record: dict[str, Any]) -> dict[str, Any]:
+    """Writes the epoch's record at `step`; returns it as written (its step and time)."""
+    written = self._writer.write(step, record)
+    self._last_record = written
     self._steps.flush()
+    return written
 
   def write_step(self, step: int, scalars: dict[str, Any]) -> None:
     self._steps.write(step, scalars)

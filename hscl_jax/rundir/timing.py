@@ -15,7 +15,12 @@ import dataclasses
 import time
 from typing import Any
 
+import jax
+
 from hscl_jax.rundir import progress
+
+# jax.monitoring's events of the time JAX spends tracing, lowering and compiling a program.
+COMPILE_EVENTS = '/jax/core/compile/'
 
 
 @dataclasses.dataclass
@@ -48,8 +53,9 @@ class Timer:
 
   `clock` is the rate's stopwatch, which the progress line reads: training time only, from
   `start_step`, or from the compiling step once it is done. `eval_seconds_per_epoch` is the
-  last evaluation's time spread over the epochs it serves, which the ETA adds for each
-  epoch left. `epoch` accumulates the epoch's times (`EpochTimes`) until `next_epoch`.
+  last evaluation's time less its compilation, spread over the epochs it serves, which the
+  ETA adds for each epoch left. `epoch` accumulates the epoch's times (`EpochTimes`) until
+  `next_epoch`.
   """
 
   def __init__(self, start_step: int = 0, epoch: EpochTimes | None = None):
@@ -90,9 +96,31 @@ class Timer:
     return self.clock.seconds_per_unit(step)
 
   def evaluate(self, evaluation: Callable[[], Any], *, every_epochs: int) -> tuple[Any, float]:
-    """(evaluation(), its seconds); an evaluation every `every_epochs` epochs."""
-    start = time.perf_counter()
-    result = evaluation()
-    seconds = time.perf_counter() - start
-    self.eval_seconds_per_epoch = seconds / every_epochs
+    """(evaluation(), its seconds); an evaluation every `every_epochs` epochs. The ETA's
+    share leaves out the seconds it spent compiling (the first evaluation's, several times
+    the later ones' on a small dataset), which no later evaluation spends again."""
+    with CompileSeconds() as compiling:
+      start = time.perf_counter()
+      result = evaluation()
+      seconds = time.perf_counter() - start
+    self.eval_seconds_per_epoch = max(seconds - compiling.seconds, 0.0) / every_epochs
     return result, seconds
+
+
+class CompileSeconds:
+  """The seconds JAX spends compiling (tracing, lowering, XLA) while the block runs, on any
+  thread, from jax.monitoring's duration events."""
+
+  def __init__(self):
+    self.seconds = 0.0
+
+  def _add(self, event: str, seconds: float, **kwargs) -> None:
+    if event.startswith(COMPILE_EVENTS):
+      self.seconds += seconds
+
+  def __enter__(self) -> CompileSeconds:
+    jax.monitoring.register_event_duration_secs_listener(self._add)
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    jax.monitoring.unregister_event_duration_listener(self._add)

@@ -341,8 +341,13 @@ def _end_epoch(run: _Pieces, book, timer: timing.Timer, preemption, state, step:
   # Fresh zeros each epoch: the step donates (deletes) the state's buffers.
   zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), state.metric_sums)
   state = state.replace(metric_sums=parallel.replicated(zeros, run.mesh))
-  book.write_record(step, record)
-  logging.info('%s', summaries.epoch_summary(record, compile_seconds=timer.epoch.compile_seconds))
+  record = book.write_record(step, record)
+  logging.info(
+    '%s',
+    summaries.epoch_summary(
+      record, num_epochs=plan.num_epochs, compile_seconds=timer.epoch.compile_seconds
+    ),
+  )
   timer.next_epoch()
   if progress.is_due(epoch, config.checkpoint_every_epochs, plan.num_epochs):
     _save(run, book, state, step, resume.EpochPosition())

@@ -17,6 +17,9 @@ from hscl_jax.evaluation import retrieval
 from hscl_jax.training import queue as negative_queue
 from hscl_jax.training import state as state_lib
 
+# The monitor's figures an epoch's line shows (where its record has them), by short name.
+EPOCH_LINE_FIGURES = {'knn_top1': 'kNN', 'probe_top1': 'probe'}
+
 # The parts of the model's parameters by their top-level entry; any other entry (e.g. an
 # online probe's 'probe') is named as itself.
 PARAMETER_PARTS = {'encoder': 'backbone', 'head': 'head'}
@@ -54,33 +57,40 @@ def size_line(state: state_lib.TrainState) -> str:
   )
 
 
-def epoch_summary(record: dict[str, Any], *, compile_seconds: float = 0.0) -> str:
-  """One concise log line per epoch (the full record is in metrics.jsonl); the throughput
-  leaves out the step that compiled, whose time is shown apart."""
-  parts = [f'epoch {record["epoch"]}: loss {record["train_loss"]:.4f}', *monitor_parts(record)]
-  if 'assumption1_fraction' in record:
-    parts.append(f'Assumption 1 {record["assumption1_fraction"]:.3f}')
-  parts.append(f'lr {record["learning_rate"]:.3g}')
-  # Samples (the batch's images) apart from views (two per sample, what the encoder sees).
-  parts.append(
-    f'{record["samples_per_second"]:.0f} samples/s ({record["images_per_second"]:.0f} views/s)'
-  )
-  epoch_time = f'{record["epoch_time"]:.1f} s'
+def epoch_summary(record: dict[str, Any], *, num_epochs: int, compile_seconds: float = 0.0) -> str:
+  """One short line per epoch (under 100 columns): its loss, the kNN's and the online
+  probe's top-1 where measured, views/s and its time, the step's compilation apart (the
+  throughput leaves it out). Every other figure is in metrics.jsonl and TensorBoard; each
+  is named in docs/training.md."""
+  parts = [f'epoch {record["epoch"]}/{num_epochs}', f'loss {record["train_loss"]:.4f}']
+  parts += [
+    f'{short} {record[name]:.4f}' for name, short in EPOCH_LINE_FIGURES.items() if name in record
+  ]
+  parts.append(f'{record["images_per_second"]:.0f} views/s')
+  epoch_time = _seconds(record['epoch_time'])
   if compile_seconds:
-    epoch_time += f' ({compile_seconds:.1f} s of it compiling the step)'
+    epoch_time += f' ({_seconds(compile_seconds)} compiling)'
   parts.append(epoch_time)
-  return ', '.join(parts)
+  return '  '.join(parts)
+
+
+def _seconds(seconds: float) -> str:
+  """'12.3 s'; whole seconds from 100 s on, where a tenth says nothing."""
+  return f'{seconds:.1f} s' if seconds < 100 else f'{seconds:.0f} s'
 
 
 def monitor_parts(record: dict[str, Any]) -> list[str]:
   """The monitor's figures of an epoch record as the lines show them: the kNN top-1, the
   retrieval metrics in their order, the online probe's top-1 (those the record has)."""
-  parts = [f'kNN top-1 {record["knn_top1"]:.4f}'] if 'knn_top1' in record else []
-  figures = [(k, v) for k, v in record.items() if retrieval.is_metric(k)]
-  parts += [f'{retrieval.short_name(k)} {v:.4f}' for k, v in figures]
-  if 'probe_top1' in record:
-    parts.append(f'probe top-1 {record["probe_top1"]:.4f}')
-  return parts
+  names = ['knn_top1', *(k for k in record if retrieval.is_metric(k)), 'probe_top1']
+  return [f'{figure_name(k)} {record[k]:.4f}' for k in names if k in record]
+
+
+def figure_name(key: str) -> str:
+  """A figure of the records as the closing lines name it: 'kNN top-1', 'P@1', ..."""
+  if retrieval.is_metric(key):
+    return retrieval.short_name(key)
+  return {'knn_top1': 'kNN top-1', 'probe_top1': 'probe top-1'}.get(key, key)
 
 
 def final_monitor(records: list[dict[str, Any]]) -> str:
