@@ -140,6 +140,25 @@ def test_keep_best_is_parsed_from_the_configs_text():
       checkpoints.KeepBest.parse(bad)
 
 
+def test_keep_best_auto_is_the_knn_top1_where_the_monitor_runs_and_none_without():
+  """The default, resolved by training: the kNN top-1 with the kNN monitor on; none
+  without it (no record would have the figure); any other value as given. Read alone
+  (unresolved), 'auto' keeps none."""
+  sys.path.insert(0, str(REPO))
+  from configs import digits
+  from hscl_jax.config import fields
+  from hscl_jax.training import loop
+
+  config = digits.get_config()
+  assert config.keep_best == fields.FIELDS['keep_best'].default == checkpoints.AUTO
+  assert loop.keep_best(config) == 'knn_top1'
+  config.knn.every_epochs = 0
+  assert loop.keep_best(config) == ''
+  config.keep_best = 'probe_loss'
+  assert loop.keep_best(config) == 'probe_loss'
+  assert checkpoints.KeepBest.parse(checkpoints.AUTO) is None
+
+
 class _Loader:
   """The input pipeline's position, as a RunRecord saves and restores it."""
 
@@ -307,10 +326,13 @@ def test_export_of_the_best_and_the_latest_checkpoint(tmp_path):
     assert json.loads((tmp_path / 'b.json').read_text())['checkpoint_step'] == step
 
 
-def test_a_training_run_keeps_its_best_epoch_by_the_config_field(tmp_path):
-  """`--config.keep_best=knn_top1` through the loop: the checkpoints kept are the newest
-  and the epoch whose record has the highest kNN figure (of equal ones the newer), as the
-  reference reads them from metrics.jsonl; a bad direction is refused before training."""
+def test_a_training_run_keeps_its_best_epoch_by_default_and_its_closing_line_names_it(tmp_path):
+  """keep_best at its default ('auto', the kNN top-1 with the monitor on) through the loop,
+  a checkpoint due only at the last of 4 epochs: the checkpoints kept are the newest and
+  the epoch whose record has the highest kNN figure (of equal ones the newer), as the
+  reference reads them from metrics.jsonl, an epoch before the last and saved because it
+  was the best so far; the closing line names it and its figure. A bad direction is
+  refused before training."""
   sys.path.insert(0, str(REPO))
   from configs import digits
   from hscl_jax.config import schema
@@ -318,10 +340,11 @@ def test_a_training_run_keeps_its_best_epoch_by_the_config_field(tmp_path):
 
   config = digits.get_config()
   config.batch_size, config.num_epochs, config.steps_per_epoch_limit = 32, 4, 2
-  config.knn.batch_size, config.keep_checkpoints, config.keep_best = 256, 1, 'knn_top1'
-  config.checkpoint_every_epochs = 1
+  config.knn.batch_size, config.keep_checkpoints = 256, 1
+  config.checkpoint_every_epochs = 4
   config.optimizer.learning_rate = 3e-2  # large: the kNN figure moves between epochs
-  loop.train_and_evaluate(config, str(tmp_path))
+  assert config.keep_best == checkpoints.AUTO
+  result = loop.train_and_evaluate(config, str(tmp_path))
   records = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
   figures = {r['step']: r['knn_top1'] for r in records}
   assert checkpoints.finished_steps(str(tmp_path)) == _expected_kept(figures, 1, 'max')
@@ -329,6 +352,9 @@ def test_a_training_run_keeps_its_best_epoch_by_the_config_field(tmp_path):
   best_step = max(figures, key=lambda step: (figures[step], step))
   assert best_step < max(figures)  # an old best, which keep_checkpoints=1 alone would delete
   assert (best.step, best.metric, best.value) == (best_step, 'knn_top1', figures[best_step])
+  head = loop.closing_summary(config, str(tmp_path), result, 1.0).split('\n')[0]
+  epoch = {r['step']: r['epoch'] for r in records}[best_step]
+  assert f'; best kNN top-1 {figures[best_step]:.4f} at epoch {epoch} (--checkpoint=best);' in head
   config.keep_best = 'knn_top1:up'
   with pytest.raises(errors.ConfigError, match=r'^config\.keep_best: .* Fix: '):
     schema.validate_config(config, num_devices=1)

@@ -103,3 +103,29 @@ def test_a_resnet_stored_before_strided_padding_resumes_only_as_trained(tmp_path
   )
   config.model.strided_padding = 'same'
   assert refused(tmp_path, config) is None
+
+
+@pytest.mark.parametrize(
+  'stored, given, resumed',
+  [
+    (None, 'auto', ''),  # stored before the field: none kept
+    ('', 'auto', ''),  # stored when '' was the default
+    ('map_at_r', 'auto', 'map_at_r'),  # started with a figure
+    ('auto', 'auto', 'auto'),
+    ('', 'knn_top1', 'knn_top1'),  # named on the command line: the change is taken
+  ],
+)
+def test_a_resumed_run_left_at_the_default_keep_best_keeps_what_it_kept(
+  tmp_path, stored, given, resumed
+):
+  written = json.loads(json.dumps(digits.get_config().to_dict()))
+  if stored is None:
+    del written['keep_best']
+  else:
+    written['keep_best'] = stored
+  (tmp_path / 'config.json').write_text(json.dumps(written))
+  config = digits.get_config()
+  config.keep_best = given
+  assert stored_config.as_resumed(str(tmp_path), config).keep_best == resumed
+  assert config.keep_best == given  # the caller's is left as it was
+  assert refused(tmp_path, config) is None  # keep_best is free

@@ -381,8 +381,8 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
 ):
   """Epoch 1's line shows its compilation, whose time is the epoch's time less its other
   2 steps at the recorded rate; epoch 2's line has none. The last line is the closing one:
-  the epochs, the final monitor (kNN, retrieval, probe), the workdir and the next commands
-  with it filled in."""
+  the epochs, the final monitor (kNN, retrieval, probe), the best epoch by the kNN, the
+  workdir and the next commands with it filled in."""
   workdir, _, _, seconds, lines, _ = uninterrupted_run
   records = metrics.read_metrics(str(workdir))
   epoch_lines = [line for line in lines if EPOCH_LINE.match(line)]
@@ -394,11 +394,13 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
   assert epoch_lines[1] == summaries.epoch_summary(second, num_epochs=2)  # no compilation
   assert f'  {first["images_per_second"]:.0f} views/s  ' in epoch_lines[0]
   head, *commands = lines[-1].split('\n')
+  # The best epoch by the kNN (of equal ones the newer), whose checkpoint the run kept.
+  best = max(records, key=lambda r: (r['knn_top1'], r['step']))
   closing = re.fullmatch(
     rf'Finished 2 epochs in (\S+), final kNN top-1 {second["knn_top1"]:.4f}, P@1 '
     rf'{second["precision_at_1"]:.4f}, MAP@R {second["map_at_r"]:.4f}, probe top-1 '
-    rf'{second["probe_top1"]:.4f}; '
-    rf'workdir {re.escape(str(workdir))}\. Next:',
+    rf'{second["probe_top1"]:.4f}; best kNN top-1 {best["knn_top1"]:.4f} at epoch '
+    rf'{best["epoch"]} \(--checkpoint=best\); workdir {re.escape(str(workdir))}\. Next:',
     head,
   )
   # The run's wall time, measured inside the fixture's (which also counts the return).

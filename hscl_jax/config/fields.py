@@ -366,11 +366,13 @@ CHECKPOINTS = (
   Field('keep_checkpoints', 3, _AT_LEAST_1, free=True),
   Field(
     'keep_best',
-    '',
+    'auto',
     free=True,
-    doc='besides the newest: the best checkpoint by a figure of the epoch records, e.g. '
-    "'knn_top1' ('NAME:min' or 'NAME:max' says which way; a loss is smallest first); "
-    "'' keeps none (docs/training.md, 'Which checkpoint')",
+    doc='besides the newest: the best checkpoint by a figure of the epoch records. '
+    "'auto': the kNN top-1 (knn_top1) where the kNN monitor runs, none without it; a "
+    "figure, e.g. 'map_at_r' ('NAME:min' or 'NAME:max' says which way; a loss is smallest "
+    "first); '' keeps none. A resumed run left at 'auto' keeps what it started with "
+    "(docs/training.md, 'Which checkpoint')",
   ),
   Field(
     'log_every_steps',

@@ -180,6 +180,11 @@ def _all_processes(ok: bool) -> bool:
 MODES = ('max', 'min')
 
 
+# config.keep_best's default (config/fields): the figure of the run's monitor, which
+# training resolves (training/loop.keep_best); read alone it keeps none.
+AUTO = 'auto'
+
+
 @dataclasses.dataclass(frozen=True)
 class KeepBest:
   """The figure of the epoch records that ranks checkpoints for keeping the best one, and
@@ -198,10 +203,10 @@ class KeepBest:
 
   @classmethod
   def parse(cls, text: str | None) -> KeepBest | None:
-    """config.keep_best: '' or None keeps no best; 'NAME' ranks by that figure, smallest
-    first for a loss (a name with 'loss' in it) and largest first for any other;
-    'NAME:min' or 'NAME:max' say which way."""
-    if not text:
+    """config.keep_best: '', None or AUTO unresolved keeps no best; 'NAME' ranks by that
+    figure, smallest first for a loss (a name with 'loss' in it) and largest first for any
+    other; 'NAME:min' or 'NAME:max' say which way."""
+    if not text or text == AUTO:
       return None
     metric, _, mode = str(text).partition(':')
     return cls(metric, mode or ('min' if 'loss' in metric else 'max'))

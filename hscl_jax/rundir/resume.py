@@ -12,6 +12,7 @@ epoch stood and the records so far, and rewrites the records to that checkpoint'
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from hscl_jax.rundir import checkpoints
@@ -75,20 +76,25 @@ class RunRecord:
   """The checkpoints (rundir/checkpoints, keeping `keep`, and the best by the figure
   `keep_best` names: config.keep_best's text, `checkpoints.KeepBest.parse`) and epoch
   records of the run in `workdir`; only `enabled` processes write records (process 0),
-  every process takes part in a checkpoint."""
+  every process takes part in a checkpoint. `new_best`: whether the last record written
+  beats (or ties) every earlier one by keep_best's figure, so that the loop saves its
+  epoch whatever checkpoint_every_epochs says, and the best epoch is kept."""
 
   def __init__(
     self, workdir: str, *, keep: int, keep_best: str | None = None, enabled: bool = True
   ):
     self._workdir, self._enabled = workdir, enabled
-    self._checkpointer = checkpoints.Checkpointer(
-      workdir, keep=keep, keep_best=checkpoints.KeepBest.parse(keep_best)
-    )
+    self._keep_best = checkpoints.KeepBest.parse(keep_best)
+    self._checkpointer = checkpoints.Checkpointer(workdir, keep=keep, keep_best=self._keep_best)
     self._writer = None
     # The last record given to write_record, on every process (the writer keeps records
     # on process 0 only), so that every process ranks a checkpoint alike.
     self._last_record: dict[str, Any] | None = None
     self._steps = None
+    # The best figure so far (`KeepBest.sort_key`), on every process alike: from the
+    # checkpoint's records, then each record written.
+    self._best = -math.inf
+    self.new_best = False
 
   def restore(self, target: Any, loader) -> Restored:
     """The newest usable checkpoint (shaped as the pytree `target`), `loader` set to its
@@ -107,6 +113,8 @@ class RunRecord:
       keep_through_step=step - 1 if position.steps_done else step,
       records=records,
     )
+    for record in records or []:
+      self._rank(record)
     # The steps through the checkpoint's are all taken (and their rows written) before it.
     self._steps = metrics.StepWriter(self._workdir, enabled=self._enabled, keep_through_step=step)
     return Restored(step=step, tree=tree, position=position)
@@ -120,8 +128,19 @@ class RunRecord:
     """Writes the epoch's record at `step`; returns it as written (its step and time)."""
     written = self._writer.write(step, record)
     self._last_record = written
+    self.new_best = self._rank(written)
     self._steps.flush()
     return written
+
+  def _rank(self, record: dict[str, Any]) -> bool:
+    """Whether `record`'s keep_best figure is at least the best so far (it then is)."""
+    if self._keep_best is None:
+      return False
+    key = self._keep_best.sort_key(self._keep_best.entry(record['step'], record))
+    if not math.isfinite(key) or key < self._best:
+      return False
+    self._best = key
+    return True
 
   def write_step(self, step: int, scalars: dict[str, Any]) -> None:
     self._steps.write(step, scalars)

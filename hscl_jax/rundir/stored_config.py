@@ -68,17 +68,17 @@ def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tu
 def as_resumed(workdir: str, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """`config` as the workdir's run continues: a section its config.json lacks
   (versions.ABSENT_SECTIONS, e.g. a run stored before the online probe) keeps what the run
-  trained with, whatever `config` says (the checkpoints hold no state for it)."""
-  path = epath.Path(workdir) / layout.CONFIG_FILE
-  try:
-    stored = json.loads(path.read_text()) if path.exists() else None
-  except json.JSONDecodeError:
-    stored = None  # check_unchanged's case: nothing to compare with
-  absent = {} if not isinstance(stored, dict) else versions.ABSENT_SECTIONS.keys() - stored.keys()
-  if not absent:
+  trained with, whatever `config` says (the checkpoints hold no state for it); keep_best
+  left at its default keeps what the run was started with (`_stored_keep_best`)."""
+  stored = _stored(workdir)
+  if stored is None:
+    return config
+  absent = sorted(versions.ABSENT_SECTIONS.keys() - stored.keys())
+  keep_best = _stored_keep_best(stored, config)
+  if not absent and keep_best is None:
     return config
   config = copy.deepcopy(config)
-  for section in sorted(absent):
+  for section in absent:
     config[section].update(versions.ABSENT_SECTIONS[section])
     logging.info(
       'The run in %s was stored without config.%s: it continues with %s.',
@@ -86,7 +86,37 @@ def as_resumed(workdir: str, config: ml_collections.ConfigDict) -> ml_collection
       section,
       ', '.join(f'{section}.{k}={v}' for k, v in versions.ABSENT_SECTIONS[section].items()),
     )
+  if keep_best is not None:
+    config.keep_best = keep_best
+    logging.info(
+      'The run in %s keeps the checkpoints it kept: keep_best=%r (--config.keep_best=NAME '
+      'changes it).',
+      workdir,
+      keep_best,
+    )
   return config
+
+
+def _stored(workdir: str) -> dict[str, Any] | None:
+  """DIR/config.json as written (None: none, or not a JSON object: check_unchanged's case)."""
+  path = epath.Path(workdir) / layout.CONFIG_FILE
+  try:
+    stored = json.loads(path.read_text()) if path.exists() else None
+  except json.JSONDecodeError:
+    return None
+  return stored if isinstance(stored, dict) else None
+
+
+def _stored_keep_best(stored: dict[str, Any], config: ml_collections.ConfigDict) -> str | None:
+  """The stored keep_best a resumed run whose config leaves the field at its default
+  ('auto') continues with: a run started with another value, or stored before 'auto' was
+  the default (none kept: '', versions.ABSENT_FIELDS where it lacks the field), resumes
+  keeping what it kept. None: nothing to change."""
+  default = fields.FIELDS['keep_best'].default
+  kept = stored.get('keep_best', versions.ABSENT_FIELDS['keep_best'])
+  if config.keep_best != default or kept == default:
+    return None
+  return kept
 
 
 def check_unchanged(

@@ -12,7 +12,8 @@ Format 0 -> 1: `config.model` may lack the fields that shape the backbone added 
 may lack the metrics records (the file is then trusted) and the epoch's timings.
 
 In any format, a section a config.json lacks (`ABSENT_SECTIONS`) means what the run trained
-with before the section existed: no `probe` section, no online probe. The stored config
+with before the section existed: no `probe` section, no online probe; and a field it lacks
+(`ABSENT_FIELDS`), what the run kept: no `keep_best`, no best checkpoint. The stored config
 reads as it was written; a resumed run takes these values (rundir/stored_config.as_resumed).
 """
 
@@ -29,6 +30,7 @@ FORMAT_VERSION = 1
 KEY = 'format_version'
 FORMAT_0_MODEL = {'activation': 'relu', 'strided_padding': 'same'}
 ABSENT_SECTIONS = {'probe': {'enabled': False}}
+ABSENT_FIELDS = {'keep_best': ''}
 _FORMAT_0_METADATA = {
   'epoch_end_pending': False,
   'epoch_seconds': 0.0,

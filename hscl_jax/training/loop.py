@@ -53,6 +53,8 @@ from hscl_jax.training import step as step_lib
 from hscl_jax.training import summaries
 
 NonFiniteLossError = errors.NonFiniteLossError
+# The kNN monitor's figure: what config.keep_best's default keeps the best checkpoint by.
+MONITOR_FIGURE = 'knn_top1'
 
 
 @dataclasses.dataclass
@@ -122,7 +124,7 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh, preemption) -> T
   run, state = _build(config, mesh)
   plan = run.plan
   book = resume.RunRecord(
-    workdir, keep=config.keep_checkpoints, keep_best=config.keep_best, enabled=_is_writer()
+    workdir, keep=config.keep_checkpoints, keep_best=keep_best(config), enabled=_is_writer()
   )
   trace = profiling.StepTrace(workdir, config.profile_steps)
   try:
@@ -177,6 +179,15 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mesh, preemption) -> T
       book.close()
 
 
+def keep_best(config: ml_collections.ConfigDict) -> str:
+  """config.keep_best, its default resolved: 'auto' keeps the best by the kNN monitor's
+  top-1 where the monitor runs (knn.every_epochs > 0) and none without it, where no record
+  would have the figure."""
+  if config.keep_best != checkpoints.AUTO:
+    return config.keep_best
+  return MONITOR_FIGURE if config.knn.every_epochs else ''
+
+
 def closing_summary(
   config: ml_collections.ConfigDict, workdir: str, result: TrainResult, seconds: float
 ) -> str:
@@ -187,7 +198,7 @@ def closing_summary(
   else:
     head = (
       f'Finished {config.num_epochs} epochs in {progress.format_duration(seconds)}, '
-      f'{summaries.final_monitor(result.records)}'
+      f'{summaries.final_monitor(result.records)}{_best_of_run(config, workdir, result.records)}'
     )
   commands = [
     f'python -m hscl_jax.linear_eval --workdir={workdir}',
@@ -200,6 +211,26 @@ def closing_summary(
       f'--out={workdir}/backbone.safetensors'
     )
   return f'{head}; workdir {workdir}. Next:\n' + '\n'.join(f'  {c}' for c in commands)
+
+
+def _best_of_run(config: ml_collections.ConfigDict, workdir: str, records) -> str:
+  """'; best kNN top-1 0.9861 at epoch 18' by the figure the run keeps its best checkpoint
+  by (the kNN top-1 where it keeps none), with the kept checkpoint: that epoch's, or, as
+  checkpoints are saved every checkpoint_every_epochs, another's; '' where no record has
+  the figure."""
+  kept = checkpoints.KeepBest.parse(keep_best(config))
+  figure = kept or checkpoints.KeepBest(MONITOR_FIGURE)
+  best = summaries.best_epoch(records, figure.metric, figure.mode)
+  if best is None:
+    return ''
+  text = f'; {summaries.best_part(best, figure.metric)}'
+  stored = checkpoints.best_checkpoint(workdir) if kept else None
+  if stored is None or stored.metric != figure.metric:
+    return text
+  if stored.step == best['step']:
+    return f'{text} (--checkpoint=best)'
+  epoch = next((r['epoch'] for r in records if r['step'] == stored.step), '?')
+  return f"{text} (--checkpoint=best: epoch {epoch}'s, {stored.value:.4f})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -349,7 +380,9 @@ def _end_epoch(run: _Pieces, book, timer: timing.Timer, preemption, state, step:
     ),
   )
   timer.next_epoch()
-  if progress.is_due(epoch, config.checkpoint_every_epochs, plan.num_epochs):
+  # An epoch at least as good as every earlier one by keep_best's figure is saved too, so
+  # the best epoch is kept whatever checkpoint_every_epochs says.
+  if book.new_best or progress.is_due(epoch, config.checkpoint_every_epochs, plan.num_epochs):
     _save(run, book, state, step, resume.EpochPosition())
   return state, record
 
@@ -395,7 +428,7 @@ def _knn(run: _Pieces, state, timer: timing.Timer, preemption) -> dict[str, floa
       check=preemption.check,
     )
     top1 = eval_features.monitor_knn(config.knn, features, num_classes=run.train_source.num_classes)
-    return {'knn_top1': top1, **eval_features.monitor_retrieval(config.knn, features)}, features
+    return {MONITOR_FIGURE: top1, **eval_features.monitor_retrieval(config.knn, features)}, features
 
   (figures, features), seconds = timer.evaluate(evaluate, every_epochs=config.knn.every_epochs)
   figures['knn_time'] = seconds

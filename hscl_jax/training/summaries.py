@@ -99,6 +99,23 @@ def final_monitor(records: list[dict[str, Any]]) -> str:
   return f'final {", ".join(monitor_parts(monitored[-1]))}' if monitored else 'no kNN evaluated'
 
 
+def best_epoch(records: list[dict[str, Any]], metric: str, mode: str) -> dict[str, Any] | None:
+  """The record whose `metric` is best by `mode` ('max' or 'min'; of equal ones the newer,
+  as the best checkpoint); None where no record has a finite one."""
+  scored = [r for r in records if _finite(r.get(metric))]
+  sign = 1 if mode == 'max' else -1
+  return max(scored, key=lambda r: (sign * r[metric], r['step']), default=None)
+
+
+def _finite(value: Any) -> bool:
+  return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def best_part(record: dict[str, Any], metric: str) -> str:
+  """'best kNN top-1 0.9861 at epoch 18': `record`'s `metric` (the best epoch's)."""
+  return f'best {figure_name(metric)} {record[metric]:.4f} at epoch {record["epoch"]}'
+
+
 # Below this share of the training examples per epoch, a class-aware run is warned: its
 # epochs (and so its schedule, in steps) are much shorter than uniform batches' epochs.
 LOW_EPOCH_SHARE = 0.5
