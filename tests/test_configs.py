@@ -96,7 +96,6 @@ def test_paper_protocol_defaults(name):
 _LOAD_MODULE_WARNING = 'ignore:the load_module:DeprecationWarning'
 
 
-@pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
 def test_digits_gives_several_per_step_rows_an_epoch():
   """The embedded default's per-step curves: a row at every log_every_steps-th step and at
   each epoch's last (training/loop), so at least 3 in each of digits' 5-step epochs."""
@@ -110,6 +109,7 @@ def test_digits_gives_several_per_step_rows_an_epoch():
     assert len(rows) >= 3, (epoch, rows)
 
 
+@pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
 def test_command_line_overrides():
   config = _parse(
     f'--config={REPO}/configs/cifar10.py',
