@@ -37,10 +37,16 @@ TRAIN_REQUIRES = [
   'importlib-resources>=1.1.0',  # tfds imports it undeclared; 1.0 has no files()
   'pillow>=9.1.0',  # 9.0 has no Image.Resampling
   'scikit-learn>=1.4.2',  # 1.4.1 and older require numpy<2
+  # inspect's t-SNE on one OpenMP thread (evaluation/figures); scikit-learn requires it too.
+  # The version tested (its floor not searched).
+  'threadpoolctl>=3.8.0',
   # TensorBoard event files without TensorFlow; 2.6.1 and older fail with numpy 2.4.6
   # (TypeError: only 0-dimensional arrays can be converted to Python scalars).
   'tensorboardX>=2.6.2.2',
   'safetensors>=0.8.0',  # the PyTorch export's file (its NumPy API); the version tested
+  # inspect's figures: training's closing line prints an inspect command, which has to run
+  # after this extra alone (tests/test_next_commands.py). 3.8.3 requires numpy<2.
+  'matplotlib>=3.8.4',
 ]
 # The comparison reports' tests of significance (hscl_jax/experiments/significance.py).
 # jax and jaxlib 0.10 require scipy>=1.14 themselves, so every install has it; declared
@@ -76,7 +82,7 @@ setuptools.setup(
   extras_require={
     # ruff is pinned: its lint rules and formatting change between releases, and CI runs
     # `ruff check .` and `ruff format --check .`. chex 0.1.83 fails to import with jax 0.10
-    # (jax.core.Shape); matplotlib 3.8.3 requires numpy<2. hypothesis: the version tested
+    # (jax.core.Shape). hypothesis: the version tested
     # (its floor not searched; the lowest-direct check does not run the property tests).
     'train': TRAIN_REQUIRES,
     'test': [
@@ -93,18 +99,19 @@ setuptools.setup(
       SCIPY,
       # jax.export's serialisation (the losses' export round trip test); the version tested.
       'flatbuffers>=25.12.19',
-      # Imported by tests themselves (both already installed beside others: scikit-learn
-      # brings threadpoolctl, pip's tooling packaging); the versions tested.
+      # Imported by tests themselves (already installed beside others: pip's tooling
+      # brings it); the version tested.
       'packaging>=26.2',
-      'threadpoolctl>=3.8.0',
     ],
     # Line and branch coverage (pyproject.toml; docs/testing.md): coverage's `patch =
     # subprocess` follows the programs the tests start (pytest-cov 7 leaves that to it).
     # The versions tested; pytest-cov 7.1 needs coverage 7.10.6 and pytest 7, so this is
     # not in [test], whose floors (pytest 6.2.5) .ci/run checks.
     'coverage': ['pytest-cov>=7.1.0', 'coverage>=7.10.6'],
-    # The comparison report's plots (python -m hscl_jax.experiments.compare).
-    'report': [*TRAIN_REQUIRES, 'matplotlib>=3.8.4', SCIPY],
+    # The comparison reports (python -m hscl_jax.experiments.compare): their plots draw with
+    # [train]'s matplotlib, their tests with scipy, which JAX brings; this extra adds nothing
+    # to [train] but the name the reports' docs use.
+    'report': [*TRAIN_REQUIRES, SCIPY],
     # Only needed to *prepare* TFDS datasets (download + convert to array_record). Its floor
     # is the version tested (constraints.txt); the lowest-direct check does not install it.
     'prepare': [*TRAIN_REQUIRES, 'tensorflow-cpu>=2.21.0'],

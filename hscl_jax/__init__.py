@@ -23,6 +23,7 @@ TRAINER_MODULES = frozenset(
     'etils',
     'flax',
     'grain',
+    'matplotlib',
     'ml_collections',
     'optax',
     'orbax',
@@ -31,6 +32,7 @@ TRAINER_MODULES = frozenset(
     'sklearn',
     'tensorboardX',
     'tensorflow_datasets',
+    'threadpoolctl',
   }
 )
 INSTALL_TRAINER = "pip install 'hscl_jax[train]' (from a checkout: pip install -e '.[train]')"

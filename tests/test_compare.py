@@ -226,7 +226,7 @@ def test_compare_with_no_finished_run_says_so(tmp_path):
 
 
 def test_compare_without_matplotlib_stops_before_its_first_run(tmp_path):
-  """The report always draws: a missing [report] extra is one line before any training."""
+  """The report always draws: a missing matplotlib is one line before any training."""
   program = (
     "import runpy, sys; sys.modules['matplotlib'] = None; "
     f"sys.argv = ['compare', '--config=configs/digits.py', '--workdir={tmp_path}']; "
@@ -237,7 +237,7 @@ def test_compare_without_matplotlib_stops_before_its_first_run(tmp_path):
   )
   assert out.returncode == 1, out.stderr[-3000:]
   assert 'python -m hscl_jax.experiments.compare draws with matplotlib' in out.stderr
-  assert "Fix: pip install -e '.[report]'" in out.stderr
+  assert "Fix: pip install -e '.[train]'" in out.stderr
   assert list(tmp_path.iterdir()) == []  # no run started
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import subprocess
+import sys
 import types
 import warnings
 
@@ -16,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 import numpy as np
 from PIL import Image
 import pytest
+import threadpoolctl
 
 from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import hard_negatives
@@ -69,11 +73,15 @@ def saved(monkeypatch):
   return kept
 
 
+class Calls(list):
+  threads: list[int] | None = None
+
+
 @pytest.fixture
 def tsne(monkeypatch):
-  """scikit-learn's TSNE replaced: records its arguments and the rows it is given, and
-  returns their first two coordinates."""
-  calls = []
+  """scikit-learn's TSNE replaced: records its arguments and the rows it is given (and in
+  `threads`, the OpenMP threads it may use), and returns their first two coordinates."""
+  calls = Calls()
 
   class RecordingTSNE:
     def __init__(self, **kwargs):
@@ -81,6 +89,8 @@ def tsne(monkeypatch):
 
     def fit_transform(self, features):
       calls.append((self.kwargs, np.array(features)))
+      info = threadpoolctl.threadpool_info()
+      calls.threads = [pool['num_threads'] for pool in info if pool['user_api'] == 'openmp']
       return np.asarray(features)[:, :2]
 
   import sklearn.manifold
@@ -105,6 +115,16 @@ def test_tsne_perplexity_is_a_third_of_the_points_at_most_30(tsne, tmp_path, cou
     figures.tsne_map(_tsne_embedded(np.arange(count) % 4), str(tmp_path / 't.png'), 'run', seed=3)
   ((kwargs, _),) = tsne
   assert kwargs == dict(n_components=2, perplexity=perplexity, init='pca', random_state=3)
+
+
+def test_tsne_runs_on_one_openmp_thread_whatever_the_process_allows(tsne, tmp_path):
+  """scikit-learn's OpenMP runtime is loaded (with TSNE's module) and allows 2 threads
+  around the call; inside it, 1."""
+  with threadpoolctl.threadpool_limits(limits=2, user_api='openmp'):
+    allowed = threadpoolctl.threadpool_info()
+    figures.tsne_map(_tsne_embedded(np.arange(40) % 4), str(tmp_path / 't.png'), 'run', seed=0)
+  assert [p['num_threads'] for p in allowed if p['user_api'] == 'openmp'][:1] == [2]
+  assert tsne.threads and set(tsne.threads) == {1}, tsne.threads
 
 
 @pytest.mark.parametrize('count', [50, 51])
@@ -413,3 +433,29 @@ def test_an_anchor_without_weighted_negatives_gets_a_note_in_place_of_its_images
     assert all(not spine.get_visible() for ax in row for spine in ax.spines.values())
     assert [[t.get_text() for t in ax.texts] for ax in row] == [['no negative with η(g) > 0'], []]
     assert row[0].get_ylabel() == hard_negatives.SET_LABELS[hard_negatives.NEGATIVE_SETS[half]]
+
+
+_FIRST_DRAW = """
+from absl import logging
+from hscl_jax.evaluation import figures
+logging.set_verbosity(logging.INFO)
+figures.pyplot()
+"""
+
+
+def test_a_missing_font_cache_is_announced_once_and_then_built(tmp_path):
+  """The first pyplot() in a fresh matplotlib cache folder logs the line naming the font
+  list before matplotlib builds it; that file then exists, and the next pyplot() in a new
+  process finds it and says nothing."""
+  env = {**os.environ, 'MPLCONFIGDIR': str(tmp_path)}
+  cache = figures.font_cache_file(str(tmp_path))
+  line = f"Building matplotlib's font cache ({cache})"
+  outputs = []
+  for _ in range(2):
+    out = subprocess.run(
+      [sys.executable, '-c', _FIRST_DRAW], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    outputs.append(out.stderr)
+  assert line in outputs[0] and os.path.isfile(cache)
+  assert line not in outputs[1], outputs[1]

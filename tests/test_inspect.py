@@ -8,7 +8,6 @@ import sys
 import numpy as np
 from PIL import Image
 import pytest
-import threadpoolctl
 
 from hscl_jax import data
 from hscl_jax import errors
@@ -167,9 +166,7 @@ def test_inspect_writes_every_figure_and_the_statistic(digits_run, tmp_path, mon
 
   spy_on('nearest_neighbours')
   spy_on('hardest_negatives')
-  # One OpenMP thread for t-SNE: on a shared 2-core machine more threads take 10x longer.
-  with threadpoolctl.threadpool_limits(limits=1, user_api='openmp'):
-    result = inspection.inspect_run(str(workdir), str(out))
+  result = inspection.inspect_run(str(workdir), str(out))
   # What docs/inspect.md says the figures show: 8 seeded test queries with 8 neighbours
   # each; 4 anchors of one test batch of the run's batch size, with 8 negatives each, the
   # run (H-SCL(β)) named with the set it trained with.
@@ -274,5 +271,5 @@ def test_workdir_without_checkpoint_is_one_line(digits_run, tmp_path):
 
 def test_missing_matplotlib_is_one_line_with_the_fix(monkeypatch):
   monkeypatch.setitem(sys.modules, 'matplotlib', None)  # `import matplotlib` now fails
-  with pytest.raises(errors.UserError, match=r"Fix: pip install -e '\.\[report\]'"):
+  with pytest.raises(errors.UserError, match=r"Fix: pip install -e '\.\[train\]'"):
     figures.pyplot()

@@ -63,7 +63,7 @@ def test_losses_import_no_package_beyond_jax():
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Imported lazily by the one feature that needs it, which names its extra when it is missing.
-OPTIONAL = {'matplotlib': 'report', 'tensorflow': 'prepare'}
+OPTIONAL = {'tensorflow': 'prepare'}
 
 
 def _third_party_imports() -> set[str]:

@@ -1,4 +1,4 @@
-"""The figures of `python -m hscl_jax.inspect` (matplotlib, Agg; the `[report]` extra): the
+"""The figures of `python -m hscl_jax.inspect` (matplotlib, Agg; the `[train]` extra): the
 t-SNE map, the nearest neighbours and the hardest negatives. `hscl_jax.evaluation.inspection`
 computes what they show.
 
@@ -9,7 +9,12 @@ projections) and writes one PNG.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
+import re
+import sys
 
+from absl import logging
 import numpy as np
 
 from hscl_jax import errors
@@ -41,20 +46,41 @@ UNMARKED = '#bbbbbb'  # the thin frame of every other panel
 
 def pyplot(program: str = 'python -m hscl_jax.inspect'):
   """matplotlib.pyplot on the Agg backend (files only, never a window); a missing
-  matplotlib (the `[report]` extra) is one line naming `program` and the fix. A program
+  matplotlib (in the `[train]` extra) is one line naming `program` and the fix. A program
   that trains before it draws calls this first, so the hours of training are not lost to
-  a missing package at the end."""
+  a missing package at the end. Where matplotlib's font cache is still to be built (its
+  first use on a machine: seconds, up to a minute with many fonts), a line says so first
+  rather than leaving the program silent meanwhile."""
   try:
     import matplotlib
   except ImportError:
     raise errors.UserError(
       f'{program} draws with matplotlib, which is not installed. Fix: '
-      "pip install -e '.[report]' (or pip install matplotlib)."
+      "pip install -e '.[train]' (or pip install matplotlib)."
     ) from None
   matplotlib.use('Agg')
+  if 'matplotlib.font_manager' not in sys.modules:  # importing it builds a missing cache
+    cache = font_cache_file(matplotlib.get_cachedir())
+    if cache is not None and not os.path.exists(cache):
+      logging.info(
+        "Building matplotlib's font cache (%s), once per machine and matplotlib version: "
+        'seconds, up to a minute with many fonts installed.',
+        cache,
+      )
   import matplotlib.pyplot as plt  # after choosing the backend
 
   return plt
+
+
+def font_cache_file(cache_dir: str) -> str | None:
+  """The font list matplotlib's font_manager reads when it is imported, and builds there
+  when it is missing: `fontlist-v<FontManager.__version__>.json` in matplotlib's cache
+  folder, the version read from the module's source (importing it would build the cache);
+  None where the source does not show it."""
+  source = importlib.util.find_spec('matplotlib.font_manager').origin
+  with open(source, encoding='utf-8') as f:
+    match = re.search(r'class FontManager\b.*?__version__ = [\'"]([^\'"]+)', f.read(), re.S)
+  return os.path.join(cache_dir, f'fontlist-v{match.group(1)}.json') if match else None
 
 
 def _class_colours(num_classes: int) -> np.ndarray:
@@ -69,11 +95,16 @@ def _class_colours(num_classes: int) -> np.ndarray:
 
 
 def _embed_2d(features: np.ndarray, seed: int) -> np.ndarray:
+  """t-SNE on one OpenMP thread: scikit-learn's Barnes-Hut threads spin at every
+  iteration's barrier, so on a shared CPU they mostly wait for each other (the 359 digits
+  test points: 4.8 s on one thread, 82 s on two, 2 cores under load 14)."""
   from sklearn.manifold import TSNE  # local: scikit-learn is slow to import
+  from threadpoolctl import threadpool_limits
 
   perplexity = min(30.0, (len(features) - 1) / 3)
   tsne = TSNE(n_components=2, perplexity=perplexity, init='pca', random_state=seed)
-  return tsne.fit_transform(features)
+  with threadpool_limits(limits=1, user_api='openmp'):
+    return tsne.fit_transform(features)
 
 
 def tsne_map(embedded, path: str, title: str, seed: int) -> None:

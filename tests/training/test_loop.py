@@ -1,0 +1,92 @@
+"""training/loop's closing line: every next command it prints runs, as printed, where the
+README's set-up command installed the package (`pip install -e '.[train]'`) and nothing
+else."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import pathlib
+import shlex
+import shutil
+import subprocess
+import sys
+
+import requirements
+
+from hscl_jax.evaluation import figures
+from hscl_jax.evaluation import inspection
+from hscl_jax.evaluation import linear_probe
+from hscl_jax.training import loop
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+# Runs `python -m MODULE ARGS` with every module outside the install hidden (argv[1]: their
+# names, comma-separated), as if their distributions were not installed.
+_AS_INSTALLED = """
+import importlib.machinery, runpy, sys
+HIDDEN = set(sys.argv[1].split(','))
+
+class Hide:  # PathFinder, but these distributions are not installed
+  def find_spec(self, name, path=None, target=None):
+    if name.partition('.')[0] in HIDDEN:
+      return None
+    return importlib.machinery.PathFinder.find_spec(name, path, target)
+
+sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = Hide()
+module, sys.argv = sys.argv[2], sys.argv[2:]
+runpy.run_module(module, run_name='__main__', alter_sys=True)
+"""
+
+
+def modules_outside(install: frozenset[str]) -> set[str]:
+  """The top-level modules here that no distribution of `install` provides (ours aside)."""
+  owners = importlib.metadata.packages_distributions()
+  return {
+    module
+    for module, dists in owners.items()
+    if module != 'hscl_jax' and not {requirements.distribution(d) for d in dists} & install
+  }
+
+
+def run_as_installed(command: str, hidden: set[str], env: dict[str, str]):
+  python, dash_m, module, *args = shlex.split(command)
+  assert (python, dash_m) == ('python', '-m'), command
+  return subprocess.run(
+    [sys.executable, '-c', _AS_INSTALLED, ','.join(sorted(hidden)), module, *args],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
+
+
+def test_every_next_command_of_the_closing_line_runs_after_the_readme_install(digits_run, tmp_path):
+  """The digits run's closing line names linear_eval, embed and inspect; each, run as
+  printed with only the [train] extra's distributions importable, finishes and writes
+  what it says; inspect, the first to draw (into a fresh cache folder), says that it
+  builds matplotlib's font cache, naming the file matplotlib then writes."""
+  workdir, config, result = digits_run
+  run = tmp_path / 'run'  # a copy: the commands write into it, the session's run stays
+  shutil.copytree(workdir, run)
+  closing = loop.closing_summary(config, str(run), result, seconds=1.0)
+  commands = [line.strip() for line in closing.split('\n')[1:]]
+  assert [c.split()[2] for c in commands] == [
+    'hscl_jax.linear_eval',
+    'hscl_jax.embed',
+    'hscl_jax.inspect',
+  ]
+  hidden = modules_outside(requirements.installed_by('train'))
+  assert {'pytest', 'chex', 'hypothesis'} <= hidden  # the [test] extra's own are hidden
+  fonts = tmp_path / 'matplotlib'
+  env = {**os.environ, 'MPLCONFIGDIR': str(fonts)}
+  for command in commands:
+    out = run_as_installed(command, hidden, env)
+    assert out.returncode == 0, (command, out.stderr[-3000:])
+  assert (run / linear_probe.RESULT_FILE).is_file()
+  assert (run / 'embeddings.npz').is_file()
+  assert sorted(p.name for p in (run / 'inspect').iterdir()) == sorted(inspection.FILES)
+  cache = figures.font_cache_file(str(fonts))
+  assert os.path.isfile(cache)  # the file named is the one matplotlib built
+  assert f"Building matplotlib's font cache ({cache})" in out.stderr
