@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import re
 
-# `[HEAD  ]UNIT done/total (p%)[  DETAIL]  R RATE_UNIT/s  [E elapsed, ]ETA T`
+# `[HEAD  ]UNIT done/total (p%)[  DETAIL]  R RATE_UNIT/s  [E elapsed, ]ETA T`, or before
+# any unit is timed `...[  DETAIL]  [E elapsed, ]RATE_UNIT/s and ETA after UNIT n` (units
+# left) or `...[  DETAIL]  [E elapsed, ]ETA T` (none): never a NaN rate or an unknown ETA.
+_DURATION = r'\d+[hms](?:\d\d[ms])?'
 LINE = re.compile(
   r'(?:(?P<head>.+?)  )?(?P<unit>[a-z]+) (?P<done>\d+)/(?P<total>\d+) \((?P<percent>\d+)%\)'
-  r'(?:  (?P<detail>.+?))?  (?P<rate>\d+|nan|inf) (?P<rate_unit>[a-z]+)/s  '
-  r'(?:(?P<elapsed>\S+) elapsed, )?ETA (?P<eta>\S+)'
+  r'(?:  (?P<detail>.+?))?  (?:(?P<rate>\d+|inf) (?P<rate_unit>[a-z]+)/s  )?'
+  rf'(?:(?P<elapsed>{_DURATION}) elapsed, )?'
+  rf'(?:ETA (?P<eta>{_DURATION})|(?P<unknown>[a-z]+)/s and ETA after [a-z]+ \d+)'
 )
 PROGRESS_MODULE = os.path.join('hscl_jax', 'rundir', 'progress.py')
 

@@ -118,10 +118,35 @@ def test_the_overhead_is_added_to_the_eta_and_elapsed_is_shown_when_asked(clock)
   assert line.line(2) == 'epoch 2/10 (20%)  25 examples/s  8s elapsed, ETA 1m28s'
 
 
-def test_before_any_unit_the_rate_and_eta_are_unknown(clock):
+def test_before_any_unit_is_timed_the_line_says_when_the_rate_and_eta_will_be_known(clock):
+  """No NaN rate and no unknown ETA: the unit after which both are known, or with no unit
+  left the ETA of the other work alone (here 4 s); with elapsed time, that too. Each line
+  is in the one format, which refuses a NaN rate and an ETA of '?'."""
   line = progress.ProgressLine(5, unit='step', start=2)
   clock.now = 3.0
-  assert line.line(2) == 'step 2/5 (40%)  nan steps/s  ETA ?'
+  assert line.line(2) == 'step 2/5 (40%)  steps/s and ETA after step 3'
+  last = progress.ProgressLine(5, unit='step', start=5, show_elapsed=True, overhead=lambda d: 4.0)
+  clock.now = 5.0
+  assert last.line(5) == 'step 5/5 (100%)  2s elapsed, ETA 4s'
+  assert LINE.fullmatch(line.line(2)) and LINE.fullmatch(last.line(5))
+  assert not LINE.fullmatch('step 2/5 (40%)  nan steps/s  ETA ?')
+
+
+def test_trainings_first_line_at_its_compiling_step_has_no_nan(clock, caplog):
+  """An epoch of one step (240 examples at batch 128): step 1 compiles, the rate restarts
+  after it, and the line logged at that step says when the views/s and ETA are known."""
+  training = metrics.Progress(
+    total_steps=3, start_step=0, steps_per_epoch=1, images_per_step=256, enabled=True
+  )
+  training.resume_timer()
+  clock.now = 10.0
+  training.restart(1)
+  with caplog.at_level('INFO'):
+    training.log(1, 4.5)
+  expected = 'epoch 1/3  step 1/3 (33%)  loss 4.5000  views/s and ETA after step 2'
+  assert progress_lines(caplog) == [expected]
+  clock.now = 12.0
+  assert training.line(2, 4.0) == 'epoch 2/3  step 2/3 (67%)  loss 4.0000  128 views/s  ETA 2s'
 
 
 def test_a_disabled_line_is_due_but_logs_nothing(clock, caplog):

@@ -2,7 +2,9 @@
 graph training), and the durations and periods it is read in.
 
 A line reads `[HEAD  ]UNIT done/total (p%)[  DETAIL]  R RATE_UNIT/s  [E elapsed, ]ETA T`,
-e.g. `epoch 1/2  step 2/6 (33%)  loss 4.1234  1280 views/s  ETA 3s`.
+e.g. `epoch 1/2  step 2/6 (33%)  loss 4.1234  1280 views/s  ETA 3s`; before any unit is
+timed, `... [E elapsed, ]RATE_UNIT/s and ETA after UNIT n` (with units left) or
+`... [E elapsed, ]ETA T` (none left).
 """
 
 from __future__ import annotations
@@ -146,16 +148,26 @@ class ProgressLine:
 
   def line(self, done: int, *, head: str = '', detail: str = '', now: float | None = None) -> str:
     now = time.perf_counter() if now is None else now
-    seconds_per_unit = self.seconds_per_unit(done, now)
-    rate = self.per_unit / seconds_per_unit if seconds_per_unit else math.inf
-    eta = format_duration(self.eta_seconds(done, now))
-    if self.show_elapsed:
-      eta = f'{format_duration(self.elapsed(now))} elapsed, ETA {eta}'
-    else:
-      eta = f'ETA {eta}'
     count = f'{self.unit} {done}/{self.total} ({100 * done / self.total:.0f}%)'
-    parts = (head, count, detail, f'{rate:.0f} {self.rate_unit}/s', eta)
+    parts = (head, count, detail, *self._pace(done, now))
     return '  '.join(part for part in parts if part)
+
+  def _pace(self, done: int, now: float) -> tuple[str, str]:
+    """(the rate, the ETA). Before any unit is timed (at a training run's compiling step)
+    neither is known: the line says after which unit they will be, or, with none left,
+    gives the ETA of the other work alone."""
+    if done > self.clock.start:
+      seconds_per_unit = self.seconds_per_unit(done, now)
+      rate = self.per_unit / seconds_per_unit if seconds_per_unit else math.inf
+      pace = f'{rate:.0f} {self.rate_unit}/s'
+      eta = f'ETA {format_duration(self.eta_seconds(done, now))}'
+    elif done < self.total:
+      pace, eta = '', f'{self.rate_unit}/s and ETA after {self.unit} {done + 1}'
+    else:
+      pace, eta = '', f'ETA {format_duration(self._overhead(done))}'
+    if self.show_elapsed:
+      eta = f'{format_duration(self.elapsed(now))} elapsed, {eta}'
+    return pace, eta
 
   def log(self, done: int, *, head: str = '', detail: str = '', now: float | None = None) -> None:
     """Logs the line now, due or not (when enabled)."""
