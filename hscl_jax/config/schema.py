@@ -188,6 +188,21 @@ def _check_batches(config, num_devices: int, num_processes: int) -> None:
   _check_queue_size(config.queue_size, rows=2 * config.batch_size)
 
 
+def batch_size_passes(
+  config: ml_collections.ConfigDict, batch_size: int, *, num_devices: int, num_processes: int
+) -> bool:
+  """Whether `--config.batch_size=batch_size` would pass the checks of the fields it
+  bounds, the rest of `config` kept: the devices and processes, chunk_size, queue_size."""
+  if batch_size < 1 or batch_size % math.lcm(num_devices, num_processes):
+    return False
+  try:
+    _check_chunk_size(config.chunk_size, batch_size // num_devices)
+    _check_queue_size(config.queue_size, rows=2 * batch_size)
+  except ConfigError:
+    return False
+  return True
+
+
 def _check_queue_size(queue_size, rows: int) -> None:
   """The queue takes a whole step's rows at a time, so it never wraps inside a step."""
   if not isinstance(queue_size, int) or queue_size < 0 or queue_size % rows:

@@ -309,6 +309,8 @@ def _log_start(run: _Pieces, state: state_lib.TrainState) -> None:
     logging.info('%s', info)
     if warning:
       logging.warning('%s', warning)
+  elif dropped := plan_lib.dropped_examples_warning(config, run.train_iter.order):
+    logging.warning('%s', dropped)
 
 
 def _step_row(run: _Pieces, step: int, epoch: int, scalars, host_hyper) -> dict[str, Any]:

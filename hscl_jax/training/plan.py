@@ -62,6 +62,47 @@ def check_batch_fits(config: ml_collections.ConfigDict, num_train_examples: int)
   )
 
 
+# Uniform batches leave out the remainder of each epoch's shuffled examples (a different
+# random set each epoch); a run leaving out at least this share of them is warned at start.
+LARGE_DROP_SHARE = 0.25
+
+
+def dropped_examples_warning(
+  config: ml_collections.ConfigDict, order: data.EpochOrder
+) -> str | None:
+  """The start-up warning of a run of uniform batches whose epochs leave out a large share
+  of the training examples, with the batch size that keeps the most; None otherwise."""
+  n, batch, steps = order.num_examples, config.batch_size, order.steps_per_epoch
+  dropped = n - steps * batch
+  # Class-aware epochs have their own line (training/summaries); a steps_per_epoch_limit
+  # chooses what an epoch trains on.
+  chosen = config.samples_per_class or config.steps_per_epoch_limit is not None
+  if chosen or dropped < LARGE_DROP_SHARE * n:
+    return None
+  keeping = keeping_batch_size(config, n)
+  return (
+    f'Each epoch trains on {steps * batch} of the {n} training examples ({_steps(steps)} of '
+    f'batch {batch}): the other {dropped} ({dropped / n:.0%}), drawn afresh each epoch, are '
+    f'left out. Fix: --config.batch_size={keeping} leaves out {n % keeping} '
+    f'({_steps(n // keeping)} an epoch).'
+  )
+
+
+def _steps(count: int) -> str:
+  return f'{count} step{"s" * (count != 1)}'
+
+
+def keeping_batch_size(config: ml_collections.ConfigDict, num_examples: int) -> int:
+  """The batch size from config.batch_size down to half of it that the config's checks
+  accept here and that leaves out the fewest of `num_examples` an epoch (the largest such)."""
+  batch = config.batch_size
+  devices = {'num_devices': jax.device_count(), 'num_processes': jax.process_count()}
+  passing = [
+    b for b in range(batch, (batch - 1) // 2, -1) if schema.batch_size_passes(config, b, **devices)
+  ]
+  return min(passing, key=lambda b: (num_examples % b, -b))
+
+
 def make_train_loader(config: ml_collections.ConfigDict, train_source) -> data.TrainLoader:
   """This process's two-view batches of the run's training subset, in the config's order."""
   check_batch_fits(config, len(train_source))
