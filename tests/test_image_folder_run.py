@@ -1,8 +1,9 @@
-"""configs/cifar10_folder.py end to end: a generated folder, and CIFAR-10 when it is there.
+"""configs/cifar10_folder.py and configs/image_folder.py end to end: generated folders, and
+CIFAR-10 when it is there.
 
-The run trains on a class-balanced subset (config.train_examples); the kNN monitor's bank
-and the linear evaluation use that same subset, which is checked by recomputing the
-reported figures independently from the checkpoint.
+The cifar10_folder run trains on a class-balanced subset (config.train_examples); the kNN
+monitor's bank and the linear evaluation use that same subset, which is checked by
+recomputing the reported figures independently from the checkpoint.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import sys
 import jax
 import numpy as np
 from PIL import Image
+from progress_lines import LINE
+from progress_lines import progress_lines
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import cifar10_folder  # noqa: E402
+from configs import image_folder  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
@@ -138,3 +142,38 @@ def test_short_real_cifar10_run(tmp_path):
   (record,) = metrics.read_metrics(workdir)
   assert record['step'] == 4 and np.isfinite(record['train_loss'])
   assert record['knn_top1'] > 0.2  # 10 classes: chance is 0.1
+
+
+def test_image_folder_config_runs_on_a_small_folder_and_says_what_its_epochs_leave_out(
+  tmp_path, caplog
+):
+  """configs/image_folder.py as shipped (2 epochs) on 100 generated training images of 4
+  classes (ROOT/train/, ROOT/test/): one step of batch 64 an epoch leaves out 36 (36 %),
+  warned at start with the batch that keeps the most (48 on the 4 devices: 4 left out).
+  The whole split is trained on (no train_examples), at 32 px with ImageNet's
+  normalisation; the first progress line, at the compiling step, says when the rate and
+  ETA are known, and no line shows a NaN rate or an unknown ETA (progress_lines' format)."""
+  write_folder(tmp_path / 'images', {'train': 25, 'test': 5})
+  config = image_folder.get_config()
+  config.folder = str(tmp_path / 'images')
+  config.num_epochs = 2
+  workdir = str(tmp_path / 'run')
+  with caplog.at_level('INFO'):
+    loop.train_and_evaluate(config, workdir)
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == 'WARNING']
+  assert warnings == [
+    'Each epoch trains on 64 of the 100 training examples (1 step of batch 64): the other '
+    '36 (36%), drawn afresh each epoch, are left out. Fix: --config.batch_size=48 leaves '
+    'out 4 (2 steps an epoch).'
+  ]
+  lines = progress_lines(caplog)
+  assert [LINE.fullmatch(line)['done'] for line in lines] == ['1', '2'], lines
+  assert lines[0].endswith('views/s and ETA after step 2'), lines
+  records = metrics.read_metrics(workdir)
+  assert [r['step'] for r in records] == [1, 2] and 'knn_top1' in records[-1]
+  assert np.isfinite(records[-1]['train_loss'])
+  with open(os.path.join(workdir, layout.CONFIG_FILE)) as f:
+    stored = json.load(f)
+  assert stored['train_examples'] == 0 and stored['augment']['image_size'] == 32
+  assert tuple(stored['augment']['mean']) == augment.IMAGENET_MEAN
+  assert tuple(stored['augment']['std']) == augment.IMAGENET_STD

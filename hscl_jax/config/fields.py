@@ -27,17 +27,20 @@ from hscl_jax.config.checks import in_unit_interval
 from hscl_jax.config.checks import positive
 from hscl_jax.config.checks import unset
 from hscl_jax.config.checks import unset_or
+from hscl_jax.data import augment
 from hscl_jax.evaluation import retrieval
 from hscl_jax.training import optimizers
 
 # Per-channel (mean, std) of each training split on [0, 1] pixels: config.augment.mean/std
-# of configs/<dataset>.py (image folders keep AugmentParams' ImageNet default).
+# of configs/<dataset>.py.
 NORMALIZATION = {
   # 8x8 grey digits, 0..16 scaled to 0..1 (0.3055, 0.3759 on our 80% split), rounded.
   'digits': ((0.30,) * 3, (0.38,) * 3),
   'cifar10': ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
   'cifar100': ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
   'stl10': ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
+  # ImageNet's (torchvision's): photographs of one's own, configs/image_folder.py.
+  'imagenet': (augment.IMAGENET_MEAN, augment.IMAGENET_STD),
 }
 DIAGNOSTICS_POSITIVES = ('sample', 'label')
 LINEAR_EVAL_PROTOCOLS = ('features', 'augmented')  # both run by evaluation/linear_probe
