@@ -45,7 +45,7 @@ TRAIN_REQUIRES = [
   'tensorboardX>=2.6.2.2',
   'safetensors>=0.8.0',  # the PyTorch export's file (its NumPy API); the version tested
   # inspect's figures: training's closing line prints an inspect command, which has to run
-  # after this extra alone (tests/test_next_commands.py). 3.8.3 requires numpy<2.
+  # after this extra alone (tests/training/test_loop.py). 3.8.3 requires numpy<2.
   'matplotlib>=3.8.4',
 ]
 # The comparison reports' tests of significance (hscl_jax/experiments/significance.py).
