@@ -2,6 +2,8 @@
 
     python -m hscl_jax.main --config=configs/cifar10_folder.py --config.folder=DIR --workdir=RUN
 
+For a folder of your own images, start from configs/image_folder.py instead.
+
 CIFAR-10 normalisation and SimCLR's augmentations at 32 px (configs/default.py). The other
 defaults are those of the CPU-budget comparison (docs/results/cifar10/), chosen so that the
 five methods × 3 seeds fit in about 2.5 hours on a 2-core CPU (two workers, one core each):
