@@ -191,13 +191,12 @@ def _check_batches(config, num_devices: int, num_processes: int) -> None:
 def batch_size_passes(
   config: ml_collections.ConfigDict, batch_size: int, *, num_devices: int, num_processes: int
 ) -> bool:
-  """Whether `--config.batch_size=batch_size` would pass the checks of the fields it
-  bounds, the rest of `config` kept: the devices and processes, chunk_size, queue_size."""
-  if batch_size < 1 or batch_size % math.lcm(num_devices, num_processes):
-    return False
+  """Whether `--config.batch_size=batch_size` would pass the checks of the batches, the rest
+  of `config` kept: the same checks validation runs (`_check_batches`) on a copy."""
+  candidate = ml_collections.ConfigDict(config.to_dict())
+  candidate.batch_size = batch_size
   try:
-    _check_chunk_size(config.chunk_size, batch_size // num_devices)
-    _check_queue_size(config.queue_size, rows=2 * batch_size)
+    _check_batches(candidate, num_devices, num_processes)
   except ConfigError:
     return False
   return True
