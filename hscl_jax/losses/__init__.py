@@ -1,4 +1,5 @@
-"""Contrastive losses UCL, H-UCL, SCL and H-SCL as pure, jittable JAX functions.
+"""Contrastive losses UCL, H-UCL, SCL, H-SCL and the sigmoid family as pure, jittable JAX
+functions.
 
     from hscl_jax import losses
     losses.hscl(z, labels, hardening=losses.exponential(1.0))
@@ -6,6 +7,8 @@
 The modules, by family (this package re-exports their public names):
   * `image`: the four losses on batches of views (eq. (3)), their hardenings
     (`exponential`, `threshold`) and schedules (`tau_schedule`, eq. (4); `beta_schedule`).
+  * `sigmoid`: the sigmoid (SigLIP) family, two towers (`siglip`) and one tower of views
+    (`sigmoid_contrastive`), with labels and the same hardenings.
   * `diagnostics`: Prop. 2's α's, Assumption 1 and the four losses of one batch (Figs. 4, 5).
   * `graph`: InfoGraph's local–global objective with the four settings (Table II).
   * `kernel`: rows, masks, log-sum-exp, the dense and blockwise sums and their custom JVP,
@@ -36,6 +39,10 @@ from hscl_jax.losses.kernel import Hardening
 from hscl_jax.losses.kernel import Mask
 from hscl_jax.losses.kernel import Precision
 from hscl_jax.losses.kernel import l2_normalize
+from hscl_jax.losses.sigmoid import SIGLIP_B
+from hscl_jax.losses.sigmoid import SIGLIP_T
+from hscl_jax.losses.sigmoid import siglip
+from hscl_jax.losses.sigmoid import sigmoid_contrastive
 
 __all__ = [
   'Array',
@@ -45,6 +52,8 @@ __all__ = [
   'Hardening',
   'Mask',
   'Precision',
+  'SIGLIP_B',
+  'SIGLIP_T',
   'assumption1',
   'batch_diagnostics',
   'beta_schedule',
@@ -56,6 +65,8 @@ __all__ = [
   'local_global_jsd',
   'log_alphas',
   'scl',
+  'siglip',
+  'sigmoid_contrastive',
   'tau_schedule',
   'threshold',
   'ucl',

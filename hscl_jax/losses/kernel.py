@@ -550,32 +550,42 @@ def loss_sums(kernel: Kernel, q: Rows, k: Rows, block: int | None, num_batch_key
     return rows_sums
 
   no_z = lambda rows: dataclasses.replace(rows, z=None)
-  rows = (q.z, k.z, no_z(q), no_z(k))
+  return gradient_in_forward(sums, (q.z, k.z), (no_z(q), no_z(k)))
+
+
+def gradient_in_forward(sums: Callable, differentiable: tuple, fixed: tuple):
+  """(total, count) of ``sums(False)(*differentiable, *fixed)``, differentiable in
+  ``differentiable`` by the gradient that ``sums(True)`` computes in its forward passes (it
+  returns (total, count, *gradients), one per differentiable argument, None for none), and
+  in every traced value the sums close over (by autodiff of ``sums(False)``)."""
+  args = (*differentiable, *fixed)
   # Every traced value must reach the custom rule as an argument, never by closure: jit,
   # checkpoint, scan and cond around the loss trace the rule after the closure's tracers
   # are gone. closure_convert hoists them (the "constants") into arguments.
-  value_fn, value_consts = jax.closure_convert(sums(False), *rows)
-  gradient_fn, gradient_consts = jax.closure_convert(sums(True), *rows)
+  value_fn, value_consts = jax.closure_convert(sums(False), *args)
+  gradient_fn, gradient_consts = jax.closure_convert(sums(True), *args)
 
   # A custom JVP whose tangent is linear in the inputs' tangents with the gradient as its
   # coefficient: jax.grad transposes it (the gradient computed in the forward passes, as a
   # custom VJP would), and forward mode (jvp, jacfwd, linearize) works as well.
-  value = jax.custom_jvp(lambda rows, consts, _: value_fn(*rows, *consts))
+  value = jax.custom_jvp(lambda args, consts, _: value_fn(*args, *consts))
 
   def value_jvp(primals, tangents):
-    rows, consts, other_consts = primals
+    args, consts, other_consts = primals
     # The gradient pass's constants are the value's (the same tracers, hoisted twice):
     # their tangents count once, through the value.
-    d_rows, d_consts, _ = tangents
-    total, count, d_q, d_k = gradient_fn(*rows, *other_consts)
-    tangent = jnp.zeros_like(total) + _dot(d_q, d_rows[0]) + _dot(d_k, d_rows[1])
+    d_args, d_consts, _ = tangents
+    total, count, *gradients = gradient_fn(*args, *other_consts)
+    tangent = jnp.zeros_like(total)
+    for gradient, d_arg in zip(gradients, d_args):
+      tangent += _dot(gradient, d_arg)
     if not _symbolic_zeros(d_consts):  # e.g. jax.grad with respect to β: autodiff
       d_consts = jax.tree.map(_instantiate, d_consts, consts)
-      tangent += jax.jvp(lambda c: value_fn(*rows, *c)[0], (consts,), (d_consts,))[1]
+      tangent += jax.jvp(lambda c: value_fn(*args, *c)[0], (consts,), (d_consts,))[1]
     return (total, count), (tangent, jnp.zeros_like(count))  # the count is piecewise constant
 
   value.defjvp(value_jvp, symbolic_zeros=True)
-  return value(rows, value_consts, gradient_consts)
+  return value(args, value_consts, gradient_consts)
 
 
 def _is_zero(x) -> bool:
@@ -660,9 +670,10 @@ def log_given_m(M):
   return jnp.log(jnp.asarray(M, jnp.float32))
 
 
-def softplus_and_sigmoid(x):
-  """(log(1 + e^x), σ(x)) from one exponential (the pair losses' only transcendentals
-  besides a log: over every entry of a tile they cost about as much as the matmuls).
+def logistic_parts(x):
+  """(t, 1 + t, log(1 + t)) with t = e^{-|x|}: one exponential and one log give
+  softplus(±x) = max(±x, 0) + log(1 + t) and σ(±x) (the pair losses' only transcendentals:
+  over every entry of a tile they cost about as much as the matmuls).
 
   log1p(t) is a series for small t (XLA folds the usual (1 + t) - 1 correction away):
   relative error below 2e-6; NaN and ±inf as jax.nn.softplus.
@@ -670,7 +681,12 @@ def softplus_and_sigmoid(x):
   t = jnp.exp(-jnp.abs(x))  # in [0, 1]
   u = 1.0 + t
   series = t * (1.0 - t * (1 / 2 - t * (1 / 3 - t * (1 / 4 - t * (1 / 5 - t / 6)))))
-  log1p_t = jnp.where(t < 0.05, series, jnp.log(u))
+  return t, u, jnp.where(t < 0.05, series, jnp.log(u))
+
+
+def softplus_and_sigmoid(x):
+  """(log(1 + e^x), σ(x)) from one exponential (``logistic_parts``)."""
+  t, u, log1p_t = logistic_parts(x)
   return jnp.maximum(x, 0.0) + log1p_t, jnp.where(x >= 0, 1.0, t) / u
 
 
