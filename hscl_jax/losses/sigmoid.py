@@ -249,6 +249,7 @@ def ring_sums(sig, q, k, b, block, with_gradient, axis_name):
   devices = jax.lax.axis_size(axis_name)
   ring = [(r, (r + 1) % devices) for r in range(devices)]
   shift = lambda tree: jax.tree.map(lambda x: jax.lax.ppermute(x, axis_name, ring), tree)
+  k = jax.tree.map(lambda x: varying(x, axis_name), k)  # as the shards that arrive
 
   def stats_ring():
     def step(carry, _):
@@ -274,6 +275,16 @@ def ring_sums(sig, q, k, b, block, with_gradient, axis_name):
   init = (stats, d_q, d_b, k, d_k)
   stats, d_q, d_b, _, d_k = jax.lax.scan(step, init, None, length=devices - 1)[0]
   return *totals(stats, q), d_q, shift(d_k), d_b  # the last shift brings d_k home
+
+
+def varying(x, axis_name):
+  """``x`` typed as varying over ``axis_name`` inside shard_map (a scan's carry of keys
+  that start alike on every device, unlabelled ones' labels, must match the shards that
+  arrive); as it is elsewhere."""
+  axis_type = getattr(jax.typeof(x), 'manual_axis_type', None)
+  if axis_type is not None and axis_name in axis_type.varying:
+    return x
+  return jax.lax.pcast(x, axis_name, to='varying')
 
 
 def gather_rows(rows: kernel.Rows, axis_name) -> kernel.Rows:

@@ -434,3 +434,115 @@ def test_bad_input_is_refused_in_one_line(call, message):
   with pytest.raises((ValueError, TypeError)) as error:
     call()
   assert message in str(error.value) and '\n' not in str(error.value)
+
+
+# --------------------------------------------------------------------------------------
+# Blocks and devices: each setting of the family, blockwise and across 4 devices, against
+# the reference (value and every gradient) and the single-device dense loss.
+
+# name -> (tower kind, labelled, hardening's name or None)
+SETTINGS = {
+  'siglip': ('two', False, None),
+  'siglip_threshold': ('two', False, 'threshold'),
+  'siglip_labels_exponential': ('two', True, 'exponential'),
+  'one_tower': ('one', False, None),
+  'one_tower_labels_exponential': ('one', True, 'exponential'),
+}
+X8, Y8 = towers(2, n=8, m=8)
+Z8 = normalized(jax.random.normal(jax.random.key(3), (8, 2, 8)))
+LABELS_8 = (jnp.array([0, 1, 2, 0, 1, 1, 3, 2]), jnp.array([1, 0, 0, 2, 1, 3, 3, 0]))
+
+
+def setting_inputs(name):
+  """(p, labels) of a setting: the differentiable inputs and the label arrays."""
+  kind, labelled, hardening_name = SETTINGS[name]
+  p = dict(t=jnp.float32(T), b=jnp.float32(B))
+  p.update(dict(x=X8, y=Y8) if kind == 'two' else dict(z=Z8))
+  if hardening_name == 'exponential':
+    p['beta'] = jnp.float32(BETA)
+  labels = () if not labelled else LABELS_8 if kind == 'two' else LABELS_8[:1]
+  return p, labels
+
+
+def setting_loss(name, **options):
+  """loss(p, *labels) of a setting, with the sigmoid losses' options."""
+  kind, labelled, hardening_name = SETTINGS[name]
+
+  def loss(p, *labels):
+    hardening = None if hardening_name is None else HARDENINGS[hardening_name][0](p)
+    common = dict(t=p['t'], b=p['b'], hardening=hardening, **options)
+    if kind == 'one':
+      return losses.sigmoid_contrastive(p['z'], *labels, **common)
+    named = dict(zip(('labels_x', 'labels_y'), labels))
+    return losses.siglip(p['x'], p['y'], **named, **common)
+
+  return loss
+
+
+def setting_reference(name):
+  kind, labelled, hardening_name = SETTINGS[name]
+  _, labels = setting_inputs(name)
+  labels = [np.asarray(y) for y in labels]
+
+  def reference(p):
+    eta = None if hardening_name is None else HARDENINGS[hardening_name][1](p)
+    if kind == 'one':
+      return reference_one_tower(p['z'], *labels, t=p['t'], b=p['b'], eta=eta)
+    named = dict(zip(('labels_x', 'labels_y'), labels))
+    return reference_siglip(p['x'], p['y'], t=p['t'], b=p['b'], eta=eta, **named)
+
+  return reference
+
+
+@pytest.mark.parametrize('block_size', [3, 8])
+@pytest.mark.parametrize('name', sorted(SETTINGS))
+def test_blockwise_matches_the_float64_reference(name, block_size):
+  """Blocks of 3 rows (the last padded) and of 8 (one block, the rows' count)."""
+  p, labels = setting_inputs(name)
+  loss = setting_loss(name, block_size=block_size)
+  case = (lambda p: loss(p, *labels), setting_reference(name))
+  assert_matches_reference(name, p, case=case)
+
+
+def _mesh():
+  return jax.sharding.Mesh(np.array(jax.devices()[:4]), ('data',))
+
+
+@pytest.mark.parametrize('block_size', [None, 3])
+@pytest.mark.parametrize('collective', ['all_gather', 'ring'])
+@pytest.mark.parametrize('name', sorted(SETTINGS))
+def test_four_devices_equal_one(name, collective, block_size):
+  """Inside jit(shard_map) over 4 devices: the value and the gradient in every input (each
+  shard's rows, t, b, β) are the single-device loss's of the global batch."""
+  if jax.device_count() < 4:
+    pytest.skip('needs 4 devices (tests/conftest.py sets them)')
+  P = jax.sharding.PartitionSpec
+  p, labels = setting_inputs(name)
+  specs = {key: P('data') if np.ndim(value) else P() for key, value in p.items()}
+  loss = setting_loss(name, axis_name='data', collective=collective, block_size=block_size)
+  sharded = jax.jit(
+    jax.shard_map(
+      jax.value_and_grad(loss),
+      mesh=_mesh(),
+      in_specs=(specs, *[P('data')] * len(labels)),
+      out_specs=(P(), specs),
+    )
+  )
+  value, grads = sharded(p, *labels)
+  expected_value, expected_grads = jax.value_and_grad(setting_loss(name))(p, *labels)
+  np.testing.assert_allclose(value, expected_value, rtol=1e-6)
+  for key in p:
+    np.testing.assert_allclose(grads[key], expected_grads[key], rtol=1e-5, atol=1e-7, err_msg=key)
+
+
+@pytest.mark.parametrize('collective', ['all_gather', 'ring'])
+def test_pmap_value_equals_one_device(collective):
+  if jax.device_count() < 4:
+    pytest.skip('needs 4 devices (tests/conftest.py sets them)')
+  p, labels = setting_inputs('siglip_labels_exponential')
+  loss = setting_loss('siglip_labels_exponential', axis_name='i', collective=collective)
+  shards = lambda a: a.reshape(4, -1, *a.shape[1:])
+  p_sharded = {key: shards(v) if np.ndim(v) else jnp.full(4, v) for key, v in p.items()}
+  values = jax.pmap(loss, axis_name='i')(p_sharded, *map(shards, labels))
+  expected = setting_loss('siglip_labels_exponential')(p, *labels)
+  np.testing.assert_allclose(values, jnp.full(4, expected), rtol=1e-6)
