@@ -3,15 +3,20 @@ trained and planned by the comparison's grid with no other change."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import sys
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
+from hscl_jax import losses  # noqa: E402
 from hscl_jax.config import methods  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.experiments import image_grid  # noqa: E402
@@ -56,8 +61,17 @@ def tiny_config():
 
 
 def test_the_table_is_what_the_readers_list():
-  assert list(schema.METHODS) == ['ucl', 'hucl', 'scl', 'hscl']
-  assert list(methods.SUPERVISED_NAMES) == ['scl', 'hscl']
+  assert list(schema.METHODS) == [
+    'ucl',
+    'hucl',
+    'scl',
+    'hscl',
+    'sigmoid',
+    'sigmoid_scl',
+    'sigmoid_hscl',
+  ]
+  assert list(methods.SUPERVISED_NAMES) == ['scl', 'hscl', 'sigmoid_scl', 'sigmoid_hscl']
+  # The paper's comparison (Table I) runs its own settings, not the sigmoid family.
   assert list(image_grid.METHODS) == ['UCL', 'H-UCL', 'SCL', 'H-SCL(β)', 'H-SCL(τ)']
   assert [methods.by_label(m).slug for m in image_grid.METHODS] == [
     'ucl',
@@ -114,3 +128,92 @@ def test_a_one_epoch_run_trains_the_new_rows_loss(scaled_scl, tmp_path):
 def test_the_row_is_gone_after_its_test():
   assert 'scaled_scl' not in schema.METHODS
   assert SCALED_SCL.label not in image_grid.METHODS
+
+
+# ----------------------------------------------------------------------------------------
+# The sigmoid family's rows.
+
+
+@pytest.mark.parametrize(
+  'method,hardening,label,supervised,reads',
+  [
+    ('sigmoid', 'threshold', 'Sig-UCL', False, ()),
+    ('sigmoid_scl', 'threshold', 'Sig-SCL', True, ()),
+    ('sigmoid_hscl', 'exp', 'Sig-H-SCL(β)', True, ('beta',)),
+  ],
+)
+def test_the_sigmoid_rows_train_log_t_and_b_and_read_their_hyperparameters(
+  method, hardening, label, supervised, reads
+):
+  config = digits.get_config()
+  config.method, config.hardening, config.diagnostics = method, hardening, False
+  row = methods.of_config(config)
+  assert (row.label, row.supervised, row.family, row.compared) == (
+    label,
+    supervised,
+    'sigmoid',
+    False,
+  )
+  assert row.learned == ('log_t', 'b')
+  assert plan_lib.used_hyperparameters(config) == reads
+  config.sigmoid_log_t, config.sigmoid_b = 0.5, -3.0
+  assert methods.learned_initial(config) == {'log_t': 0.5, 'b': -3.0}
+  schema.validate_config(config, num_devices=1)
+  config.method = 'hscl'
+  assert methods.learned_initial(config) is None  # a softmax row trains no loss parameter
+
+
+@pytest.mark.parametrize('method', ['sigmoid', 'sigmoid_scl', 'sigmoid_hscl'])
+def test_a_sigmoid_rows_loss_is_sigmoid_contrastive_at_the_learned_t_and_b(method):
+  """The row's loss, at learned {'log_t', 'b'}: the one-tower sigmoid loss with t = e^{log_t}
+  (labels for the supervised rows, config.beta's exponential hardening for H-SCL)."""
+  z = losses.l2_normalize(jax.random.normal(jax.random.key(0), (8, 2, 16)))
+  labels = jnp.array([0, 1, 0, 2, 1, 1, 0, 2])
+  learned = {'log_t': jnp.float32(1.2), 'b': jnp.float32(-2.5)}
+  hyper = {'beta': np.float32(2.0), 'tau': np.float32(1.0)}
+  options = methods.LossOptions({'axis_name': None}, learned=learned)
+  config = digits.get_config()
+  config.method = method
+  row = methods.of_config(config)
+  expected = losses.sigmoid_contrastive(
+    z,
+    labels if row.supervised else None,
+    t=np.exp(np.float32(1.2)),
+    b=-2.5,
+    hardening=losses.exponential(2.0) if row.hardening == 'exp' else None,
+  )
+  np.testing.assert_allclose(row.loss(z, labels, hyper, options), expected, rtol=1e-6)
+  d_log_t, d_b = jax.grad(
+    lambda lt, b: row.loss(
+      z, labels, hyper, dataclasses.replace(options, learned={'log_t': lt, 'b': b})
+    ),
+    argnums=(0, 1),
+  )(learned['log_t'], learned['b'])
+  assert d_log_t != 0 and d_b != 0
+
+
+@pytest.mark.parametrize(
+  'overrides,field',
+  [
+    ({'queue_size': 512}, 'queue_size'),
+    ({'queue_momentum': 0.99}, 'queue_momentum'),
+    ({'tau_plus': 0.1}, 'tau_plus'),
+    ({'M': 100}, 'M'),
+    ({'method': 'sigmoid_hscl', 'hardening': 'threshold'}, 'hardening'),
+  ],
+)
+def test_a_sigmoid_row_refuses_the_softmax_options_in_one_line(overrides, field):
+  config = digits.get_config()
+  config.method = 'sigmoid_scl'
+  config.update(overrides)
+  with pytest.raises(schema.ConfigError) as error:
+    schema.validate_config(config, num_devices=1)
+  message = str(error.value)
+  assert '\n' not in message and message.startswith(f'config.{field}: ')
+  assert 'Fix: ' in message
+  if field == 'hardening':
+    assert '--config.hardening=exp' in message
+  else:
+    assert f'--config.{field}' in message and config.method in message
+    config.method = 'scl'  # the same option is a softmax row's
+    schema.validate_config(config, num_devices=1)

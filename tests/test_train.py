@@ -796,6 +796,34 @@ def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path, monkeypatch, fir
     assert _checkpoint_steps(workdir) == [3]
 
 
+def test_a_sigmoid_run_resumes_after_a_sigterm_to_the_uninterrupted_run(tmp_path, monkeypatch):
+  """Sig-SCL through the methods table alone: stopped by a SIGTERM mid-epoch 2, then
+  resumed, its log t and b (with their optimizer state), parameters, records and per-step
+  rows equal an uninterrupted run's; t and b are logged per epoch and per logging step."""
+  config = tiny_config()
+  config.method, config.knn.every_epochs = 'sigmoid_scl', 0
+  reference = loop.train_and_evaluate(config, str(tmp_path / 'reference'))
+  with monkeypatch.context() as patch:
+    fired = _signal_at(patch, 'step', 4)
+    stopped = loop.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert fired and stopped.preempted and int(stopped.state.step) == 4
+  resumed = loop.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert not resumed.preempted
+  for tree in ('loss_state', 'params', 'opt_state'):
+    _assert_trees_equal(getattr(resumed.state, tree), getattr(reference.state, tree))
+  records = metrics.read_metrics(str(tmp_path / 'run'))
+  assert _deterministic(records) == _deterministic(
+    metrics.read_metrics(str(tmp_path / 'reference'))
+  )
+  steps = metrics.read_steps(str(tmp_path / 'run'))
+  assert steps == metrics.read_steps(str(tmp_path / 'reference'))
+  learned = jax.device_get(reference.state.loss_state['params'])
+  final = {'t': float(np.exp(learned['log_t'])), 'b': float(learned['b'])}
+  assert {name: records[-1][name] for name in final} == pytest.approx(final, rel=1e-6)
+  assert {name: steps[-1][name] for name in final} == pytest.approx(final, rel=1e-6)
+  assert records[0]['t'] != records[1]['t'] and records[0]['b'] != records[1]['b']  # trained
+
+
 def test_a_crash_after_a_checkpoint_resumes_to_the_uninterrupted_step_rows(
   uninterrupted, tmp_path, monkeypatch
 ):
@@ -1365,6 +1393,46 @@ def test_chunked_step_equals_unchunked_without_batch_statistics(num_devices, unr
     for x, y in zip(_leaves(getattr(chunked, tree)), _leaves(getattr(plain, tree)), strict=True):
       np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
   assert not jax.tree.leaves(chunked.batch_stats)
+
+
+def test_a_sigmoid_step_trains_log_t_and_b_by_the_global_gradient():
+  """Sig-H-SCL(β)'s step: its loss is losses.sigmoid_contrastive of the step's projections
+  at the state's t = e^{log_t} and b, and its SGD step moves log t and b by that loss's
+  gradient; 4 devices give 1 device's losses, parameters and t and b, and so do chunks
+  (GroupNorm: chunks normalise as the whole batch)."""
+  config = _sgd_config(norm='group')
+  config.method, config.optimizer.weight_decay = 'sigmoid_hscl', 0.0
+  # A smaller step than the softmax tests': b's gradient is about -|P(i)| per anchor, and
+  # SGD at 0.5 sends the logits (and the loss) to 1e14 by the second step.
+  config.optimizer.learning_rate = 0.02
+  batch = _random_batch()
+  states, one_losses, _ = run_steps(config, 1, [batch] * 3)
+  _, four, four_losses = _three_steps(config, 4, batch)
+  config.chunk_size = 2
+  _, chunked, chunked_losses = _three_steps(config, 4, batch)
+  first, one = states[0], states[-1]
+
+  variables = {'params': first.params, 'batch_stats': first.batch_stats}
+  z = jnp.asarray(step_projections(config, variables, first, batch, 1), jnp.float32)
+  hardening = losses.exponential(config.beta)
+
+  def reference(learned):
+    t = jnp.exp(learned['log_t'])
+    return losses.sigmoid_contrastive(z, batch['label'], t=t, b=learned['b'], hardening=hardening)
+
+  value, grads = jax.value_and_grad(reference)(first.loss_state['params'])
+  np.testing.assert_allclose(one_losses[0], value, rtol=2e-5)
+  lr = config.optimizer.learning_rate  # cosine's first step: the peak
+  for name, grad in grads.items():
+    assert abs(grad) > 1e-3, name  # the loss reaches it
+    moved = states[1].loss_state['params'][name] - first.loss_state['params'][name]
+    np.testing.assert_allclose(moved, -lr * grad, rtol=1e-4)
+  assert one_losses[0] != one_losses[2]
+  for other, other_losses in ((four, four_losses), (chunked, chunked_losses)):
+    np.testing.assert_allclose(other_losses, one_losses, rtol=1e-5)
+    for tree in ('params', 'loss_state'):
+      for x, y in zip(_leaves(getattr(other, tree)), _leaves(getattr(one, tree)), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
 
 
 def _reference_step_normalising_each_chunk(config, mesh, chunk_size):

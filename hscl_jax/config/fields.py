@@ -106,13 +106,15 @@ METHOD = (
     'hscl',
     choice(methods.NAMES),
     doc='A name of the methods table (hscl_jax/config/methods.py): ucl (SimCLR) | hucl (HCL) '
-    '| scl | hscl, and for hscl config.hardening picks the row.',
+    '| scl | hscl, and for hscl config.hardening picks the row; the sigmoid (SigLIP) family '
+    'sigmoid | sigmoid_scl | sigmoid_hscl (hardening exp).',
   ),
   Field(
     'hardening',
     'exp',
     choice(methods.HARDENINGS),
-    doc="hscl and diagnostics: 'exp' = H-SCL(beta), 'threshold' = H-SCL(tau)",
+    doc="hscl and diagnostics: 'exp' = H-SCL(beta), 'threshold' = H-SCL(tau); "
+    "sigmoid_hscl: 'exp' only",
   ),
   Field(
     'beta',
@@ -139,6 +141,17 @@ METHOD = (
     doc='hucl debiasing class prior (0 = plain H-UCL)',
   ),
   Field('temperature', 0.5, positive('use e.g. --config.temperature=0.5 (the paper)'), doc='gamma'),
+  Field(
+    'sigmoid_log_t',
+    methods.SIGMOID_START['log_t'],
+    doc="The sigmoid methods' scale t = e^{log_t} at the start (SigLIP's log 10); log_t and "
+    'sigmoid_b are trained with the model and kept in the train state.',
+  ),
+  Field(
+    'sigmoid_b',
+    methods.SIGMOID_START['b'],
+    doc="The sigmoid methods' bias b at the start (SigLIP's)",
+  ),
   Field(
     'M',
     unset(int),

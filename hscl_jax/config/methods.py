@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
+import math
 from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
 
 from hscl_jax import losses
 
@@ -28,16 +32,23 @@ TAU_STARTS = (-0.5, -0.3, -0.1)
 TAU_ENDS = (-0.1, 0.0, 0.1)
 GRID_FIELDS = ('beta', 'tau_start', 'tau_end')  # the config fields a grid point sets
 
+# A sigmoid row's trained loss parameters (SigLIP's: t = e^{log_t}, b) and SigLIP's start,
+# the defaults of the config fields that start them (config/fields: `sigmoid_` + name).
+SIGMOID_START = {'log_t': math.log(losses.SIGLIP_T), 'b': losses.SIGLIP_B}
+SIGMOID_LEARNED = tuple(SIGMOID_START)
+
 
 @dataclasses.dataclass(frozen=True)
 class LossOptions:
   """What a loss reads besides the batch and the epoch's hyperparameters: `kernel` is every
-  loss's keyword arguments (temperature, M, axis_name, the key encoder's projections and
-  the queue's arguments), the rest the config's options of some losses."""
+  softmax loss's keyword arguments (temperature, M, axis_name, the key encoder's
+  projections and the queue's arguments), the rest the config's options of some losses;
+  `learned` the loss's own trained parameters (a sigmoid row's {'log_t', 'b'})."""
 
   kernel: Mapping[str, Any]
   tau_plus: float = 0.0
   stop_gradient_weights: bool = False
+  learned: Mapping[str, Any] | None = None
 
 
 # (normalised projections [b, 2, d], labels [b], the epoch's hyperparameters, options) -> loss
@@ -53,6 +64,9 @@ class Method:
   launch/sweep.py's --methods. `hardening` is 'none', 'exp' (β) or 'threshold' (τ).
   `queue`: the comparison's queue experiment runs it again with a queue; `graph`: Table
   II's graph experiment runs it (its loss there is the local–global one, tilted by β).
+  `family`: 'softmax' (eq. (3): temperature, M, the queue) or 'sigmoid' (one logistic term
+  per pair, its scale and bias trained with the model: `learned`). `compared`: one of the
+  paper's settings, which the image comparison (Table I) and its reports run.
   """
 
   name: str
@@ -65,6 +79,13 @@ class Method:
   selects: tuple[tuple[str, object], ...] = ()
   queue: bool = False
   graph: bool = False
+  family: str = 'softmax'
+  compared: bool = True
+
+  @property
+  def learned(self) -> tuple[str, ...]:
+    """The loss parameters the train state holds and trains for this row."""
+    return SIGMOID_LEARNED if self.family == 'sigmoid' else ()
 
   @property
   def reads(self) -> tuple[str, ...]:
@@ -140,6 +161,31 @@ def _hscl(kind: str) -> LossFn:
   return loss
 
 
+def _sigmoid(supervised: bool, kind: str | None = None) -> LossFn:
+  """The one-tower sigmoid loss (losses.sigmoid_contrastive) at the state's t = e^{log_t}
+  and b; the labels give P(i) when `supervised`, `kind` hardens its negatives."""
+
+  def loss(z, labels, hyper, options: LossOptions):
+    return losses.sigmoid_contrastive(
+      z,
+      labels if supervised else None,
+      t=jnp.exp(options.learned['log_t']),
+      b=options.learned['b'],
+      hardening=hardening(kind, hyper[HARDENING_PARAMETER[kind]]) if kind else None,
+      stop_gradient_weights=options.stop_gradient_weights,
+      axis_name=options.kernel['axis_name'],
+    )
+
+  return loss
+
+
+def learned_initial(config) -> dict[str, Any] | None:
+  """The config's row's trained loss parameters at their start (config.sigmoid_log_t,
+  config.sigmoid_b), float32; None for a row that trains none."""
+  names = of_config(config).learned
+  return {name: np.float32(config[f'sigmoid_{name}']) for name in names} or None
+
+
 # The table, in the paper's order (Table I's rows, the grids' and the sweep's order).
 ROWS: tuple[Method, ...] = (
   Method('ucl', 'UCL', 'ucl', 'ucl', False, 'none', _ucl, graph=True),
@@ -166,6 +212,41 @@ ROWS: tuple[Method, ...] = (
     'threshold',
     _hscl('threshold'),
     selects=(('hardening', 'threshold'),),
+  ),
+  # The sigmoid family (SigLIP's loss on the same sets): after the paper's rows.
+  Method(
+    'sigmoid',
+    'Sig-UCL',
+    'sig_ucl',
+    'sigmoid',
+    False,
+    'none',
+    _sigmoid(False),
+    family='sigmoid',
+    compared=False,
+  ),
+  Method(
+    'sigmoid_scl',
+    'Sig-SCL',
+    'sig_scl',
+    'sigmoid-scl',
+    True,
+    'none',
+    _sigmoid(True),
+    family='sigmoid',
+    compared=False,
+  ),
+  Method(
+    'sigmoid_hscl',
+    'Sig-H-SCL(β)',
+    'sig_hscl_beta',
+    'sigmoid-hscl-exp',
+    True,
+    'exp',
+    _sigmoid(True, 'exp'),
+    selects=(('hardening', 'exp'),),
+    family='sigmoid',
+    compared=False,
   ),
 )
 
@@ -198,6 +279,7 @@ NAMES = Column(lambda rows: _unique(r.name for r in rows))  # config.method's va
 SUPERVISED_NAMES = Column(lambda rows: _unique(r.name for r in rows if r.supervised))
 UNSUPERVISED_NAMES = Column(lambda rows: _unique(r.name for r in rows if not r.supervised))
 LABELS = Column(lambda rows: [r.label for r in rows])
+COMPARED_LABELS = Column(lambda rows: [r.label for r in rows if r.compared])  # Table I's
 
 
 def by_label(label: str) -> Method:

@@ -229,6 +229,29 @@ def _check_epoch_counts(config) -> None:
     )
 
 
+# The softmax losses' options a sigmoid row does not read: (field, its value when off).
+SOFTMAX_ONLY = (('queue_size', 0), ('queue_momentum', 0.0), ('tau_plus', 0.0), ('M', None))
+
+
+def _check_method_row(config) -> None:
+  """config.method with config.hardening names a row of the methods table, and a sigmoid
+  row is given none of the softmax losses' options (it would silently ignore them)."""
+  rows = [r for r in methods.ROWS if r.name == config.method]
+  if not any(all(config[f] == v for f, v in r.selects) for r in rows):
+    choices = ' or '.join(f'--config.{f}={v}' for r in rows for f, v in r.selects)
+    fail('hardening', f'{config.method!r} has no {config.hardening!r} setting', f'use {choices}')
+  if methods.of_config(config).family != 'sigmoid':
+    return
+  for field, off in SOFTMAX_ONLY:
+    if config[field] != off:
+      fail(
+        field,
+        f'{config[field]} does not apply to the sigmoid method {config.method!r} (no queue, '
+        'no debiasing, no M: its scale and bias are sigmoid_log_t and sigmoid_b)',
+        f'drop --config.{field} (it is {off} when off), or use a softmax method',
+      )
+
+
 def _check_model(config) -> None:
   """model.*: `models.create_model`, which builds it, refuses a bad value; a value of the
   wrong kind (a Python error of its own) is named as config.model's."""
@@ -266,6 +289,7 @@ def validate_config(
   for name, field in fields.FIELDS.items():
     if field.check is not None:
       field.check(name, fields.value_of(config, name))
+  _check_method_row(config)
   _check_epoch_counts(config)
   _check_batches(config, num_devices, num_processes)
   _check_augment(config)

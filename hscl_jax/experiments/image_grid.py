@@ -29,7 +29,7 @@ import ml_collections
 
 from hscl_jax.config import methods
 
-METHODS = methods.LABELS  # the methods table's paper labels, in its order
+METHODS = methods.COMPARED_LABELS  # the paper labels of the table's compared rows, in its order
 
 
 INSPECT_DIR = 'inspect'  # RUN/inspect: where the report looks for a run's inspect figures
@@ -101,6 +101,7 @@ def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting
   out = [
     Setting(row.label, row.overrides + point)
     for row in methods.ROWS
+    if row.compared
     for point in row.grid(betas, taus)
   ]
   if 'queue' in grids:

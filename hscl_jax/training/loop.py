@@ -390,7 +390,8 @@ def _end_epoch(run: _Pieces, book, timer: timing.Timer, preemption, state, step:
 
 
 def _epoch_record(run: _Pieces, state, times: timing.EpochTimes, epoch: int) -> dict[str, Any]:
-  """Means of the per-step metrics over the epoch, learning rate, throughput, hyper."""
+  """Means of the per-step metrics over the epoch, learning rate, throughput, hyper, and a
+  sigmoid row's t and b at the epoch's end."""
   config, plan = run.config, run.plan
   step = epoch * plan.steps_per_epoch
   record = {
@@ -410,6 +411,8 @@ def _epoch_record(run: _Pieces, state, times: timing.EpochTimes, epoch: int) -> 
     samples_per_second=samples / seconds,
     **{name: float(hyper[name]) for name in plan_lib.used_hyperparameters(config)},
   )
+  learned = step_lib.learned_values(state.loss_state)  # t and b at the epoch's end
+  record.update({name: float(parallel.replicated_value(v)) for name, v in learned.items()})
   return record
 
 

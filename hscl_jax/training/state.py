@@ -1,6 +1,6 @@
 """The training state (parameters, BatchNorm statistics, optimizer state, the augmentations'
-key, the epoch's metric sums, the negative queue and key encoder, the online probe), its
-initial value on the mesh and its checkpoint form."""
+key, the epoch's metric sums, the negative queue and key encoder, the online probe, the
+loss's own trained parameters), its initial value on the mesh and its checkpoint form."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import ml_collections
 import optax
 
 from hscl_jax import models
+from hscl_jax.config import methods
 from hscl_jax.training import probe as probe_lib
 from hscl_jax.training import queue as negative_queue
 
@@ -35,6 +36,9 @@ class TrainState(flax.struct.PyTreeNode):
   key_encoder: dict[str, Any] | None = None
   # The online linear probe {'params', 'opt_state'} (training/probe), None without one.
   probe: dict[str, Any] | None = None
+  # The loss's trained parameters {'params': {'log_t', 'b'}, 'opt_state'} (a sigmoid row of
+  # config/methods), stepped by the model's optimizer; None for a loss that trains none.
+  loss_state: dict[str, Any] | None = None
 
 
 def metric_names(config: ml_collections.ConfigDict) -> tuple[str, ...]:
@@ -89,6 +93,7 @@ def create_train_state(
         else None
       ),
       probe=_initial_probe(config, model, variables, image_shape, probe_classes),
+      loss_state=_initial_loss_state(config, optimizer),
     )
 
   return jax.jit(init, out_shardings=NamedSharding(mesh, P()))()
@@ -105,10 +110,18 @@ def _initial_probe(config, model, variables, image_shape, probe_classes):
   return probe_lib.initial(probe_lib.create_optimizer(config), features.shape[-1], probe_classes)
 
 
+def _initial_loss_state(config, optimizer):
+  params = methods.learned_initial(config)
+  if params is None:
+    return None
+  params = jax.tree.map(jnp.asarray, params)
+  return {'params': params, 'opt_state': optimizer.init(params)}
+
+
 def state_to_checkpoint(state: TrainState) -> dict[str, Any]:
   """Pytree of plain arrays (Orbax stores key data, not typed keys); the parts a run does
-  not use (no queue, no key encoder, no probe) are left out, so a run without them stores the same
-  tree as one whose code never had them."""
+  not use (no queue, no key encoder, no probe, no trained loss parameters) are left out, so a
+  run without them stores the same tree as one whose code never had them."""
   tree = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
   tree['rng'] = jax.random.key_data(state.rng)
   if state.queue is not None:

@@ -11,7 +11,10 @@ optimizer state are replicated; the batch is split along 'data'. Inside the step
   * jax.grad of that loss with respect to the replicated parameters is the gradient of
     the global loss: JAX transposes the implicit broadcast of the parameters into a
     cross-device sum (tests/test_train.py checks 4 devices against 1);
-  * the optax update runs on the replicated gradient, so replicas stay identical.
+  * the optax update runs on the replicated gradient, so replicas stay identical;
+  * a sigmoid row's trained loss parameters (log t, b: the state's loss_state) are
+    replicated as the model's, differentiated with them and stepped by the same optimizer
+    (its own state), so their gradient too is the global batch's.
 With `chunk_size` > 0 the encoder runs in chunks of that many samples per device
 (hscl_jax.training.gradcache): forward per chunk keeping only the projections, the loss and
 its gradient with respect to all projections of the global batch, then per chunk the
@@ -40,7 +43,7 @@ from hscl_jax.training import probe as probe_lib
 from hscl_jax.training import queue as negative_queue
 from hscl_jax.training import state as state_lib
 
-# What a step returns besides the state: its loss and its gradient's global norm.
+# What a step returns of its metrics: its loss and its gradient's global norm.
 STEP_SCALARS = ('train_loss', 'grad_norm')
 
 
@@ -50,10 +53,13 @@ def make_loss_fn(config: ml_collections.ConfigDict):
   common = dict(temperature=config.temperature, M=config.M, axis_name=parallel.AXIS)
   method = methods.of_config(config)
 
-  def loss_fn(z, labels, hyper, *, keys=None, queue=None):
-    """``keys``: the key encoder's projections, if any; ``queue``: a negative_queue.Queue."""
+  def loss_fn(z, labels, hyper, *, keys=None, queue=None, learned=None):
+    """``keys``: the key encoder's projections, if any; ``queue``: a negative_queue.Queue;
+    ``learned``: the loss's trained parameters (the state's loss_state['params'])."""
     kernel = dict(common, keys=keys, **(queue.loss_arguments() if queue is not None else {}))
-    options = methods.LossOptions(kernel, config.tau_plus, config.stop_gradient_weights)
+    options = methods.LossOptions(
+      kernel, config.tau_plus, config.stop_gradient_weights, learned=learned
+    )
     return method.loss(z, labels, hyper, options)
 
   def diagnostics_fn(z, labels, hyper):
@@ -83,28 +89,33 @@ def augment_batch(
 
 
 def _value_and_grad(config, encode, loss_of, state: state_lib.TrainState, inputs):
-  """(loss, encoder outputs, new batch_stats, gradient): directly, or with gradient caching
-  (one chunk's activations at a time, the same loss and gradient) when chunk_size > 0."""
+  """(loss, encoder outputs, new batch_stats, the model's gradient, the loss parameters'
+  gradient or None): directly, or with gradient caching (one chunk's activations at a time,
+  the same loss and gradient) when chunk_size > 0. `loss_of(outputs, learned)`."""
+  learned = None if state.loss_state is None else state.loss_state['params']
   if config.chunk_size:
     (loss, _, outputs, batch_stats), grads = gradcache.value_and_grad(
       encode,
-      lambda outputs: (loss_of(outputs), None),
+      lambda outputs: (loss_of(outputs, learned), None),
       state.params,
       state.batch_stats,
       _chunks(config, inputs),
       axis_name=parallel.AXIS,
       unroll=config.chunk_unroll,
     )
-    return loss, outputs, batch_stats, grads
+    # The loss parameters' gradient at the whole batch's projections: one more loss, not
+    # another pass of the encoder.
+    learned_grads = None if learned is None else jax.grad(lambda p: loss_of(outputs, p))(learned)
+    return loss, outputs, batch_stats, grads, learned_grads
 
-  def compute_loss(params):
+  def compute_loss(params, learned):
     outputs, batch_stats = encode(params, state.batch_stats, inputs)
-    return loss_of(outputs), (outputs, batch_stats)
+    return loss_of(outputs, learned), (outputs, batch_stats)
 
-  (loss, (outputs, batch_stats)), grads = jax.value_and_grad(compute_loss, has_aux=True)(
-    state.params
-  )
-  return loss, outputs, batch_stats, grads
+  (loss, (outputs, batch_stats)), (grads, learned_grads) = jax.value_and_grad(
+    compute_loss, argnums=(0, 1), has_aux=True
+  )(state.params, learned)
+  return loss, outputs, batch_stats, grads, learned_grads
 
 
 def _chunks(config, inputs):
@@ -140,6 +151,34 @@ def _after_update(config, queue, params, key_encoder, keys, labels):
   return queue, key_encoder
 
 
+def learned_values(loss_state) -> dict[str, jax.Array]:
+  """What a run logs of the loss's trained parameters: a sigmoid row's t = e^{log_t} and b
+  ({} without them)."""
+  if loss_state is None:
+    return {}
+  params = loss_state['params']
+  return {'t': jnp.exp(params['log_t']), 'b': params['b']}
+
+
+def step_scalars(step_metrics, loss_state) -> dict[str, jax.Array]:
+  """What a step returns besides the state: its own STEP_SCALARS (the state keeps their
+  epoch sums) and a sigmoid row's t and b after its update (`learned_values`)."""
+  return {**{name: step_metrics[name] for name in STEP_SCALARS}, **learned_values(loss_state)}
+
+
+def _optimizer_step(optimizer, state: state_lib.TrainState, grads, learned_grads):
+  """(params, opt_state, loss_state) after one step of the optimizer: the model's, and a
+  sigmoid row's log t and b, stepped by the same optimizer with their own state."""
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  loss_state = state.loss_state
+  if loss_state is not None:
+    learned, learned_opt = loss_state['params'], loss_state['opt_state']
+    updates, learned_opt = optimizer.update(learned_grads, learned_opt, learned)
+    loss_state = {'params': optax.apply_updates(learned, updates), 'opt_state': learned_opt}
+  return params, opt_state, loss_state
+
+
 def _encoder(model, augment_params: augment.AugmentParams, rng: jax.Array, step: jax.Array):
   """encode(params, batch_stats, (images, their global indices), probe_features=False) ->
   ((normalised projections [b, 2, d], the probe's detached features [b, 2, f] or None),
@@ -169,10 +208,8 @@ def make_train_step(
   mesh: jax.sharding.Mesh,
 ):
   """jit(shard_map(step)): (state, {'image' uint8[B,2,H,W,3], 'label'}, hyper) -> (state,
-  the step's own scalars {'train_loss', 'grad_norm'}), replicated; the run reads them on
-  the host only at its logging steps (the state keeps their epoch sums).
-
-  A state with an online probe (training/probe) trains it in the same step, on the detached
+  `step_scalars`), replicated, the scalars read on the host only at the logging steps. A
+  state with an online probe (training/probe) trains it in the same step, on the detached
   backbone features of the step's views."""
   loss_fn, diagnostics_fn = make_loss_fn(config)
   probe_optimizer = probe_lib.create_optimizer(config)
@@ -185,11 +222,14 @@ def make_train_step(
     encode = _encoder(model, augment_params, state.rng, state.step)
     inputs = (images, global_index)
     keys, key_encoder = _key_features(config, encode, state.key_encoder, inputs)
-    loss_of = lambda outputs: loss_fn(outputs[0], labels, hyper, keys=keys, queue=state.queue)
+    loss_of = lambda outputs, learned: loss_fn(
+      outputs[0], labels, hyper, keys=keys, queue=state.queue, learned=learned
+    )
     online = functools.partial(encode, probe_features=state.probe is not None)
-    loss, (z, h), batch_stats, grads = _value_and_grad(config, online, loss_of, state, inputs)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    loss, (z, h), batch_stats, grads, learned_grads = _value_and_grad(
+      config, online, loss_of, state, inputs
+    )
+    params, opt_state, loss_state = _optimizer_step(optimizer, state, grads, learned_grads)
     keys = z if keys is None else keys
     queue, key_encoder = _after_update(config, state.queue, params, key_encoder, keys, labels)
     step_metrics = {'train_loss': loss, 'grad_norm': optax.tree.norm(grads)}
@@ -211,8 +251,9 @@ def make_train_step(
       queue=queue,
       key_encoder=key_encoder,
       probe=probe,
+      loss_state=loss_state,
     )
-    return new_state, {name: step_metrics[name] for name in STEP_SCALARS}
+    return new_state, step_scalars(step_metrics, loss_state)
 
   step = jax.shard_map(
     per_device_step, mesh=mesh, in_specs=(P(), P(parallel.AXIS), P()), out_specs=(P(), P())

@@ -47,6 +47,8 @@ def size_line(state: state_lib.TrainState) -> str:
   params = dict(state.params)
   if state.probe is not None:  # the online probe's parameters live beside the model's
     params['probe'] = state.probe['params']
+  if state.loss_state is not None:  # a sigmoid row's log t and b
+    params['loss'] = state.loss_state['params']
   counts = parameter_counts(params)
   parts = ', '.join(f'{part} {count:,}' for part, count in counts.items())
   total = sum(counts.values())
