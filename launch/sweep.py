@@ -41,6 +41,8 @@ sys.path.insert(0, REPO)  # this checkout's methods table, wherever the script i
 from hscl_jax.config import methods  # noqa: E402
 
 METHODS = methods.Column(lambda rows: [r.sweep_name for r in rows])  # the table's, in order
+# The default: the paper's settings (the rows the comparison runs), not the sigmoid family.
+COMPARED = methods.Column(lambda rows: [r.sweep_name for r in rows if r.compared])
 DATASETS = ('cifar10', 'cifar100', 'stl10')  # the paper's; 'digits' also works
 
 
@@ -172,7 +174,12 @@ def parse_args(argv=None):
     epilog=__doc__.split('\n', 1)[1],
   )
   p.add_argument('--datasets', type=_csv(str), default=DATASETS)
-  p.add_argument('--methods', type=_csv(str), default=METHODS, help=', '.join(METHODS))
+  p.add_argument(
+    '--methods',
+    type=_csv(str),
+    default=COMPARED,
+    help=f"{', '.join(METHODS)} (default: the paper's, {', '.join(COMPARED)})",
+  )
   p.add_argument('--betas', type=_csv(float), default=methods.BETA_GRID, help='hucl and hscl-exp')
   p.add_argument(
     '--tau_starts', type=_csv(float), default=methods.TAU_STARTS, help='hscl-threshold'
