@@ -52,10 +52,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `configs
 
 from configs import default  # noqa: E402
 from hscl_jax import models  # noqa: E402
+from hscl_jax import optimizers  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.models import factory  # noqa: E402
-from hscl_jax.training import optimizers  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
 from hscl_jax.training import state as state_lib  # noqa: E402
 from hscl_jax.training import step as step_lib  # noqa: E402

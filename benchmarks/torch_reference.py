@@ -7,7 +7,7 @@ Our own PyTorch versions of the project's models (hscl_jax.models: the CIFAR-ste
 ResNet-18/34/50 and the small CNN, each with the 2-layer projection head, BatchNorm with
 the same momentum and epsilon), H-SCL with exponential hardening (eq. (3), M = n - 2,
 weights not detached, as configs/default.py) written densely, and torch.optim.Adam with
-coupled L2 (optax's adam + add_decayed_weights before it, as hscl_jax.training.optimizers).
+coupled L2 (optax's adam + add_decayed_weights before it, as hscl_jax.optimizers).
 No input pipeline and no augmentation: random float images stay on the device (the JAX
 step times its on-device augmentation too; bench_train_step prints that part alone).
 

@@ -1,6 +1,6 @@
 """Mutation testing of one module with cosmic-ray (docs/testing.md): does the suite catch bugs?
 
-    python dev/mutation.py hscl_jax/training/optimizers.py
+    python dev/mutation.py hscl_jax/optimizers.py
     python dev/mutation.py hscl_jax/training/loop.py --sample 25 --seed 0
     python dev/mutation.py hscl_jax/rundir/layout.py --tests tests/test_atomic.py
 
@@ -168,7 +168,7 @@ def run_session(module: str, tests: list[str], tree: pathlib.Path, args) -> dict
 
 def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('module', type=pathlib.Path, help='e.g. hscl_jax/training/optimizers.py')
+  parser.add_argument('module', type=pathlib.Path, help='e.g. hscl_jax/optimizers.py')
   parser.add_argument('--tests', nargs='+', help="test files (default: the module's, found)")
   parser.add_argument('--sample', type=int, default=0, help='run N mutants drawn at random')
   parser.add_argument('--seed', type=int, default=0, help="the sample's seed")

@@ -15,7 +15,7 @@ LINE = re.compile(
   rf'(?:(?P<elapsed>{_DURATION}) elapsed, )?'
   rf'(?:ETA (?P<eta>{_DURATION})|(?P<unknown>[a-z]+)/s and ETA after [a-z]+ \d+)'
 )
-PROGRESS_MODULE = os.path.join('hscl_jax', 'rundir', 'progress.py')
+PROGRESS_MODULE = os.path.join('hscl_jax', 'progress.py')
 
 
 def progress_lines(caplog) -> list[str]:

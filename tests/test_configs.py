@@ -25,12 +25,12 @@ from configs import digits  # noqa: E402
 from configs import stl10  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax import errors  # noqa: E402
+from hscl_jax import optimizers  # noqa: E402
 from hscl_jax.config import command_line  # noqa: E402
 from hscl_jax.config import fields  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.evaluation import retrieval  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
-from hscl_jax.training import optimizers  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
 
 ALL_CONFIGS = {'digits': digits, 'cifar10': cifar10, 'cifar100': cifar100, 'stl10': stl10}
@@ -52,7 +52,7 @@ def _assert_valid(config, devices=4):
   """validate_config accepts `config`: a refusal fails as an assertion naming the error (a
   valid value refused is a wrong answer, not a crash of the test)."""
   try:
-    schema.validate_config(config, num_devices=devices)
+    plan_lib.validate_run(config, num_devices=devices)
   except schema.ConfigError as error:
     raise AssertionError(f'a valid config refused: {error}') from None
 
@@ -136,7 +136,7 @@ def _invalid(mutate, *, devices=4):
   config = default.get_config()
   mutate(config)
   with pytest.raises(schema.ConfigError) as info:
-    schema.validate_config(config, num_devices=devices)
+    plan_lib.validate_run(config, num_devices=devices)
   return str(info.value)
 
 

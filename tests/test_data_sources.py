@@ -20,10 +20,10 @@ import pytest
 
 from hscl_jax import data
 from hscl_jax import errors
+from hscl_jax import progress
 from hscl_jax.data import arrays as data_arrays
 from hscl_jax.data import image_folder
 from hscl_jax.data import sources as data_sources
-from hscl_jax.rundir import progress
 
 
 def test_unknown_dataset_lists_valid_names():

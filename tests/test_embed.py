@@ -20,13 +20,13 @@ import xla_flags
 from hscl_jax import data
 from hscl_jax import models
 from hscl_jax import parallel
+from hscl_jax import progress
 from hscl_jax.data import augment
 from hscl_jax.data import image_folder
 from hscl_jax.evaluation import embedding
 from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
-from hscl_jax.rundir import progress
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

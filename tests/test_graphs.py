@@ -22,13 +22,13 @@ from transfer_guard import no_implicit_transfers
 
 from configs import graphs as graphs_config
 from hscl_jax import losses
+from hscl_jax import progress
 from hscl_jax.experiments import graph_grid
 from hscl_jax.graphs import data
 from hscl_jax.graphs import evaluate
 from hscl_jax.graphs import model as model_lib
 from hscl_jax.graphs import prepare as graph_prepare
 from hscl_jax.graphs import train
-from hscl_jax.rundir import progress
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The five benchmark datasets beside the repository (or wherever HSCL_TU_DIR points).

@@ -107,12 +107,12 @@ def test_evaluation_never_imports_training():
   nothing of training's run, only its leaf optimizer factory (the linear probe's Adam)."""
   rules = layout_rules()
   reaching = {
-    unit: sorted(a for a in allowed if a.startswith('training/') and a != 'training/optimizers')
+    unit: sorted(a for a in allowed if a.startswith('training/') and a != 'optimizers')
     for unit, allowed in rules.items()
     if unit.startswith('evaluation/')
   }
   assert {unit: names for unit, names in reaching.items() if names} == {}
-  assert rules['training/optimizers'] == set()
+  assert not any(unit.startswith('training/') for unit in rules['optimizers'])
 
 
 def test_the_unit_packages_init_modules_import_nothing_of_ours():

@@ -29,11 +29,11 @@ from transfer_guard import no_implicit_transfers  # noqa: E402
 from configs import digits  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax import models  # noqa: E402
+from hscl_jax import progress  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
 from hscl_jax.rundir import layout  # noqa: E402
-from hscl_jax.rundir import progress  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 

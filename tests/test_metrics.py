@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tensorboard_events  # tests/ is on sys.path (pytest)
 
+from hscl_jax import progress
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import metrics
-from hscl_jax.rundir import progress
 
 
 def _records(*steps):

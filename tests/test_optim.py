@@ -8,7 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from hscl_jax.training import optimizers
+from hscl_jax import optimizers
 
 
 def torch_adam_reference(

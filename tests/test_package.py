@@ -135,7 +135,7 @@ except SystemExit as error:
 HIDDEN.clear()
 HIDDEN.add('optax')
 try:
-  import hscl_jax.training.optimizers
+  import hscl_jax.optimizers
 except ModuleNotFoundError as error:
   print(repr(str(error)), error.name)
 """
@@ -143,17 +143,14 @@ except ModuleNotFoundError as error:
   fix = f'Fix: {hscl_jax.INSTALL_TRAINER}'
   assert out.stdout.splitlines() == [
     repr(f"hscl_jax.embed needs the trainer's dependencies (absl is not installed). {fix}"),
-    repr(
-      f"hscl_jax.training.optimizers needs the trainer's dependencies (optax is not installed). "
-      f'{fix}'
-    )
+    repr(f"hscl_jax.optimizers needs the trainer's dependencies (optax is not installed). {fix}")
     + ' optax',
   ], out.stderr[-2000:]
 
 
 def test_a_missing_trainer_dependency_names_the_program_run_not_the_importing_module():
   """`python -m hscl_jax.main` (run as `-m` runs it) without optax: optax is imported by a
-  library module several imports down (hscl_jax.training.optimizers), but the line names the
+  library module several imports down (hscl_jax.optimizers), but the line names the
   program the user ran, the missing module and the extra, and nothing else."""
   code = """
 for program in ('hscl_jax.main', 'hscl_jax.linear_eval'):

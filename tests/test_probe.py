@@ -20,13 +20,12 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 from configs import digits  # noqa: E402
 from hscl_jax import errors  # noqa: E402
 from hscl_jax import models  # noqa: E402
+from hscl_jax import optimizers  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
-from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.rundir import versions  # noqa: E402
-from hscl_jax.training import optimizers  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
 from hscl_jax.training import probe as probe_lib  # noqa: E402
 from hscl_jax.training import state as state_lib  # noqa: E402
@@ -207,9 +206,9 @@ def test_an_unlabelled_training_split_is_refused_with_the_probe_on():
   config = digits.get_config()
   config.dataset, config.train_split = 'stl10', 'unlabelled'
   with pytest.raises(errors.ConfigError, match=r'config\.probe\.enabled: .*unlabelled'):
-    schema.validate_dataset(config, num_classes=10)
+    plan_lib.validate_dataset(config, num_classes=10)
   config.probe.enabled = False
-  schema.validate_dataset(config, num_classes=10)
+  plan_lib.validate_dataset(config, num_classes=10)
 
 
 def test_the_epoch_line_shows_the_probe_beside_the_knn():

@@ -1,4 +1,4 @@
-"""The one progress line (hscl_jax/rundir/progress.py) on a fake clock: its rate, ETA,
+"""The one progress line (hscl_jax/progress.py) on a fake clock: its rate, ETA,
 percentage and period, the timer's pauses, and training's line built on it.
 
 The other callers' tests check their lines through `progress_lines` (the one format, logged
@@ -12,8 +12,8 @@ from progress_lines import LINE
 from progress_lines import progress_lines
 import pytest
 
+from hscl_jax import progress
 from hscl_jax.rundir import metrics
-from hscl_jax.rundir import progress
 
 
 class FakeClock:

@@ -42,19 +42,20 @@ from hscl_jax import data  # noqa: E402
 from hscl_jax import errors  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax import models  # noqa: E402,E501
+from hscl_jax import optimizers  # noqa: E402,E501
 from hscl_jax import parallel  # noqa: E402,E501
+from hscl_jax import progress  # noqa: E402,E501
+from hscl_jax.config import choices  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402,E501
 from hscl_jax.evaluation import features as eval_features  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402,E501
 from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402,E501
-from hscl_jax.rundir import progress  # noqa: E402,E501
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.rundir import versions  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
-from hscl_jax.training import optimizers  # noqa: E402,E501
 from hscl_jax.training import plan as plan_lib  # noqa: E402
 from hscl_jax.training import state as state_lib  # noqa: E402
 from hscl_jax.training import step as step_lib  # noqa: E402
@@ -1205,7 +1206,7 @@ def test_only_the_hyperparameters_in_use_are_logged(method, hardening, diagnosti
   assert plan_lib.used_hyperparameters(config) == logged
 
 
-@pytest.mark.parametrize('name', optimizers.OPTIMIZERS)
+@pytest.mark.parametrize('name', choices.OPTIMIZERS)
 @pytest.mark.parametrize('exclude_rank1', [False, True])
 def test_optimizers_take_a_step(name, exclude_rank1):
   config = digits.get_config()

@@ -29,14 +29,14 @@ from hscl_jax import data  # noqa: E402
 from hscl_jax import errors  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax import models  # noqa: E402
+from hscl_jax import optimizers  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
+from hscl_jax import progress  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
-from hscl_jax.rundir import progress  # noqa: E402
 from hscl_jax.rundir import resume  # noqa: E402
 from hscl_jax.rundir import timing  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
-from hscl_jax.training import optimizers  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
 from hscl_jax.training import step as step_lib  # noqa: E402
 from hscl_jax.training import summaries  # noqa: E402

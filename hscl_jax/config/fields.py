@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from hscl_jax import data
+from hscl_jax.config import choices
 from hscl_jax.config import methods
 from hscl_jax.config.checks import Field
 from hscl_jax.config.checks import at_least
@@ -27,9 +27,6 @@ from hscl_jax.config.checks import in_unit_interval
 from hscl_jax.config.checks import positive
 from hscl_jax.config.checks import unset
 from hscl_jax.config.checks import unset_or
-from hscl_jax.data import augment
-from hscl_jax.evaluation import retrieval
-from hscl_jax.training import optimizers
 
 # Per-channel (mean, std) of each training split on [0, 1] pixels: config.augment.mean/std
 # of configs/<dataset>.py.
@@ -52,7 +49,7 @@ DATA = (
   Field(
     'dataset',
     'cifar10',
-    choice(data.DATASETS),
+    choice(choices.DATASETS),
     doc='digits | cifar10 | cifar100 | stl10 | image_folder',
   ),
   Field('data_dir', unset(str), free=True, doc='TFDS data_dir; None = TFDS default'),
@@ -86,7 +83,7 @@ DATA = (
   Field(
     'positive_mode',
     'augmentation',
-    choice(data.POSITIVE_MODES),
+    choice(choices.POSITIVE_MODES),
     doc="'augmentation': the two views are augmentations of one image (SimCLR). 'label': "
     'the second view is another image of the same class (Lemma 1 experiment).',
   ),
@@ -239,7 +236,7 @@ OPTIMIZER = (
   Field(
     'optimizer.name',
     'adam',
-    choice(optimizers.OPTIMIZERS),
+    choice(choices.OPTIMIZERS),
     doc='adam (coupled L2, as torch.optim.Adam) | adamw | sgd | lars',
   ),
   Field('optimizer.learning_rate', 1e-3, positive('use e.g. 1e-3'), doc='peak learning rate'),
@@ -247,7 +244,7 @@ OPTIMIZER = (
   Field(
     'optimizer.schedule',
     'constant',
-    choice(optimizers.LR_SCHEDULES),
+    choice(choices.LR_SCHEDULES),
     doc='constant | cosine (to 0 at the last step)',
   ),
   Field(
@@ -304,7 +301,7 @@ TRAINING = (
 
 def _retrieval_metrics(field, value):
   try:
-    retrieval.metric_names(value)
+    choices.retrieval_metric_names(value)
   except ValueError as error:
     fail(field, str(error).rstrip('.'), "use e.g. 'precision_at_1,map_at_r', or ''")
 

@@ -3,8 +3,8 @@
 Every error is one line, `config.<field>: <problem>. Fix: <fix>.`, raised through
 `errors.fail` as ConfigError. The fields and the checks of one value are declared in
 config/fields; this module runs them, and checks the fields bounded by others (the
-batches against the devices, the epoch counts against num_epochs), config.model (through
-`models.create_model`) and config.augment (through `data.augment.AugmentParams`).
+batches against the devices, the epoch counts against num_epochs). config.model and
+config.augment are checked by what builds them, once per run (`training.plan.validate_run`).
 """
 
 from __future__ import annotations
@@ -14,13 +14,10 @@ import numbers
 
 import ml_collections
 
-from hscl_jax import data
 from hscl_jax import errors
-from hscl_jax import models
+from hscl_jax.config import choices
 from hscl_jax.config import fields
 from hscl_jax.config import methods
-from hscl_jax.data import augment
-from hscl_jax.rundir import checkpoints
 
 METHODS = methods.NAMES  # the methods table's, read when checked
 HARDENINGS = methods.HARDENINGS
@@ -184,7 +181,7 @@ def _check_batches(config, num_devices: int, num_processes: int) -> None:
     passing = _round_up(max(value, 1), divisor)
     _fail_split('knn.batch_size', value, num_devices, num_processes, passing)
   _check_chunk_size(config.chunk_size, config.batch_size // num_devices)
-  data.check_samples_per_class(config.samples_per_class)
+  choices.check_samples_per_class(config.samples_per_class)
   _check_queue_size(config.queue_size, rows=2 * config.batch_size)
 
 
@@ -252,27 +249,6 @@ def _check_method_row(config) -> None:
       )
 
 
-def _check_model(config) -> None:
-  """model.*: `models.create_model`, which builds it, refuses a bad value; a value of the
-  wrong kind (a Python error of its own) is named as config.model's."""
-  try:
-    models.create_model(config.model)
-  except ConfigError:
-    raise
-  except ValueError as e:
-    fail('model', str(e), 'see the model fields in hscl_jax/config/fields.py')
-
-
-def _check_augment(config) -> None:
-  """augment.*: `AugmentParams`, which the pipeline is built from, refuses a bad value."""
-  try:
-    augment.AugmentParams.from_config(config.augment)
-  except ConfigError:
-    raise
-  except (TypeError, ValueError) as e:
-    fail('augment', str(e), 'see the fields of hscl_jax.data.augment.AugmentParams')
-
-
 def validate_config(
   config: ml_collections.ConfigDict, *, num_devices: int, num_processes: int = 1
 ) -> None:
@@ -280,7 +256,6 @@ def validate_config(
   _check_known_fields(config)
   for name in ('dataset', 'method', 'hardening', 'positive_mode', 'diagnostics_positives'):
     fields.FIELDS[name].check(name, config[name])
-  _check_model(config)
   if config.dataset == 'image_folder' and not config.folder:
     fail('folder', 'image_folder needs a root directory', 'pass --config.folder=/path/to/root')
   _check_finite(config)
@@ -292,8 +267,7 @@ def validate_config(
   _check_method_row(config)
   _check_epoch_counts(config)
   _check_batches(config, num_devices, num_processes)
-  _check_augment(config)
-  checkpoints.KeepBest.parse(config.keep_best)  # a bad direction: one line naming the fix
+  choices.keep_best_rule(config.keep_best)  # a bad direction: one line naming the fix
 
 
 def validate_linear_eval(linear_eval: ml_collections.ConfigDict) -> None:
@@ -306,24 +280,3 @@ def validate_linear_eval(linear_eval: ml_collections.ConfigDict) -> None:
           f'linear_eval.{leaf}', f'must be a finite number, got {linear_eval[leaf]}', fields.KEEP
         )
       field.check(f'linear_eval.{leaf}', linear_eval[leaf])
-
-
-def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> None:
-  """Checks that need the dataset: supervised methods need negatives of another class, the
-  online probe labelled training data."""
-  tfds_spec = data.TFDS_DATASETS.get(config.dataset)
-  if config.probe.enabled and tfds_spec and config.train_split in tfds_spec.unlabelled_splits:
-    fail(
-      'probe.enabled',
-      f'the online probe learns from labels, but the {config.dataset} training split '
-      f'{config.train_split!r} is unlabelled',
-      'add --config.probe.enabled=False, or train on a labelled split',
-    )
-  if config.method in methods.SUPERVISED_NAMES and num_classes < 2:
-    fail(
-      'method',
-      f'{config.method!r} takes its negatives from other classes, but the '
-      f'{config.dataset} training split has {num_classes} class (every loss would be 0)',
-      'add classes (one sub-folder each), or use an unsupervised method, '
-      f'--config.method={" or ".join(methods.UNSUPERVISED_NAMES)}',
-    )

@@ -8,7 +8,7 @@ import os
 from absl import logging
 import numpy as np
 
-from hscl_jax.rundir import progress
+from hscl_jax import progress
 
 # Fraction of each class held out when a dataset ships without a test split.
 TEST_FRACTION = 0.2

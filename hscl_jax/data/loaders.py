@@ -21,9 +21,9 @@ import grain
 import jax
 import numpy as np
 
+from hscl_jax.config.choices import POSITIVE_MODES
 from hscl_jax.data import sampling
 
-POSITIVE_MODES = ('augmentation', 'label')
 # Data reading threads and prefetched batches per process (grain ReadOptions).
 DEFAULT_NUM_THREADS = 4
 DEFAULT_PREFETCH_BATCHES = 4

@@ -28,6 +28,7 @@ import functools
 import numpy as np
 
 from hscl_jax import errors
+from hscl_jax.config.choices import check_samples_per_class
 
 # Keeps the class-aware stream apart from the uniform permutation's [seed, epoch] stream.
 _CLASS_AWARE_STREAM = 1
@@ -50,18 +51,6 @@ def steps_per_epoch(num_examples: int, global_batch_size: int) -> int:
 def epoch_permutation(seed: int, epoch: int, num_examples: int) -> np.ndarray:
   """The uniform visiting order of epoch ``epoch`` (cached: every element of an epoch needs it)."""
   return np.random.default_rng([seed, epoch]).permutation(num_examples)
-
-
-def check_samples_per_class(samples_per_class) -> None:
-  """The check that needs no data: m is a whole number >= 0. The others need the labels
-  (`EpochOrder`), so that a refusal can list the values that pass them all."""
-  m = samples_per_class
-  if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or m < 0:
-    errors.fail(
-      'samples_per_class',
-      f'must be a whole number >= 0, got {m!r}',
-      'use 0 (uniform batches, the paper) or e.g. 4 (4 samples of each of batch_size / 4 classes)',
-    )
 
 
 def _class_members(labels: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from hscl_jax.config.choices import DATASETS
 from hscl_jax.data import arrays
 from hscl_jax.data import image_folder
 from hscl_jax.data import tfds_sources
@@ -16,7 +17,6 @@ from hscl_jax.errors import fail
 # Default cap on a split decoded into memory (config.decode_cache_gib).
 DEFAULT_CACHE_BYTES = 2 * 2**30
 
-DATASETS = ('digits', 'cifar10', 'cifar100', 'stl10', 'image_folder')
 SPLITS = {
   'digits': ('train', 'test'),
   'image_folder': ('train', 'test'),

@@ -29,10 +29,10 @@ from hscl_jax import data
 from hscl_jax import errors
 from hscl_jax import models
 from hscl_jax import parallel
+from hscl_jax import progress
 from hscl_jax.data import augment
 from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import atomic
-from hscl_jax.rundir import progress
 from hscl_jax.rundir import trained_run
 
 SPLITS = ('train', 'test')

@@ -43,8 +43,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from hscl_jax import losses
+from hscl_jax.config import choices
 
-_RANKED = ('precision_at_1', 'r_precision', 'map_at_r')  # the kernel's first columns
+_RANKED = choices.RANKED_RETRIEVAL_METRICS  # the kernel's first columns
+metric_names = choices.retrieval_metric_names  # config.knn.retrieval's, checked there
 _NEED_R = ('r_precision', 'map_at_r')  # the figures whose ranked lists run to R
 METRICS = (*_RANKED, 'recall_at_1', 'recall_at_2', 'recall_at_4', 'recall_at_8')
 
@@ -111,34 +113,10 @@ def _on_device(x):
   return x if isinstance(x, jax.Array) else jax.device_put(np.asarray(x))
 
 
-def _recall_ks(metrics) -> tuple[int, ...]:
-  """The K of the metrics' `recall_at_K`; any other name than the ranked figures refused."""
-  ks = []
-  for name in metrics:
-    head, _, k = name.rpartition('_')
-    if head == 'recall_at' and k.isdigit() and k == str(int(k)) and int(k) >= 1:
-      ks.append(int(k))
-    elif name not in _RANKED:
-      raise ValueError(
-        f'Unknown retrieval metric {name!r}: use precision_at_1, r_precision, map_at_r or '
-        'recall_at_K with an integer K >= 1.'
-      )
-  return tuple(sorted(set(ks)))
-
-
-def metric_names(text: str) -> tuple[str, ...]:
-  """The metrics of a comma-separated list, e.g. config.knn.retrieval's
-  'precision_at_1,map_at_r' (spaces and empty entries ignored: '' names none); an unknown
-  name raises ValueError naming it and the known ones."""
-  names = tuple(dict.fromkeys(n.strip() for n in str(text).split(',') if n.strip()))
-  _recall_ks(names)
-  return names
-
-
 def is_metric(name: str) -> bool:
   """Whether `name` is a retrieval metric's (an epoch record's key of one, say)."""
   try:
-    _recall_ks((name,))
+    choices.recall_ks((name,))
   except ValueError:
     return False
   return True
@@ -238,7 +216,7 @@ def retrieval_metrics(
   )
   metrics = (metrics,) if isinstance(metrics, str) else tuple(metrics)
   _check(queries, reference, metrics, chunk_size)
-  ks = _recall_ks(metrics)
+  ks = choices.recall_ks(metrics)
   r = _class_sizes(q_labels, q_valid, ref_labels, ref_valid, exclude_self)
   if not np.any(r > 0):
     return dict.fromkeys(metrics, float('nan'))

@@ -19,12 +19,12 @@ from absl import logging
 import numpy as np
 
 from hscl_jax import errors
+from hscl_jax import progress
 from hscl_jax.config import methods as method_table
 from hscl_jax.experiments import significance
 from hscl_jax.graphs import train
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import lock as workdir_lock
-from hscl_jax.rundir import progress
 
 DATASETS = ('MUTAG', 'PTC', 'ENZYMES', 'IMDB-BINARY', 'IMDB-MULTI')
 METHODS = {name: row.label for name, row in method_table.graph_rows().items()}  # name -> label

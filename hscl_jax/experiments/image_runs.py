@@ -9,13 +9,13 @@ import time
 
 from absl import logging
 
+from hscl_jax import progress
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import image_grid
 from hscl_jax.experiments import run_records
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
-from hscl_jax.rundir import progress
 from hscl_jax.rundir import stored_config
 from hscl_jax.rundir import trained_run
 from hscl_jax.rundir import versions

@@ -22,6 +22,7 @@ import optax
 
 from hscl_jax import errors
 from hscl_jax import losses
+from hscl_jax import progress
 from hscl_jax.config import methods
 from hscl_jax.graphs import data
 from hscl_jax.graphs import evaluate
@@ -29,7 +30,6 @@ from hscl_jax.graphs import model as model_lib
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
-from hscl_jax.rundir import progress
 
 METHODS = methods.Column(lambda rows: [r.name for r in rows if r.graph])  # the table's graph rows
 PROTOCOLS = ('leak_free', 'transductive')

@@ -39,7 +39,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
-from hscl_jax import errors
+from hscl_jax.config import choices
 from hscl_jax.rundir import layout
 
 STATE = 'state'
@@ -177,12 +177,10 @@ def _all_processes(ok: bool) -> bool:
   return bool(np.all(multihost_utils.process_allgather(np.asarray(ok))))
 
 
-MODES = ('max', 'min')
+MODES = choices.KEEP_BEST_MODES
 
 
-# config.keep_best's default (config/fields): the figure of the run's monitor, which
-# training resolves (training/loop.keep_best); read alone it keeps none.
-AUTO = 'auto'
+AUTO = choices.KEEP_BEST_AUTO
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,22 +192,13 @@ class KeepBest:
   mode: str = 'max'
 
   def __post_init__(self):
-    if not self.metric or self.mode not in MODES:
-      errors.fail(
-        'keep_best',
-        f'{self.metric}:{self.mode} is not a figure to rank by',
-        "name a figure of metrics.jsonl, e.g. 'knn_top1', with ':min' or ':max' if wanted",
-      )
+    choices.check_keep_best(self.metric, self.mode)
 
   @classmethod
   def parse(cls, text: str | None) -> KeepBest | None:
-    """config.keep_best: '', None or AUTO unresolved keeps no best; 'NAME' ranks by that
-    figure, smallest first for a loss (a name with 'loss' in it) and largest first for any
-    other; 'NAME:min' or 'NAME:max' say which way."""
-    if not text or text == AUTO:
-      return None
-    metric, _, mode = str(text).partition(':')
-    return cls(metric, mode or ('min' if 'loss' in metric else 'max'))
+    """config.keep_best, read by `choices.keep_best_rule` (which config/schema checks)."""
+    rule = choices.keep_best_rule(text)
+    return None if rule is None else cls(*rule)
 
   def entry(self, step: int, figures: float | dict[str, Any] | None) -> dict[str, Any]:
     """What checkpoint `step` is ranked by. `figures` is the figure itself, or the metrics

@@ -21,9 +21,9 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import errors
+from hscl_jax import progress
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import layout
-from hscl_jax.rundir import progress
 from hscl_jax.rundir import timing
 from hscl_jax.rundir import versions
 

@@ -1,5 +1,5 @@
 """The one clock of a training run (`Timer`), built on the progress line's stopwatch
-(rundir/progress): the phases a run spends its time in (the step's compilation, training
+(hscl_jax/progress): the phases a run spends its time in (the step's compilation, training
 steps, evaluation), read by the epoch's record (`epoch_time`, the throughput, `knn_time`)
 and by the progress line's rate and ETA.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 
-from hscl_jax.rundir import progress
+from hscl_jax import progress
 
 # jax.monitoring's events of the time JAX spends tracing, lowering and compiling a program.
 COMPILE_EVENTS = '/jax/core/compile/'

@@ -31,19 +31,16 @@ import numpy as np
 
 from hscl_jax import data
 from hscl_jax import errors
-from hscl_jax import models
+from hscl_jax import optimizers
 from hscl_jax import parallel
-from hscl_jax.config import schema
-from hscl_jax.data import augment
+from hscl_jax import progress
 from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
-from hscl_jax.rundir import progress
 from hscl_jax.rundir import resume
 from hscl_jax.rundir import stored_config
 from hscl_jax.rundir import timing
-from hscl_jax.training import optimizers
 from hscl_jax.training import plan as plan_lib
 from hscl_jax.training import preemption as preemption_lib
 from hscl_jax.training import probe as probe_lib
@@ -87,10 +84,10 @@ def train_and_evaluate(
   """
   start = time.perf_counter()
   mesh = parallel.make_mesh() if mesh is None else mesh
-  schema.validate_config(config, num_devices=mesh.size, num_processes=jax.process_count())
+  built = plan_lib.validate_run(config, num_devices=mesh.size, num_processes=jax.process_count())
   with preemption_lib.PreemptionWatcher() as preemption:
     try:
-      result = _locked_run(config, workdir, mesh, allowed_config_changes, preemption)
+      result = _locked_run(config, workdir, mesh, built, allowed_config_changes, preemption)
     except preemption_lib.StoppedAtOnce as stop:
       raise errors.Interrupted(_stopped_at_once_line(stop, workdir), stop.signum) from None
   if not result.preempted and jax.process_index() == 0:
@@ -98,7 +95,9 @@ def train_and_evaluate(
   return result
 
 
-def _locked_run(config, workdir: str, mesh, allowed_config_changes, preemption) -> TrainResult:
+def _locked_run(
+  config, workdir: str, mesh, built: plan_lib.Built, allowed_config_changes, preemption
+) -> TrainResult:
   """`_run` with the workdir locked; a run stopped before its first checkpoint (refused
   data, a crash, a signal that stops it at once, a full disk) leaves the workdir as it
   found it."""
@@ -108,7 +107,7 @@ def _locked_run(config, workdir: str, mesh, allowed_config_changes, preemption) 
     if checkpoints.finished_steps(workdir):
       config = stored_config.as_resumed(workdir, config)
       stored_config.check_unchanged(workdir, config, allowed=allowed_config_changes)
-    result = _run(config, workdir, mesh, preemption)
+    result = _run(config, workdir, mesh, built, preemption)
     stopped = False
   finally:
     if lock is not None:  # a preempted run has saved a checkpoint
@@ -117,11 +116,13 @@ def _locked_run(config, workdir: str, mesh, allowed_config_changes, preemption) 
   return result
 
 
-def _run(config: ml_collections.ConfigDict, workdir: str, mesh, preemption) -> TrainResult:
+def _run(
+  config: ml_collections.ConfigDict, workdir: str, mesh, built: plan_lib.Built, preemption
+) -> TrainResult:
   """The run's life: built, restored, then its steps with each epoch's end among them. A
   SIGTERM or Ctrl-C, in whatever phase after the first step it lands, saves the state and
   where the epoch stood, then stops; a non-finite loss stops the run without saving."""
-  run, state = _build(config, mesh)
+  run, state = _build(config, mesh, built)
   plan = run.plan
   book = resume.RunRecord(
     workdir, keep=config.keep_checkpoints, keep_best=keep_best(config), enabled=_is_writer()
@@ -251,14 +252,14 @@ def _is_writer() -> bool:
   return jax.process_index() == 0
 
 
-def _build(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh):
-  """(the run's data, plan, step and feature function; its initial state)."""
+def _build(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, built: plan_lib.Built):
+  """(the run's data, plan, step and feature function; its initial state), with the model and
+  augmentation its validation built (stored_config.as_resumed fills no section they read)."""
   train_source, test_source = data.run_sources(config)
-  schema.validate_dataset(config, num_classes=train_source.num_classes)
+  plan_lib.validate_dataset(config, num_classes=train_source.num_classes)
   train_iter = plan_lib.make_train_loader(config, train_source)
   plan = plan_lib.make_plan(config, train_iter.order)
-  augment_params = augment.AugmentParams.from_config(config.augment)
-  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  model, augment_params = built.model, built.augment_params
   optimizer = optimizers.create_optimizer(config.optimizer, plan.learning_rate)
   state = state_lib.create_train_state(
     config,

@@ -14,9 +14,12 @@ import optax
 
 from hscl_jax import data
 from hscl_jax import losses
+from hscl_jax import models
+from hscl_jax import optimizers
+from hscl_jax import parallel
 from hscl_jax.config import methods
 from hscl_jax.config import schema
-from hscl_jax.training import optimizers
+from hscl_jax.data import augment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +46,67 @@ class Plan:
   @functools.cached_property
   def _compiled_learning_rate(self):
     return jax.jit(self.learning_rate)
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+  """What config.model and config.augment build, built once per run: building them is their
+  check (a stored run's config.json is checked by the same builders when it is read back)."""
+
+  model: models.ContrastiveModel
+  augment_params: augment.AugmentParams
+
+
+def validate_run(
+  config: ml_collections.ConfigDict, *, num_devices: int, num_processes: int = 1
+) -> Built:
+  """The run's config check before anything is compiled or written: config/schema's
+  `validate_config`, then config.model and config.augment by what builds them. Raises
+  ConfigError naming the field and the fix."""
+  schema.validate_config(config, num_devices=num_devices, num_processes=num_processes)
+  return Built(model=_built_model(config), augment_params=_built_augment(config))
+
+
+def _built_model(config) -> models.ContrastiveModel:
+  """model.*: `models.create_model` refuses a bad value; a value of the wrong kind (a Python
+  error of its own) is named as config.model's."""
+  try:
+    return models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  except schema.ConfigError:
+    raise
+  except ValueError as e:
+    schema.fail('model', str(e), 'see the model fields in hscl_jax/config/fields.py')
+
+
+def _built_augment(config) -> augment.AugmentParams:
+  """augment.*: `AugmentParams`, which the pipeline is built from, refuses a bad value."""
+  try:
+    return augment.AugmentParams.from_config(config.augment)
+  except schema.ConfigError:
+    raise
+  except (TypeError, ValueError) as e:
+    schema.fail('augment', str(e), 'see the fields of hscl_jax.data.augment.AugmentParams')
+
+
+def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> None:
+  """Checks that need the dataset: supervised methods need negatives of another class, the
+  online probe labelled training data."""
+  tfds_spec = data.TFDS_DATASETS.get(config.dataset)
+  if config.probe.enabled and tfds_spec and config.train_split in tfds_spec.unlabelled_splits:
+    schema.fail(
+      'probe.enabled',
+      f'the online probe learns from labels, but the {config.dataset} training split '
+      f'{config.train_split!r} is unlabelled',
+      'add --config.probe.enabled=False, or train on a labelled split',
+    )
+  if config.method in methods.SUPERVISED_NAMES and num_classes < 2:
+    schema.fail(
+      'method',
+      f'{config.method!r} takes its negatives from other classes, but the '
+      f'{config.dataset} training split has {num_classes} class (every loss would be 0)',
+      'add classes (one sub-folder each), or use an unsupervised method, '
+      f'--config.method={" or ".join(methods.UNSUPERVISED_NAMES)}',
+    )
 
 
 def check_batch_fits(config: ml_collections.ConfigDict, num_train_examples: int) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 from hscl_jax import losses
-from hscl_jax.training import optimizers
+from hscl_jax import optimizers
 
 
 def enabled(config: ml_collections.ConfigDict) -> bool:

@@ -1,8 +1,12 @@
-"""training/plan's start-up warning of a run whose uniform batches leave out a large share
-of its training examples every epoch, and the batch size it suggests (on the session's 4
-fake devices)."""
+"""training/plan: what the config and the dataset size fix before a run (its validation and
+the builders it runs once, the start-up warning of epochs that leave out many examples).
+"""
 
 from __future__ import annotations
+
+import pathlib
+import shutil
+import sys
 
 import jax
 import pytest
@@ -96,3 +100,64 @@ def test_class_aware_batches_and_a_step_limit_are_not_warned_here():
   uniform = data.EpochOrder(240, global_batch_size=128, seed=0)
   limited = config_with(128, steps_per_epoch_limit=1)
   assert plan_lib.dropped_examples_warning(limited, uniform) is None
+
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import default  # noqa: E402
+from hscl_jax import models  # noqa: E402
+from hscl_jax import parallel  # noqa: E402
+from hscl_jax.data import augment  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
+
+
+def test_validate_run_returns_what_the_builders_build():
+  config = default.get_config()
+  built = plan_lib.validate_run(config, num_devices=4)
+  assert built.model == models.create_model(config.model, bn_axis_name=parallel.AXIS)
+  assert built.augment_params == augment.AugmentParams.from_config(config.augment)
+
+
+@pytest.mark.parametrize(
+  'section, leaf, value, expected',
+  [
+    ('model', 'name', 'vit', "config.model.name: unknown value 'vit'"),
+    ('model', 'head_out', 0, 'config.model.head_out: must be positive, got 0'),
+    ('augment', 'flip_prob', 2.0, 'config.augment: flip_prob must be in [0, 1]'),
+  ],
+)
+def test_the_model_and_augmentation_are_checked_by_their_builders(section, leaf, value, expected):
+  """config/schema (which imports no builder) passes them; the run's check refuses them."""
+  config = default.get_config()
+  config[section][leaf] = value
+  schema.validate_config(config, num_devices=4)
+  with pytest.raises(schema.ConfigError) as info:
+    plan_lib.validate_run(config, num_devices=4)
+  assert str(info.value).startswith(expected) and '. Fix: ' in str(info.value)
+
+
+def test_a_run_builds_its_model_and_augmentation_once(digits_run, tmp_path, monkeypatch):
+  """The finished digits run, resumed from a copy: validated, built and found complete, with
+  one create_model and one AugmentParams.from_config (the check's)."""
+  source, config, _ = digits_run
+  workdir = tmp_path / 'run'
+  shutil.copytree(source, workdir)
+  calls = {'model': 0, 'augment': 0}
+
+  def counted(name, build):
+    def call(*args, **kwargs):
+      calls[name] += 1
+      return build(*args, **kwargs)
+
+    return call
+
+  monkeypatch.setattr(models, 'create_model', counted('model', models.create_model))
+  monkeypatch.setattr(
+    augment.AugmentParams,
+    'from_config',
+    staticmethod(counted('augment', augment.AugmentParams.from_config)),
+  )
+  result = loop.train_and_evaluate(config, str(workdir))
+  assert result.already_complete
+  assert calls == {'model': 1, 'augment': 1}

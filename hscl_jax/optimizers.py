@@ -10,9 +10,6 @@ import jax
 import ml_collections
 import optax
 
-OPTIMIZERS = ('adam', 'adamw', 'sgd', 'lars')
-LR_SCHEDULES = ('constant', 'cosine')
-
 
 def create_learning_rate_schedule(
   opt: ml_collections.ConfigDict, *, steps_per_epoch: int, total_steps: int
