@@ -94,6 +94,9 @@ setuptools.setup(
       # The declared-dependency check (pyproject.toml's [tool.fawltydeps]; .ci/run), pinned
       # as ruff is: what it reports changes between releases.
       'fawltydeps==0.20.0',
+      # The import rules (pyproject.toml's [tool.importlinter]; .ci/run's `lint-imports`;
+      # docs/layout.md), pinned as ruff is: what its contracts report changes between releases.
+      'import-linter==2.17',
       'matplotlib>=3.8.4',
       'hypothesis>=6.155.2',
       SCIPY,

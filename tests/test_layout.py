@@ -11,12 +11,17 @@ fails on one the tables do not allow, and on a unit they do not list.
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 import re
+import shutil
+import subprocess
+import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = REPO / 'hscl_jax'
 LAYOUT = REPO / 'docs' / 'layout.md'
+LINT_IMPORTS = pathlib.Path(sys.executable).parent / 'lint-imports'  # import-linter, [test]
 
 
 # The packages whose modules are units of their own; their `__init__`s are docstrings.
@@ -124,6 +129,44 @@ def test_the_unit_packages_init_modules_import_nothing_of_ours():
     if imported_units(PACKAGE / name / '__init__.py')
   }
   assert heavy == {}
+
+
+def _lint_imports(root: pathlib.Path) -> subprocess.CompletedProcess:
+  """`lint-imports` on the hscl_jax under `root`, with the contracts of root/pyproject.toml."""
+  return subprocess.run(
+    [str(LINT_IMPORTS), '--no-cache', '--config', str(root / 'pyproject.toml')],
+    cwd=root,
+    env={**os.environ, 'PYTHONPATH': str(root)},
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+
+
+def _append(path: pathlib.Path, line: str) -> None:
+  with path.open('a') as file:
+    file.write(f'\n{line}\n')
+
+
+def test_the_import_contracts_hold_and_report_a_planted_break(tmp_path):
+  """On a copy of the package: kept as it is; then config importing data (a layer above it,
+  and a cycle, since data reads config's choices) and losses importing errors (its own layer)
+  are each named as the import that breaks a contract."""
+  shutil.copytree(PACKAGE, tmp_path / 'hscl_jax', ignore=shutil.ignore_patterns('__pycache__'))
+  shutil.copy(REPO / 'pyproject.toml', tmp_path)
+  kept = _lint_imports(tmp_path)
+  assert kept.returncode == 0, kept.stdout[-3000:] + kept.stderr[-3000:]
+  assert 'Contracts: 2 kept, 0 broken.' in kept.stdout
+  _append(tmp_path / 'hscl_jax' / 'config' / 'choices.py', 'from hscl_jax import data')
+  _append(tmp_path / 'hscl_jax' / 'losses' / 'kernel.py', 'from hscl_jax import errors')
+  broken = _lint_imports(tmp_path)
+  assert broken.returncode == 1, broken.stdout[-3000:]
+  assert 'Contracts: 0 kept, 2 broken.' in broken.stdout
+  report = broken.stdout.split('Broken contracts')[1]
+  assert 'hscl_jax.config is not allowed to import hscl_jax.data' in report
+  assert 'hscl_jax.config.choices -> hscl_jax.data' in report
+  assert 'hscl_jax.losses is not allowed to import hscl_jax.errors' in report
+  assert '.config -> .data' in report or '.data -> .config' in report  # the cycle
 
 
 MAX_FUNCTION_LINES = 60
