@@ -1,134 +1,22 @@
-"""The package's import rules, as docs/layout.md states them, checked on the sources.
-
-Every module of hscl_jax belongs to a unit: a top-level module (`errors`, `main`), a
-package whose modules may import each other (`data`, `graphs`, `losses`, `models`), or a
-module of a package whose modules are units of their own (`training/step`,
-`rundir/checkpoints`, `experiments/image_grid`). docs/layout.md's tables list, per unit,
-the units it may import; this test reads every `hscl_jax` import (local ones included) and
-fails on one the tables do not allow, and on a unit they do not list.
-"""
+"""The package's import rules (docs/layout.md): import-linter's contracts in pyproject.toml
+hold on the sources and report a planted break; the checks the linter cannot make (a unit
+package's `__init__` imports nothing of ours; short functions) read the sources here."""
 
 from __future__ import annotations
 
 import ast
 import os
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = REPO / 'hscl_jax'
-LAYOUT = REPO / 'docs' / 'layout.md'
 LINT_IMPORTS = pathlib.Path(sys.executable).parent / 'lint-imports'  # import-linter, [test]
 
-
-# The packages whose modules are units of their own; their `__init__`s are docstrings.
-MODULE_UNITS = ('config', 'evaluation', 'experiments', 'rundir', 'training')
-
-
-def unit_of(parts: list[str]) -> str:
-  """`['data', 'sources']` -> 'data'; `['training', 'step']` -> 'training/step'."""
-  if parts[0] in MODULE_UNITS and len(parts) > 1:
-    return '/'.join(parts[:2])
-  return parts[0]
-
-
-def module_parts(path: pathlib.Path) -> list[str]:
-  parts = list(path.relative_to(PACKAGE).with_suffix('').parts)
-  return parts[:-1] if parts[-1] == '__init__' else parts
-
-
-def imported_units(path: pathlib.Path) -> set[str]:
-  """The units of every `hscl_jax` import in the file (`from hscl_jax import x` is unit x)."""
-  units = set()
-  for node in ast.walk(ast.parse(path.read_text())):
-    if isinstance(node, ast.ImportFrom) and node.module and node.module.split('.')[0] == 'hscl_jax':
-      base = node.module.split('.')[1:]
-      names = (
-        [[*base, alias.name] for alias in node.names]
-        if len(base) == 0 or (len(base) == 1 and base[0] in MODULE_UNITS)
-        else [base]
-      )
-      units.update(unit_of(parts) for parts in names)
-    elif isinstance(node, ast.Import):
-      for alias in node.names:
-        if alias.name.startswith('hscl_jax.'):
-          units.add(unit_of(alias.name.split('.')[1:]))
-  return units
-
-
-def layout_rules() -> dict[str, set[str]]:
-  """{unit: the units it may import} from docs/layout.md's `module | owns | may import` table."""
-  rules = {}
-  for line in LAYOUT.read_text().splitlines():
-    cells = [cell.strip() for cell in line.strip().strip('|').split('|')]
-    if len(cells) != 3 or not cells[0].startswith('`'):
-      continue
-    allowed = set(re.findall(r'`([^`]+)`', cells[2]))
-    for unit in re.findall(r'`([^`]+)`', cells[0]):
-      rules[unit] = allowed
-  return rules
-
-
-def units_of_package() -> dict[str, list[pathlib.Path]]:
-  units: dict[str, list[pathlib.Path]] = {}
-  for path in sorted(PACKAGE.rglob('*.py')):
-    parts = module_parts(path)
-    if parts and not (len(parts) == 1 and parts[0] in MODULE_UNITS):
-      units.setdefault(unit_of(parts), []).append(path)
-  return units
-
-
-def test_the_layout_table_lists_every_unit():
-  rules, units = layout_rules(), units_of_package()
-  assert sorted(set(units) - set(rules)) == []
-  assert sorted(set(rules) - set(units)) == []
-
-
-def test_every_import_follows_the_layout_rules():
-  rules = layout_rules()
-  broken = []
-  for unit, paths in units_of_package().items():
-    for path in paths:
-      for imported in sorted(imported_units(path) - {unit} - rules.get(unit, set())):
-        broken.append(f'{path.relative_to(REPO)} imports {imported}')
-  assert broken == []
-
-
-def test_the_check_sees_a_forbidden_import(tmp_path):
-  """The reader finds local imports too (the kind that broke the rules before)."""
-  module = tmp_path / 'mod.py'
-  module.write_text(
-    'def f():\n  from hscl_jax.rundir import checkpoints\n  from hscl_jax.data import arrays\n'
-    '  from hscl_jax.training.step import make_train_step\n'
-  )
-  assert imported_units(module) == {'rundir/checkpoints', 'data', 'training/step'}
-
-
-def test_evaluation_never_imports_training():
-  """Evaluation reads a trained run (rundir/trained_run) and shares the mesh (parallel):
-  nothing of training's run, only its leaf optimizer factory (the linear probe's Adam)."""
-  rules = layout_rules()
-  reaching = {
-    unit: sorted(a for a in allowed if a.startswith('training/') and a != 'optimizers')
-    for unit, allowed in rules.items()
-    if unit.startswith('evaluation/')
-  }
-  assert {unit: names for unit, names in reaching.items() if names} == {}
-  assert not any(unit.startswith('training/') for unit in rules['optimizers'])
-
-
-def test_the_unit_packages_init_modules_import_nothing_of_ours():
-  """`hscl_jax.training` and the like are their modules' namespace: importing one module
-  does not import its neighbours."""
-  heavy = {
-    name: sorted(imported_units(PACKAGE / name / '__init__.py'))
-    for name in MODULE_UNITS
-    if imported_units(PACKAGE / name / '__init__.py')
-  }
-  assert heavy == {}
+# The packages whose modules are read one at a time; their `__init__`s are docstrings.
+NAMESPACES = ('config', 'evaluation', 'experiments', 'rundir', 'training')
 
 
 def _lint_imports(root: pathlib.Path) -> subprocess.CompletedProcess:
@@ -167,6 +55,34 @@ def test_the_import_contracts_hold_and_report_a_planted_break(tmp_path):
   assert 'hscl_jax.config.choices -> hscl_jax.data' in report
   assert 'hscl_jax.losses is not allowed to import hscl_jax.errors' in report
   assert '.config -> .data' in report or '.data -> .config' in report  # the cycle
+
+
+def _imports_of_ours(path: pathlib.Path) -> list[str]:
+  """The `hscl_jax` modules a file imports (local imports too)."""
+  names = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and (node.module or '').split('.')[0] == 'hscl_jax':
+      names.append(node.module)
+    elif isinstance(node, ast.Import):
+      names.extend(a.name for a in node.names if a.name.split('.')[0] == 'hscl_jax')
+  return names
+
+
+def test_the_namespace_packages_init_modules_import_nothing_of_ours():
+  """`hscl_jax.training` and the like are their modules' namespace: importing one module
+  does not import its neighbours."""
+  heavy = {
+    name: _imports_of_ours(PACKAGE / name / '__init__.py')
+    for name in NAMESPACES
+    if _imports_of_ours(PACKAGE / name / '__init__.py')
+  }
+  assert heavy == {}
+
+
+def test_the_init_check_sees_a_local_import(tmp_path):
+  module = tmp_path / 'mod.py'
+  module.write_text('def f():\n  from hscl_jax.rundir import checkpoints\n  import hscl_jax.data\n')
+  assert _imports_of_ours(module) == ['hscl_jax.rundir', 'hscl_jax.data']
 
 
 MAX_FUNCTION_LINES = 60
