@@ -29,7 +29,9 @@ IDENTITY = augment.AugmentParams(
   blur_prob=0.0,
   blur_min_size=0,
 )
-DEFAULTS_WITH_BLUR = augment.AugmentParams(image_size=SIZE, blur_min_size=0, **NO_NORMALISATION)
+DEFAULTS_WITH_BLUR = augment.AugmentParams(
+  image_size=SIZE, blur_prob=0.5, blur_min_size=0, **NO_NORMALISATION
+)
 
 
 @functools.cache
@@ -97,9 +99,7 @@ def test_identity_params_give_normalised_input():
   flat = images.reshape(-1, SIZE, SIZE, 3)
   expected = augment.preprocess_eval(flat, IDENTITY)
   np.testing.assert_allclose(out.reshape(flat.shape), expected, atol=1e-5)
-  manual = (np.asarray(images, np.float32) / 255 - np.array(augment.IMAGENET_MEAN)) / np.array(
-    augment.IMAGENET_STD
-  )
+  manual = (np.asarray(images, np.float32) / 255 - np.array(IDENTITY.mean)) / np.array(IDENTITY.std)
   np.testing.assert_allclose(out, manual, atol=1e-5)
   # Static params with zero probabilities skip the jitter and blur steps entirely.
   static = jax.jit(augment.two_views, static_argnames='params')
@@ -276,12 +276,15 @@ def test_gaussian_blur_keeps_constants_and_smooths():
   np.testing.assert_allclose(barely, noise, atol=1e-4)
 
 
-def test_blur_kernel_size_and_default_small_image_rule():
+def test_blur_kernel_size_and_the_small_image_rule():
   assert augment.AugmentParams(image_size=96).blur_kernel_size == 9
   assert augment.AugmentParams(image_size=224).blur_kernel_size == 23
   assert augment.AugmentParams(image_size=32).blur_kernel_size == 3
-  assert not augment.AugmentParams(image_size=32).blur_enabled
-  assert augment.AugmentParams(image_size=96).blur_enabled
+  assert not augment.AugmentParams(image_size=32, blur_min_size=33).blur_enabled
+  assert augment.AugmentParams(image_size=96, blur_min_size=33).blur_enabled
+  # The config's default: the blur step at every size, applied to no view (blur_prob 0).
+  default = augment.AugmentParams(image_size=8)
+  assert default.blur_enabled and default.blur_prob == 0.0
 
 
 _BELOW = lambda b: float(np.nextafter(b, -np.inf))
@@ -477,3 +480,17 @@ ALL_STEPS = augment.AugmentParams.from_config(
     'std': (0.5, 0.6, 0.7),
   }
 )
+
+
+def test_the_params_defaults_are_the_configs():
+  """config/fields is the one source of the augmentations' defaults: params built directly
+  with the default config's image size are the ones the default config builds."""
+  from hscl_jax.config import fields
+
+  config = fields.default_config().augment
+  assert augment.AugmentParams(image_size=config.image_size) == (
+    augment.AugmentParams.from_config(config)
+  )
+  for field in dataclasses.fields(augment.AugmentParams):
+    if field.name != 'image_size':
+      assert field.default == fields.FIELDS[f'augment.{field.name}'].default, field.name

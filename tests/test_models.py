@@ -80,6 +80,14 @@ def test_the_models_own_defaults_are_the_default_configs():
   for field in (*fields, 'strided_padding', 'bn_axis_name', 'bn_momentum'):
     assert getattr(bare, field) == getattr(built, field), field
   assert (bare.backbone, bare.head_hidden, bare.head_out) == ('resnet50', 512, 128)
+  head = models.heads.ProjectionHead()
+  assert (head.hidden, head.out, head.norm, head.activation, head.bn_momentum) == (
+    built.head_hidden,
+    built.head_out,
+    built.norm,
+    built.activation,
+    built.bn_momentum,
+  )
 
 
 def test_feature_dims():

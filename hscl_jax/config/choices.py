@@ -51,9 +51,9 @@ KEEP_BEST_AUTO = 'auto'
 
 
 def keep_best_rule(text: str | None) -> tuple[str, str] | None:
-  """config.keep_best as (figure, mode): '', None or KEEP_BEST_AUTO unresolved keeps no best; 'NAME' ranks by that
-  figure, smallest first for a loss (a name with 'loss' in it) and largest first for any
-  other; 'NAME:min' or 'NAME:max' say which way."""
+  """config.keep_best as (figure, mode): '', None or KEEP_BEST_AUTO unresolved keeps no
+  best; 'NAME' ranks by that figure, smallest first for a loss (a name with 'loss' in it)
+  and largest first for any other; 'NAME:min' or 'NAME:max' say which way."""
   if not text or text == KEEP_BEST_AUTO:  # AUTO: training resolves it (training/loop)
     return None
   metric, _, mode = str(text).partition(':')

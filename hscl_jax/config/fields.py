@@ -29,7 +29,7 @@ from hscl_jax.config.checks import unset
 from hscl_jax.config.checks import unset_or
 
 # Per-channel (mean, std) of each training split on [0, 1] pixels: config.augment.mean/std
-# of configs/<dataset>.py.
+# of configs/<dataset>.py (a config without its own keeps the default, CIFAR-10's).
 NORMALIZATION = {
   # 8x8 grey digits, 0..16 scaled to 0..1 (0.3055, 0.3759 on our 80% split), rounded.
   'digits': ((0.30,) * 3, (0.38,) * 3),
@@ -37,7 +37,7 @@ NORMALIZATION = {
   'cifar100': ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
   'stl10': ((0.4467, 0.4398, 0.4066), (0.2603, 0.2566, 0.2713)),
   # ImageNet's (torchvision's): photographs of one's own, configs/image_folder.py.
-  'imagenet': (augment.IMAGENET_MEAN, augment.IMAGENET_STD),
+  'imagenet': ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }
 DIAGNOSTICS_POSITIVES = ('sample', 'label')
 LINEAR_EVAL_PROTOCOLS = ('features', 'augmented')  # both run by evaluation/linear_probe

@@ -24,13 +24,17 @@ import jax
 import jax.numpy as jnp
 
 from hscl_jax import errors
+from hscl_jax.config import fields
 from hscl_jax.data import image_ops
 
 # Attempts at sampling a crop that fits before falling back to a centre crop.
 _CROP_ATTEMPTS = 10
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+
+def _default(name: str):
+  """config.augment.<name>'s default: config/fields is the one source of the augmentations'
+  defaults, so params built directly (library use) are the default config's."""
+  return fields.FIELDS[f'augment.{name}'].default
 
 
 # Fields that fix shapes or the traced program; every other field is a pytree leaf.
@@ -39,7 +43,8 @@ _STATIC_FIELDS = ('image_size', 'jitter_random_order', 'blur_kernel_frac', 'blur
 
 @dataclasses.dataclass(frozen=True)
 class AugmentParams:
-  """Strengths and probabilities of the augmentations (fields of config.augment).
+  """Strengths and probabilities of the augmentations (fields of config.augment, whose
+  defaults in config/fields are these fields' defaults).
 
   Attributes:
     image_size: side of the (square) output images, in pixels.
@@ -63,22 +68,22 @@ class AugmentParams:
   """
 
   image_size: int
-  crop_scale: tuple[float, float] = (0.08, 1.0)
-  crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
-  flip_prob: float = 0.5
-  jitter_prob: float = 0.8
-  brightness: float = 0.4
-  contrast: float = 0.4
-  saturation: float = 0.4
-  hue: float = 0.1
-  jitter_random_order: bool = True
-  grayscale_prob: float = 0.2
-  blur_prob: float = 0.5
-  blur_sigma: tuple[float, float] = (0.1, 2.0)
-  blur_kernel_frac: float = 0.1
-  blur_min_size: int = 33
-  mean: tuple[float, float, float] = IMAGENET_MEAN
-  std: tuple[float, float, float] = IMAGENET_STD
+  crop_scale: tuple[float, float] = _default('crop_scale')
+  crop_ratio: tuple[float, float] = _default('crop_ratio')
+  flip_prob: float = _default('flip_prob')
+  jitter_prob: float = _default('jitter_prob')
+  brightness: float = _default('brightness')
+  contrast: float = _default('contrast')
+  saturation: float = _default('saturation')
+  hue: float = _default('hue')
+  jitter_random_order: bool = _default('jitter_random_order')
+  grayscale_prob: float = _default('grayscale_prob')
+  blur_prob: float = _default('blur_prob')
+  blur_sigma: tuple[float, float] = _default('blur_sigma')
+  blur_kernel_frac: float = _default('blur_kernel_frac')
+  blur_min_size: int = _default('blur_min_size')
+  mean: tuple[float, float, float] = _default('mean')
+  std: tuple[float, float, float] = _default('std')
 
   def __post_init__(self):
     # Lists (e.g. from a ConfigDict) would make the dataclass unhashable for jit.

@@ -7,20 +7,27 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from hscl_jax.config import fields
 from hscl_jax.models import backbones
 from hscl_jax.models import layers
+
+
+def _default(name: str):
+  """config.model.<name>'s default: config/fields is the one source of the model's defaults,
+  so a model built directly (library use) is the one the default config builds."""
+  return fields.FIELDS[f'model.{name}'].default
 
 
 class ProjectionHead(nn.Module):
   """Dense -> norm (BatchNorm by default) -> activation (ReLU by default) -> Dense, as in
   the paper (2048 -> 512 -> 128)."""
 
-  hidden: int = 512
-  out: int = 128
-  dtype: Any = jnp.float32
-  norm: str = 'batch'
-  activation: str = 'relu'
-  bn_momentum: float = 0.9
+  hidden: int = _default('head_hidden')
+  out: int = _default('head_out')
+  dtype: Any = getattr(jnp, _default('dtype'))
+  norm: str = _default('norm')
+  activation: str = _default('activation')
+  bn_momentum: float = _default('bn_momentum')
   bn_axis_name: str | None = None
 
   @nn.compact
@@ -38,16 +45,16 @@ class ContrastiveModel(nn.Module):
   and the head output [batch, head_out], both float32 and un-normalised.
   """
 
-  backbone: str = 'resnet50'
-  stem: str = 'cifar'
-  head_hidden: int = 512
-  head_out: int = 128
-  dtype: Any = jnp.float32
-  norm: str = 'batch'
-  activation: str = 'relu'
-  strided_padding: str = 'symmetric'
+  backbone: str = _default('name')
+  stem: str = _default('stem')
+  head_hidden: int = _default('head_hidden')
+  head_out: int = _default('head_out')
+  dtype: Any = getattr(jnp, _default('dtype'))
+  norm: str = _default('norm')
+  activation: str = _default('activation')
+  strided_padding: str = _default('strided_padding')
   bn_axis_name: str | None = None
-  bn_momentum: float = 0.9
+  bn_momentum: float = _default('bn_momentum')
 
   def setup(self):
     self.encoder = backbones.make_backbone(
