@@ -253,9 +253,21 @@ def validate_config(
   config: ml_collections.ConfigDict, *, num_devices: int, num_processes: int = 1
 ) -> None:
   """Raises ConfigError naming the field and the fix for an impossible configuration."""
+  validate_names(config)
+  validate_values(config, num_devices=num_devices, num_processes=num_processes)
+
+
+def validate_names(config: ml_collections.ConfigDict) -> None:
+  """The fields known, and the choices that pick what the others mean."""
   _check_known_fields(config)
   for name in ('dataset', 'method', 'hardening', 'positive_mode', 'diagnostics_positives'):
     fields.FIELDS[name].check(name, config[name])
+
+
+def validate_values(
+  config: ml_collections.ConfigDict, *, num_devices: int, num_processes: int = 1
+) -> None:
+  """Every value's check, the fields bounded by others, keep_best (after `validate_names`)."""
   if config.dataset == 'image_folder' and not config.folder:
     fail('folder', 'image_folder needs a root directory', 'pass --config.folder=/path/to/root')
   _check_finite(config)

@@ -60,11 +60,13 @@ class Built:
 def validate_run(
   config: ml_collections.ConfigDict, *, num_devices: int, num_processes: int = 1
 ) -> Built:
-  """The run's config check before anything is compiled or written: config/schema's
-  `validate_config`, then config.model and config.augment by what builds them. Raises
-  ConfigError naming the field and the fix."""
-  schema.validate_config(config, num_devices=num_devices, num_processes=num_processes)
-  return Built(model=_built_model(config), augment_params=_built_augment(config))
+  """The run's config check before anything is compiled or written, in config/schema's
+  `validate_config` order with config.model (after the names) and config.augment (last)
+  checked by what builds them. Raises ConfigError naming the field and the fix."""
+  schema.validate_names(config)
+  model = _built_model(config)  # before the values' checks: a model's own refusal comes first
+  schema.validate_values(config, num_devices=num_devices, num_processes=num_processes)
+  return Built(model=model, augment_params=_built_augment(config))
 
 
 def _built_model(config) -> models.ContrastiveModel:

@@ -137,6 +137,16 @@ def test_the_model_and_augmentation_are_checked_by_their_builders(section, leaf,
   assert str(info.value).startswith(expected) and '. Fix: ' in str(info.value)
 
 
+def test_the_model_is_checked_before_the_values_as_it_always_was():
+  """A NaN momentum gets the model's own line, not the finite check's."""
+  config = default.get_config()
+  config.model.bn_momentum = float('nan')
+  with pytest.raises(
+    schema.ConfigError, match=r'^config\.model\.bn_momentum: must be in \[0, 1\), got nan'
+  ):
+    plan_lib.validate_run(config, num_devices=4)
+
+
 def test_a_run_builds_its_model_and_augmentation_once(digits_run, tmp_path, monkeypatch):
   """The finished digits run, resumed from a copy: validated, built and found complete, with
   one create_model and one AugmentParams.from_config (the check's)."""
