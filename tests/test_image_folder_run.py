@@ -28,6 +28,7 @@ from configs import image_folder  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
+from hscl_jax.config import fields  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.evaluation import features as eval_features  # noqa: E402
 from hscl_jax.evaluation import knn  # noqa: E402
@@ -175,5 +176,5 @@ def test_image_folder_config_runs_on_a_small_folder_and_says_what_its_epochs_lea
   with open(os.path.join(workdir, layout.CONFIG_FILE)) as f:
     stored = json.load(f)
   assert stored['train_examples'] == 0 and stored['augment']['image_size'] == 32
-  assert tuple(stored['augment']['mean']) == augment.IMAGENET_MEAN
-  assert tuple(stored['augment']['std']) == augment.IMAGENET_STD
+  assert tuple(stored['augment']['mean']) == fields.NORMALIZATION['imagenet'][0]
+  assert tuple(stored['augment']['std']) == fields.NORMALIZATION['imagenet'][1]

@@ -15,8 +15,8 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from configs import digits  # noqa: E402
 from hscl_jax import models  # noqa: E402
+from hscl_jax import optimizers  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
-from hscl_jax.training import optimizers  # noqa: E402
 from hscl_jax.training import state as state_lib  # noqa: E402
 
 SOFTMAX_TREE = {'step', 'params', 'batch_stats', 'opt_state', 'rng', 'metric_sums'}
