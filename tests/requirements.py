@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.metadata
 import pathlib
 import re
 import types
@@ -50,3 +51,32 @@ def extras() -> dict[str, list[str]]:
 
 def extra(name: str) -> list[str]:
   return extras()[name]
+
+
+def installed_by(*extra_names: str) -> frozenset[str]:
+  """The distributions `pip install -e '.[EXTRAS]'` brings: the declared ones and their
+  requirements, transitively (read from the installed distributions' metadata)."""
+  return with_requirements(install_requires() + [d for e in extra_names for d in extra(e)])
+
+
+def with_requirements(names) -> frozenset[str]:
+  """The distributions `names` and what they require, transitively."""
+  todo = list(names)
+  found: set[str] = set()
+  while todo:
+    name = todo.pop()
+    if name not in found:
+      found.add(name)
+      todo.extend(_requirements_of(name))
+  return frozenset(found)
+
+
+def _requirements_of(name: str) -> list[str]:
+  """The distributions an installed distribution requires unconditionally or under an
+  environment marker (markers other than `extra` are taken as met: a superset is what a
+  fresh install may bring), or [] where it is not installed."""
+  try:
+    requires = importlib.metadata.distribution(name).requires or []
+  except importlib.metadata.PackageNotFoundError:
+    return []
+  return [distribution(r) for r in requires if 'extra ==' not in r.replace('"', "'")]

@@ -116,9 +116,7 @@ def _locked_run(
   return result
 
 
-def _run(
-  config: ml_collections.ConfigDict, workdir: str, mesh, built: plan_lib.Built, preemption
-) -> TrainResult:
+def _run(config, workdir: str, mesh, built: plan_lib.Built, preemption) -> TrainResult:
   """The run's life: built, restored, then its steps with each epoch's end among them. A
   SIGTERM or Ctrl-C, in whatever phase after the first step it lands, saves the state and
   where the epoch stood, then stops; a non-finite loss stops the run without saving."""
