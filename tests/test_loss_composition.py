@@ -16,6 +16,8 @@ from test_loss_transforms import FEATURES
 from test_loss_transforms import LABELS
 from test_loss_transforms import LOSSES
 from test_loss_transforms import PARAMS
+from test_loss_transforms import SIGMOID
+from test_loss_transforms import applies
 from test_loss_transforms import eager
 from test_loss_transforms import loss_fn
 from test_loss_transforms import params
@@ -39,12 +41,16 @@ def central_difference(fn, x, step, eps=1e-5):
   return (fn(x + eps * step) - fn(x - eps * step)) / (2 * eps)
 
 
-@pytest.mark.parametrize('name', sorted(LOSSES))
-@pytest.mark.parametrize('option_set', ['dense', 'blockwise', 'M_none'])
+def pairs(*option_sets):
+  """(loss, option set) of every loss with each of ``option_sets`` it has."""
+  return [(n, o) for o in option_sets for n in sorted(LOSSES) if applies(n, o)]
+
+
+@pytest.mark.parametrize('name,option_set', pairs('dense', 'blockwise', 'M_none'))
 @pytest.mark.covering  # tests/covering.py
 def test_gradient_with_respect_to_every_traced_option_matches_reference(name, option_set):
-  """∂/∂temperature, β, τ⁺ and M of grad∘jit against central differences of the float64
-  reference (τ's is 0: a threshold is flat between the similarities)."""
+  """∂/∂temperature, β, τ⁺, M, t and b of grad∘jit against central differences of the
+  float64 reference (τ's is 0: a threshold is flat between the similarities)."""
   _, _, d_p = eager(name, option_set)
   jitted = jax.grad(jax.jit(loss_fn(name, option_set)), argnums=2)(FEATURES, LABELS, params())
   reference = reference_of(name, option_set)
@@ -59,8 +65,7 @@ def _mesh():
   return Mesh(np.array(jax.devices()[:4]), ('data',))
 
 
-@pytest.mark.parametrize('name', sorted(LOSSES))
-@pytest.mark.parametrize('option_set', ['dense', 'blockwise', 'queue'])
+@pytest.mark.parametrize('name,option_set', pairs('dense', 'blockwise', 'queue'))
 @pytest.mark.covering  # tests/covering.py
 def test_shard_map_value_and_gradients_equal_the_global_batch(name, option_set):
   """Inside jit(shard_map) with axis_name: the value, each shard's feature gradient and
@@ -118,14 +123,13 @@ def test_forward_mode_matches_the_reference_and_reverse_mode(name, option_set):
   directional derivative of the float64 reference, and jacfwd equals grad."""
   f = jax.jit(loss_fn(name, option_set))
   p = params()
-  p_tangent = {key: jnp.float32(key == 'temperature') for key in p}
+  traced = 't' if name in SIGMOID else 'temperature'  # an option the loss reads
+  p_tangent = {key: jnp.float32(key == traced) for key in p}
   value, tangent = jax.jvp(lambda z, p: f(z, LABELS, p), (FEATURES, p), (DIRECTION, p_tangent))
   reference = reference_of(name, option_set)
   z64 = np.asarray(FEATURES, np.float64)
   expected = central_difference(
-    lambda t: reference(z64 + t * DIRECTION, dict(PARAMS, temperature=PARAMS['temperature'] + t)),
-    0.0,
-    1.0,
+    lambda t: reference(z64 + t * DIRECTION, dict(PARAMS, **{traced: PARAMS[traced] + t})), 0.0, 1.0
   )
   np.testing.assert_allclose(tangent, expected, rtol=1e-3, atol=1e-5)
   _, linear = jax.linearize(lambda z: f(z, LABELS, p), FEATURES)

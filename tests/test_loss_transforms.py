@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from sigmoid_reference import reference_one_tower
+from sigmoid_reference import reference_siglip
 from test_losses import normalized
 from test_losses import random_batch
 from test_losses import reference_hucl
@@ -28,7 +30,8 @@ from hscl_jax import losses
 FEATURES, LABELS = random_batch(50, batch=8, views=2, dim=8, num_classes=3)
 PERMUTATION = np.array([3, 0, 7, 5, 1, 6, 2, 4])  # the losses are invariant to it
 # The options a user may trace; M also appears as None (n - 2) in OPTION_SETS.
-PARAMS = dict(temperature=0.5, beta=1.5, tau=0.8, tau_plus=0.1, M=9.0)
+# t and b: the sigmoid losses' scale and bias.
+PARAMS = dict(temperature=0.5, beta=1.5, tau=0.8, tau_plus=0.1, M=9.0, t=4.0, b=-2.0)
 QUEUE = dict(
   queue=normalized(jax.random.normal(jax.random.key(51), (6, 8))),
   queue_labels=jnp.array([0, 1, 2, -1, 1, 0]),
@@ -93,7 +96,47 @@ LOSSES = {
       **o,
     ),
   ),
+  # The sigmoid family: one tower, and two towers of the views (x = view 0, y = view 1).
+  'sigmoid': (
+    lambda z, y, p, **o: losses.sigmoid_contrastive(z, t=p['t'], b=p['b'], **o),
+    lambda z, y, p, **o: reference_one_tower(z, t=p['t'], b=p['b'], **o),
+  ),
+  'sigmoid_labels_exp': (
+    lambda z, y, p, **o: losses.sigmoid_contrastive(
+      z, y, t=p['t'], b=p['b'], hardening=losses.exponential(p['beta']), **o
+    ),
+    lambda z, y, p, **o: reference_one_tower(
+      z, y, t=p['t'], b=p['b'], eta=lambda g: np.exp(p['beta'] * g), **o
+    ),
+  ),
+  'siglip': (
+    lambda z, y, p, **o: losses.siglip(z[:, 0], z[:, 1], t=p['t'], b=p['b'], **o),
+    lambda z, y, p, **o: reference_siglip(z[:, 0], z[:, 1], t=p['t'], b=p['b'], **o),
+  ),
+  'siglip_labels_threshold': (
+    lambda z, y, p, **o: losses.siglip(
+      z[:, 0],
+      z[:, 1],
+      t=p['t'],
+      b=p['b'],
+      labels_x=y,
+      labels_y=y,
+      hardening=losses.threshold(p['tau']),
+      **o,
+    ),  # fmt: skip
+    lambda z, y, p, **o: reference_siglip(
+      z[:, 0],
+      z[:, 1],
+      t=p['t'],
+      b=p['b'],
+      labels_x=y,
+      labels_y=y,
+      eta=lambda g: (np.exp(g) >= p['tau']) * 1.0,
+      **o,
+    ),  # fmt: skip
+  ),
 }
+SIGMOID = ('sigmoid', 'sigmoid_labels_exp', 'siglip', 'siglip_labels_threshold')
 
 # name -> (the loss's keyword options, the reference's; None = no float64 reference).
 OPTION_SETS = {
@@ -105,7 +148,16 @@ OPTION_SETS = {
   'precision_default': (dict(precision='default'), {}),
   'stop_gradient_weights': (dict(stop_gradient_weights=True), None),
 }
-HARDENED = ('hucl', 'hscl_exp', 'hscl_threshold')  # the losses with stop_gradient_weights
+# The losses with stop_gradient_weights.
+HARDENED = ('hucl', 'hscl_exp', 'hscl_threshold', 'sigmoid_labels_exp', 'siglip_labels_threshold')
+SOFTMAX_ONLY = ('M_none', 'queue', 'keys')  # the options the sigmoid losses do not have
+
+
+def applies(name, option_set):
+  """Whether a loss has an option set's options."""
+  if option_set == 'stop_gradient_weights' and name not in HARDENED:
+    return False
+  return name not in SIGMOID or option_set not in SOFTMAX_ONLY
 
 
 def loss_fn(name, option_set, axis_name=None):
@@ -264,7 +316,7 @@ def cases():
     for option_set in OPTION_SETS
     if option_set != 'dense'
     for name in LOSSES
-    if option_set != 'stop_gradient_weights' or name in HARDENED
+    if applies(name, option_set)
     for t in CORE_TRANSFORMS
   ]
   kept_options = covering.each_value_once([dict(pair=(n, o), transform=t) for n, o, t in options])

@@ -2,61 +2,18 @@
 
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from sigmoid_reference import reference_one_tower
+from sigmoid_reference import reference_siglip
+from sigmoid_reference import siglip_dense_formula
 
 from hscl_jax import losses
-
-# --------------------------------------------------------------------------------------
-# Independent float64 reference, written from the definition with explicit sets.
-
-
-def reference_pairs(anchors, keys, positive, negative, *, t, b, eta=None, frozen=None):
-  """(1/n) Σ_i [Σ_{P(i)} softplus(-l_ip) + Σ_{N(i)} w_ij softplus(l_ij)], l = t·s + b,
-  w_ij = |N(i)| η(t·s_ij) / Σ_{k∈N(i)} η(t·s_ik) (no weights where Σ η = 0); ``frozen``:
-  (t, anchors, keys) the weights are computed from instead (detached weights)."""
-  a, k = np.asarray(anchors, np.float64), np.asarray(keys, np.float64)
-  s = a @ k.T
-  g = t * s if frozen is None else frozen[0] * np.asarray(frozen[1]) @ np.asarray(frozen[2]).T
-  softplus = lambda v: np.logaddexp(0.0, v)
-  total = 0.0
-  for i in range(len(a)):
-    pos, neg = np.flatnonzero(positive[i]), np.flatnonzero(negative[i])
-    total += softplus(-(t * s[i, pos] + b)).sum()
-    eta_i = np.ones(len(neg)) if eta is None else eta(g[i, neg])
-    if eta_i.sum() > 0:
-      w = len(neg) * eta_i / eta_i.sum()
-      total += (w * softplus(t * s[i, neg] + b)).sum()
-  return total / len(a)
-
-
-def reference_siglip(x, y, *, t, b, labels_x=None, labels_y=None, eta=None, frozen=None):
-  n, m = len(x), len(y)
-  if labels_x is None:
-    positive = np.eye(n, m, dtype=bool)
-  else:
-    positive = np.asarray(labels_x)[:, None] == np.asarray(labels_y)[None, :]
-  return reference_pairs(x, y, positive, ~positive, t=t, b=b, eta=eta, frozen=frozen)
-
-
-def reference_one_tower(z, labels=None, *, t, b, eta=None):
-  z = np.asarray(z, np.float64)
-  batch, views, dim = z.shape
-  sample = np.arange(batch * views) // views
-  group = sample if labels is None else np.asarray(labels)[sample]
-  same = group[:, None] == group[None, :]
-  other = ~np.eye(batch * views, dtype=bool)
-  rows = z.reshape(-1, dim)
-  return reference_pairs(rows, rows, same & other, ~same, t=t, b=b, eta=eta)
-
-
-def siglip_dense_formula(x, y, t, b):
-  """SigLIP's paper: -(1/n) Σ_ij log σ(z_ij (t x_i·y_j + b)), z = 2I - 1 (float64)."""
-  logits = t * np.asarray(x, np.float64) @ np.asarray(y, np.float64).T + b
-  signs = 2 * np.eye(len(x)) - 1
-  return -np.sum(-np.logaddexp(0.0, -signs * logits)) / len(x)
 
 
 def normalized(x):
@@ -546,3 +503,42 @@ def test_pmap_value_equals_one_device(collective):
   values = jax.pmap(loss, axis_name='i')(p_sharded, *map(shards, labels))
   expected = setting_loss('siglip_labels_exponential')(p, *labels)
   np.testing.assert_allclose(values, jnp.full(4, expected), rtol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# Memory: never the n×m logits above the dense bound; the ring's per-device memory does
+# not grow with the devices (benchmarks/bench_sigmoid.py measures both at full size).
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[2] / 'benchmarks'
+
+
+def test_above_the_dense_bound_the_compiled_gradient_never_holds_the_logits():
+  """n = m = 65536 (2^32 logits > DENSE_MAX_ENTRIES; compiled, not run): block_size=None
+  streams blocks of 2048, and XLA's temporary memory of value_and_grad stays under 256 MiB,
+  1/64 of the n×m float32 logits (16 GiB)."""
+  rows, dim = 65536, 16
+  assert rows * rows > losses.DENSE_MAX_ENTRIES
+  tower = jax.ShapeDtypeStruct((rows, dim), jnp.float32)
+  scalar = jax.ShapeDtypeStruct((), jnp.float32)
+  for hardening in (None, losses.exponential(1.0)):
+    step = jax.jit(
+      jax.value_and_grad(
+        lambda x, y, t, b: losses.siglip(x, y, t=t, b=b, hardening=hardening), argnums=(0, 1, 2, 3)
+      )
+    )
+    temp = step.lower(tower, tower, scalar, scalar).compile().memory_analysis().temp_size_in_bytes
+    assert temp < rows * rows * 4 / 64, temp
+
+
+def test_the_rings_memory_per_device_does_not_grow_with_the_devices():
+  """XLA's temporary memory per device of jit(shard_map(grad)) at 256 rows per device, on
+  2, 4 and 8 fake devices (a process each): the ring's stays within 5 % of its 2-device
+  figure while the all-gather's grows with the gathered keys (the check can see growth)."""
+  sys.path.insert(0, str(BENCHMARKS))
+  import bench_sigmoid
+
+  results = bench_sigmoid.ring_memory([2, 4, 8], rows=256, block_size=64, dim=16)
+  temp = {(row['devices'], row['collective']): row['temp_bytes'] for row in results}
+  assert temp[8, 'ring'] <= 1.05 * temp[2, 'ring'], temp
+  assert temp[4, 'ring'] <= 1.05 * temp[2, 'ring'], temp
+  assert temp[8, 'all_gather'] > 2 * temp[2, 'all_gather'], temp
