@@ -2,7 +2,8 @@
 
 Rows, candidate masks, log-sum-exp partials, dense and blockwise sums of eq. (3)'s pair
 losses, and the custom JVP that computes their gradient in the same passes. The image
-losses (`hscl_jax.losses.image`), the diagnostics and the graph losses are written on it.
+losses (`hscl_jax.losses.image`), the diagnostics and the graph losses are written on it;
+the sigmoid losses (`hscl_jax.losses.sigmoid`) on its rows, masks, blocks and custom JVP.
 
 Memory: ``block_size=None`` picks the dense form when ``n_local * n_global <=
 DENSE_MAX_ENTRIES`` and otherwise streams over key blocks of ``DEFAULT_BLOCK_SIZE`` rows

@@ -65,6 +65,8 @@ COLLECTIVES = ('all_gather', 'ring')
 
 
 class Stats(NamedTuple):
+  """An anchor's sums over the keys seen so far (per anchor: arrays of the anchors' rows)."""
+
   positive: Array  # Σ_{P(i)} softplus(-l)
   negatives: Array  # |N(i)|
   # Σ_{N(i)} softplus(l); with hardening Σ_{N(i)} e^{log η - shift} softplus(l)
@@ -125,16 +127,13 @@ class Sigmoid:
     return Stats(zero, zero, zero, jnp.full_like(zero, jnp.finfo(jnp.float32).min), zero)
 
   def log_weights(self, g, negative):
-    log_eta = self.hardening(g).astype(jnp.float32)
-    if self.stop_gradient_weights:
-      log_eta = jax.lax.stop_gradient(log_eta)
-    return jnp.where(negative, log_eta, kernel.NEG_INF)
+    return kernel.log_weights(g, negative, self.hardening, self.stop_gradient_weights)
 
   def stats(self, g, b, rows, keys) -> Stats:
     """The tile's sums, from g = t·s (``similarity``)."""
     positive, negative = self.positives(rows, keys), self.negatives(rows, keys)
     logit = g + b
-    t, _, log1p_t = kernel.logistic_parts(logit)
+    _, _, log1p_t = kernel.logistic_parts(logit)
     positive_sum = jnp.sum(jnp.where(positive, jnp.maximum(-logit, 0.0) + log1p_t, 0.0), axis=1)
     count = jnp.sum(negative, axis=1, dtype=jnp.float32)
     softplus = jnp.maximum(logit, 0.0) + log1p_t
