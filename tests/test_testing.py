@@ -35,6 +35,13 @@ QUEUE = dict(
   queue_filled=jnp.array([True, True, True, True, False, True]),
 )
 
+# Two towers of 8 rows each, labelled (a class of one among them).
+TOWER_X = normalized(jax.random.normal(jax.random.key(65), (8, 8)))
+TOWER_Y = normalized(jax.random.normal(jax.random.key(66), (8, 8)))
+TOWER_LABELS = dict(
+  labels_x=jnp.array([0, 1, 2, 0, 1, 2, 3, 0]), labels_y=jnp.array([1, 0, 2, 2, 1, 0, 0, 4])
+)
+
 # A graph batch: 8 graphs (the last one padding) of 2 nodes each, node 2g and 2g + 1 in
 # graph g; the last node padding too. node_graph indexes the global batch's graphs.
 NODES = jax.random.normal(jax.random.key(63), (16, 8))
@@ -70,6 +77,14 @@ CASES = {
   'hucl': Case((FEATURES,), dict(beta=1.0, tau_plus=0.1, temperature=0.5)),
   'scl': Case((FEATURES, LABELS), dict(temperature=0.3, **QUEUE)),
   'hscl': Case((FEATURES, LABELS), dict(hardening=losses.exponential(1.0), temperature=0.5)),
+  'siglip': Case(
+    (TOWER_X, TOWER_Y),
+    dict(t=5.0, b=-2.0, hardening=losses.exponential(1.0), collective='ring', **TOWER_LABELS),
+    sharded_options=('labels_x', 'labels_y'),
+  ),
+  'sigmoid_contrastive': Case(
+    (FEATURES, LABELS), dict(t=5.0, b=-2.0, hardening=losses.exponential(1.0))
+  ),
   'local_global_jsd': Case(
     (NODES, GRAPHS, jnp.arange(16) // 2),
     GRAPH_BATCH,
@@ -90,6 +105,8 @@ NOT_LOSSES = {
   'Hardening': 'a type',
   'Mask': 'a type',
   'Precision': 'a type',
+  'SIGLIP_B': 'a constant',
+  'SIGLIP_T': 'a constant',
   'assumption1': 'a per-anchor diagnostic',
   'batch_diagnostics': 'a diagnostic (tests/test_losses.py checks it across devices)',
   'beta_schedule': 'a schedule',

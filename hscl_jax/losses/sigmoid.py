@@ -322,13 +322,11 @@ def mean_loss(sig: Sigmoid, q, k, b, *, axis_name, collective, block_size):
 # Checks and rows.
 
 
-def check_options(t, b, collective, axis_name):
+def check_options(t, b, collective):
   kernel.check_value('t', t, kernel.finite_positive, "positive and finite (t = e^{t'})")
   kernel.check_value('b', b, np.isfinite, 'finite')
   if collective not in COLLECTIVES:
     raise ValueError(f'collective must be one of {COLLECTIVES}, got {collective!r}.')
-  if collective == 'ring' and axis_name is None:
-    raise ValueError("collective='ring' needs axis_name (the devices' batch axis); pass it.")
 
 
 def check_tower(name, x):
@@ -439,7 +437,8 @@ def siglip(
     axis_name: inside ``jax.shard_map``/``jax.pmap``, the batch axis (x, y and the labels
       are the local shards, of equal size without labels): the loss of the global batch.
     collective: 'all_gather' (gather y) or 'ring' (pass y's shards around, SigLIP's
-      chunking); needs ``axis_name``. Both give the same value and gradients.
+      chunking). Both give the same value and gradients; without ``axis_name`` there is
+      one shard and nothing to pass, so the same options run on one device and on many.
     block_size: None = automatic (dense up to 2^24 logits, then blocks of 2048 rows);
       an int forces blocks of that many rows, 0 the dense form.
     precision: of the similarity matmuls (``'highest'``: full float32).
@@ -458,7 +457,7 @@ def siglip(
     ((), 'float32', True)
   """
   x, y, labels_x, labels_y = checked_towers(x, y, labels_x, labels_y)
-  check_options(t, b, collective, axis_name)
+  check_options(t, b, collective)
   positives, negatives = two_tower_sets(labelled=labels_x is not None)
   q, k = tower_rows(x, labels_x, axis_name, t), tower_rows(y, labels_y, axis_name)  # g = t·s
   sig = Sigmoid(positives, negatives, hardening, stop_gradient_weights, precision)
@@ -502,7 +501,7 @@ def sigmoid_contrastive(
     True
   """
   features, labels = kernel.check_inputs(features, labels)
-  check_options(t, b, collective, axis_name)
+  check_options(t, b, collective)
   q, _ = kernel.anchor_and_key_rows(features, labels, None)
   if axis_name is not None:  # global sample and row indices
     batch, views, _ = features.shape

@@ -383,7 +383,6 @@ def test_docstring_examples_run():
       lambda: losses.siglip(X, Y, t=T, b=B, collective='tree'),
       "collective must be one of ('all_gather', 'ring'), got 'tree'",
     ),
-    (lambda: losses.siglip(X, Y, t=T, b=B, collective='ring'), "collective='ring' needs axis_name"),
     (lambda: losses.sigmoid_contrastive(Z, t=-1.0, b=B), 't must be positive and finite'),
   ],
 )
@@ -542,3 +541,15 @@ def test_the_rings_memory_per_device_does_not_grow_with_the_devices():
   assert temp[8, 'ring'] <= 1.05 * temp[2, 'ring'], temp
   assert temp[4, 'ring'] <= 1.05 * temp[2, 'ring'], temp
   assert temp[8, 'all_gather'] > 2 * temp[2, 'all_gather'], temp
+
+
+def test_the_ring_on_one_device_is_the_plain_loss():
+  """Without axis_name there is one shard: collective='ring' runs, and gives the value and
+  gradients of the default, so one set of options serves one device and many."""
+  for loss in (
+    lambda x, y, t, b, c: losses.siglip(x, y, t=t, b=b, collective=c),
+    lambda x, y, t, b, c: losses.sigmoid_contrastive(jnp.stack([x, y], 1), t=t, b=b, collective=c),
+  ):
+    ring = jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(X, Y, T, B, 'ring')
+    gather = jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(X, Y, T, B, 'all_gather')
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), ring, gather)
