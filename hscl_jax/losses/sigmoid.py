@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hscl_jax.losses import image
 from hscl_jax.losses import kernel
 
 Array = kernel.Array
@@ -322,7 +323,9 @@ def mean_loss(sig: Sigmoid, q, k, b, *, axis_name, collective, block_size):
 # Checks and rows.
 
 
-def check_options(t, b, collective):
+def check_options(t, b, collective, hardening, stop_gradient_weights):
+  image.check_hardening(hardening, optional=True)
+  kernel.check_flag('stop_gradient_weights', stop_gradient_weights)
   kernel.check_value('t', t, kernel.finite_positive, "positive and finite (t = e^{t'})")
   kernel.check_value('b', b, np.isfinite, 'finite')
   if collective not in COLLECTIVES:
@@ -457,7 +460,7 @@ def siglip(
     ((), 'float32', True)
   """
   x, y, labels_x, labels_y = checked_towers(x, y, labels_x, labels_y)
-  check_options(t, b, collective)
+  check_options(t, b, collective, hardening, stop_gradient_weights)
   positives, negatives = two_tower_sets(labelled=labels_x is not None)
   q, k = tower_rows(x, labels_x, axis_name, t), tower_rows(y, labels_y, axis_name)  # g = t·s
   sig = Sigmoid(positives, negatives, hardening, stop_gradient_weights, precision)
@@ -501,7 +504,7 @@ def sigmoid_contrastive(
     True
   """
   features, labels = kernel.check_inputs(features, labels)
-  check_options(t, b, collective)
+  check_options(t, b, collective, hardening, stop_gradient_weights)
   q, _ = kernel.anchor_and_key_rows(features, labels, None)
   if axis_name is not None:  # global sample and row indices
     batch, views, _ = features.shape

@@ -384,6 +384,15 @@ def test_docstring_examples_run():
       "collective must be one of ('all_gather', 'ring'), got 'tree'",
     ),
     (lambda: losses.sigmoid_contrastive(Z, t=-1.0, b=B), 't must be positive and finite'),
+    (
+      lambda: losses.sigmoid_contrastive(Z, t=T, b=B, hardening=1.0),
+      'hardening= takes a function g -> log η(g), e.g. losses.exponential(1.0), got the number',
+    ),
+    (
+      lambda: losses.siglip(X, Y, t=T, b=B, hardening=losses.threshold),
+      'hardening=losses.threshold is the factory: call it',
+    ),
+    (lambda: losses.siglip(X, Y, t=T, b=B, stop_gradient_weights='no'), 'stop_gradient_weights'),
   ],
 )
 def test_bad_input_is_refused_in_one_line(call, message):
