@@ -1,4 +1,4 @@
-"""The comparison report (hscl_jax.experiments.image_grid and its program `compare`): settings,
+"""The comparison report (hscl_jax.experiments.grid and its program `compare`): settings,
 summary, table, plots."""
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from configs import digits  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
-from hscl_jax.experiments import image_grid  # noqa: E402
-from hscl_jax.experiments import image_plots  # noqa: E402
-from hscl_jax.experiments import image_report  # noqa: E402
+from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.experiments import image_runs  # noqa: E402
+from hscl_jax.experiments import plots as image_plots  # noqa: E402
 from hscl_jax.experiments import raw_pixels  # noqa: E402
+from hscl_jax.experiments import reports as image_report  # noqa: E402
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 

@@ -23,7 +23,7 @@ from test_compare_densities import write_grid  # noqa: E402
 from test_significance import expected_rows  # noqa: E402
 
 from hscl_jax.experiments import budget_grid  # noqa: E402
-from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import grid as image_grid  # noqa: E402
 
 # (linear top-1, final kNN top-1) per budget, method and seed. Shared seeds: H-UCL 0-2
 # (seed 3 only at 2 epochs), H-SCL(β) 0, 2, 3 (seed 1 only at 2 epochs), SCL 0-2; UCL never

@@ -21,7 +21,7 @@ from hscl_jax import data  # noqa: E402
 from hscl_jax.evaluation import inspection  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.experiments import density_grid  # noqa: E402
-from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.experiments import image_pairs  # noqa: E402
 from hscl_jax.experiments import image_runs  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402

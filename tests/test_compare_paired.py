@@ -15,10 +15,10 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from configs import digits  # noqa: E402
 from hscl_jax import data  # noqa: E402
+from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.experiments import image_batches  # noqa: E402
-from hscl_jax.experiments import image_grid  # noqa: E402
 from hscl_jax.experiments import image_pairs  # noqa: E402
-from hscl_jax.experiments import image_report  # noqa: E402
+from hscl_jax.experiments import reports as image_report  # noqa: E402
 
 sys.path.insert(0, str(REPO / 'tests'))
 from test_significance import expected_rows  # noqa: E402

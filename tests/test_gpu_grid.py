@@ -26,8 +26,8 @@ import pytest
 from hscl_jax.config import fields
 from hscl_jax.config import schema
 from hscl_jax.data import image_folder
+from hscl_jax.experiments import grid as image_grid
 from hscl_jax.experiments import image_batches
-from hscl_jax.experiments import image_grid
 from hscl_jax.experiments import image_runs
 from hscl_jax.experiments import run_records
 from hscl_jax.rundir import metrics

@@ -19,7 +19,7 @@ from configs import digits  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax.config import methods  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
-from hscl_jax.experiments import image_grid  # noqa: E402
+from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from hscl_jax.experiments import significance
+from hscl_jax.experiments import paired as significance
 
 
 def sign_p(positive: int, n: int) -> float:

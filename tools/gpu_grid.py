@@ -28,7 +28,7 @@ version, the date, E and its calibration, each run's status and seconds), gpu_gr
 `merge`, here: unpacks the records into docs/results/tin100_gpu/runs/, keeps the session
 as sessions/<date>.json, writes E into configs/tin100.py the first time (refuses records
 of another E after that), and rewrites docs/results/tin100_gpu/report.md with
-hscl_jax.experiments.image_report (Table I, paired differences by seed, the same-class count
+hscl_jax.experiments.reports (Table I, paired differences by seed, the same-class count
 per anchor measured from the batches, Fig. 1's epochs to SCL's final kNN) and a note on
 the data and the devices. --data is the pack unpacked (configs/tin100.py's first command
 writes it): the report's raw-pixel kNN and its batch counts read it.
@@ -86,23 +86,23 @@ def grid_config(folder: str, epochs: int, smoke: bool):
 
 
 def grid_plan(config) -> list:
-  """GRID as image_grid's (Setting, seed) pairs (the config's beta and tau schedule)."""
-  from hscl_jax.experiments import image_grid
+  """GRID as grid's (Setting, seed) pairs (the config's beta and tau schedule)."""
+  from hscl_jax.experiments import grid
 
-  setting = {s.method: s for s in image_grid.settings(config, set())}
+  setting = {s.method: s for s in grid.settings(config, set())}
   return [(setting[method], seed) for method, seed in GRID]
 
 
 def recorded(config, plan, results: pathlib.Path) -> list:
   """The pairs of `plan` whose finished record (this config's, as `compare` reads it) is
   in results/runs/."""
-  from hscl_jax.experiments import image_grid
+  from hscl_jax.experiments import grid
   from hscl_jax.experiments import image_runs
   from hscl_jax.experiments import run_records
 
   done = []
   for setting, seed in plan:
-    run = image_grid.run_config(config, setting, seed, config.linear_eval.protocol)
+    run = grid.run_config(config, setting, seed, config.linear_eval.protocol)
     directory = run_records.record_dir(str(results), setting.slug, seed)
     linear_eval = run.linear_eval.to_dict()
     keys = image_runs.LINEAR_EVAL_KEYS
@@ -383,7 +383,7 @@ def unpack_returned(returned: pathlib.Path, results: pathlib.Path) -> dict:
 
 
 def merge(args) -> None:
-  from hscl_jax.experiments import image_report
+  from hscl_jax.experiments import reports
 
   results, data = pathlib.Path(args.results), pathlib.Path(args.data)
   if data.name != 'tin100' or not (data / 'train').is_dir():
@@ -402,15 +402,15 @@ def merge(args) -> None:
   config = grid_config(str(data), epochs, session['smoke'])
   sessions = [first_light.read_json(p) for p in sorted((results / SESSIONS_DIR).glob('*.json'))]
   with tempfile.TemporaryDirectory() as root:  # no workdirs: the records alone
-    report = image_report.write_report(
+    report = reports.write_report(
       config, root, grid_plan(config), set(), config.linear_eval.protocol, str(results)
     )
   if report is None:
     print(f'no finished run recorded in {results} yet')
     return
   note = data_note(config, sessions, calibration)
-  (results / image_report.REPORT_FILE).write_text(report + note)
-  print(f'{results / image_report.REPORT_FILE}: {report.splitlines()[-1]}')
+  (results / reports.REPORT_FILE).write_text(report + note)
+  print(f'{results / reports.REPORT_FILE}: {report.splitlines()[-1]}')
 
 
 def parse_args(argv=None):

@@ -20,10 +20,10 @@ import os
 
 import numpy as np
 
-from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import grid
 from hscl_jax.experiments import image_pairs
-from hscl_jax.experiments import image_report
-from hscl_jax.experiments import significance
+from hscl_jax.experiments import paired
+from hscl_jax.experiments import reports
 from hscl_jax.experiments import sweep
 from hscl_jax.rundir import atomic
 
@@ -36,8 +36,8 @@ class Budget:
 
   epochs: int
   records: str
-  summary: dict  # image_report.summarise, over the seeds of every budget
-  best: dict  # image_report.best_per_method
+  summary: dict  # reports.summarise, over the seeds of every budget
+  best: dict  # reports.best_per_method
 
   @property
   def label(self) -> str:
@@ -73,8 +73,8 @@ def measure(base, budgets: list[tuple[int, str]], protocol: str) -> list[Budget]
   for (epochs, records), runs in zip(budgets, runs_per_budget):
     kept = [run for run in runs if run['seed'] in seeds.get(run['setting'].method, ())]
     if kept:
-      summary = image_report.summarise(kept)
-      measured.append(Budget(epochs, records, summary, image_report.best_per_method(summary)))
+      summary = reports.summarise(kept)
+      measured.append(Budget(epochs, records, summary, reports.best_per_method(summary)))
   return measured if len(measured) == len(budgets) else []
 
 
@@ -100,7 +100,7 @@ def _seed_values(b: Budget, method: str, key: str) -> dict[int, float]:
 def longer_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
   """Each method at a longer budget minus at the shortest, per seed."""
   shortest, rows = measured[0], []
-  for method in image_grid.METHODS:
+  for method in grid.METHODS:
     for b in measured[1:]:
       if method not in b.best or method not in shortest.best:
         continue
@@ -143,12 +143,12 @@ def speed_rows(measured: list[Budget]) -> list[str]:
   targets = [float(np.mean(b.summary[b.best['SCL']]['knn'])) for b in measured]
   header = ' | '.join(f'{b.label} (SCL {100 * t:.2f} %)' for b, t in zip(measured, targets))
   lines = ['| method | ' + header + ' |', '|---|' + '---|' * len(measured)]
-  for method in image_grid.METHODS:
+  for method in grid.METHODS:
     if not all(method in b.best for b in measured):
       continue
     cells = []
     for b, target in zip(measured, targets):
-      epoch = image_report.first_epoch_reaching(b.summary[b.best[method]]['runs'], target)
+      epoch = reports.first_epoch_reaching(b.summary[b.best[method]]['runs'], target)
       cells.append('not reached' if epoch is None else f'{epoch} of {b.epochs}')
     lines.append(f'| {method} | {" | ".join(cells)} |')
   return lines + ['']
@@ -179,14 +179,14 @@ def tables(measured: list[Budget]) -> tuple[list[str], str]:
   rows = [row for _, _, part in parts for row in part]
   if not rows:
     return [], ''
-  lines, tests = significance.table_lines(rows)
+  lines, tests = paired.table_lines(rows)
   out, start = [], 0
   for title, columns, part in parts:
     if part:
-      out += [title, '', f'| {columns} | seeds | top-1 | {significance.HEADER} |']
-      out += [f'|---|---|---|---|{significance.ALIGN}|', *lines[start : start + len(part)], '']
+      out += [title, '', f'| {columns} | seeds | top-1 | {paired.HEADER} |']
+      out += [f'|---|---|---|---|{paired.ALIGN}|', *lines[start : start + len(part)], '']
     start += len(part)
-  return out, significance.how_to_read(tests)
+  return out, paired.how_to_read(tests)
 
 
 def write_report(base, budgets: list[tuple[int, str]], protocol: str, report_dir: str):
@@ -205,7 +205,7 @@ def write_report(base, budgets: list[tuple[int, str]], protocol: str, report_dir
   }
   table_lines, reading = tables(measured)
   lines = [
-    f'# The comparison against the training budget: {image_grid.dataset_label(base)}',
+    f'# The comparison against the training budget: {grid.dataset_label(base)}',
     '',
     f'Batch {base.batch_size}, model {base.model.name}, samples per class '
     f'{base.samples_per_class or "0 (uniform batches)"}, linear evaluation protocol '

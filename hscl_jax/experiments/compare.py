@@ -22,8 +22,8 @@ stopped, on any machine, without the runs' checkpoints.
 Several processes may run the same command on one DIR (e.g. one per core, under
 `taskset`): a run another process holds is skipped; `--report_only` then writes the
 report from the finished runs.
-The work is done by hscl_jax.experiments.image_grid (the grid), image_runs (its runs) and
-image_report (the report).
+The work is done by hscl_jax.experiments.grid (the grid), image_runs (its runs) and
+reports (the report).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from ml_collections import config_flags
 from hscl_jax import errors
 from hscl_jax.config import command_line
 from hscl_jax.evaluation import linear_probe
-from hscl_jax.experiments import image_grid
-from hscl_jax.experiments import image_plots
-from hscl_jax.experiments import image_report
+from hscl_jax.experiments import grid
 from hscl_jax.experiments import image_runs
+from hscl_jax.experiments import plots
+from hscl_jax.experiments import reports
 from hscl_jax.rundir import metrics
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Base config file.', lock_config=False)
@@ -50,7 +50,7 @@ _SEEDS_FOR = flags.DEFINE_list(
   'seeds_for',
   [],
   'METHOD=N pairs giving a method its own number of seeds, e.g. scl=5,hscl_beta=5 '
-  f'(methods: {", ".join(map(image_grid.method_slug, image_grid.METHODS))}).',
+  f'(methods: {", ".join(map(grid.method_slug, grid.METHODS))}).',
 )
 _GRID = flags.DEFINE_list(
   'grid', [], 'Grids to search: beta, tau (paper grids); queue (SCL, H-SCL(β) with a queue).'
@@ -69,13 +69,13 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {" ".join(argv[1:])}')
   grids = set(_GRID.value)
-  if grids - set(image_grid.GRIDS):
-    unknown = sorted(grids - set(image_grid.GRIDS))
+  if grids - set(grid.GRIDS):
+    unknown = sorted(grids - set(grid.GRIDS))
     raise app.UsageError(f'--grid takes beta, tau and/or queue, got {unknown}.')
   metrics.show_only_own_info_logs()
   try:
     seeds_for = {name: int(count) for name, count in (p.split('=', 1) for p in _SEEDS_FOR.value)}
-    plan = image_grid.plan_runs(_CONFIG.value, list(range(_SEEDS.value)), grids, seeds_for)
+    plan = grid.plan_runs(_CONFIG.value, list(range(_SEEDS.value)), grids, seeds_for)
   except ValueError as error:
     raise app.UsageError(
       f'--seeds_for={",".join(_SEEDS_FOR.value)}: {error} (e.g. --seeds_for=scl=5,hscl_beta=5)'
@@ -83,15 +83,14 @@ def main(argv):
   records = _REPORT_DIR.value or _WORKDIR.value
   run_args = (_CONFIG.value, _WORKDIR.value, plan, _PROTOCOL.value, records)
   report_args = (_CONFIG.value, _WORKDIR.value, plan, grids, _PROTOCOL.value)
-  errors.exit_on_user_error(image_plots.require_pyplot)
+  errors.exit_on_user_error(plots.require_pyplot)
   if not _REPORT_ONLY.value:
     try:
       errors.exit_on_user_error(lambda: image_runs.run_grid(*run_args), workdir=_WORKDIR.value)
     except image_runs.Preempted as stop:  # the run in progress saved: the same command resumes
       sys.exit(errors.signal_exit_status(stop.signum))
   report = errors.exit_on_user_error(
-    lambda: image_report.write_report(*report_args, report_dir=_REPORT_DIR.value),
-    workdir=_WORKDIR.value,
+    lambda: reports.write_report(*report_args, report_dir=_REPORT_DIR.value), workdir=_WORKDIR.value
   )
   print(report or f'No finished run in {_WORKDIR.value} yet.')
 

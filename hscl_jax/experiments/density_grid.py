@@ -23,11 +23,11 @@ import numpy as np
 
 from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import inspection
+from hscl_jax.experiments import grid
 from hscl_jax.experiments import image_batches
-from hscl_jax.experiments import image_grid
 from hscl_jax.experiments import image_pairs
-from hscl_jax.experiments import image_report
-from hscl_jax.experiments import significance
+from hscl_jax.experiments import paired
+from hscl_jax.experiments import reports
 from hscl_jax.experiments import sweep
 from hscl_jax.rundir import atomic
 
@@ -70,8 +70,8 @@ class Measured:
   """One density's finished runs and what its batches held."""
 
   density: Density
-  summary: dict  # image_report.summarise
-  best: dict  # image_report.best_per_method
+  summary: dict  # reports.summarise
+  best: dict  # reports.best_per_method
   same_class: float  # other samples of an anchor's class per batch, mean over its seeds
   seeds: list[int]
 
@@ -90,8 +90,8 @@ def measure(base, density: Density, protocol: str, labels: np.ndarray) -> Measur
     )[0]
     for seed in seeds
   ]
-  summary = image_report.summarise(runs)
-  best = image_report.best_per_method(summary)
+  summary = reports.summarise(runs)
+  best = reports.best_per_method(summary)
   return Measured(density, summary, best, float(np.mean(counts)), seeds)
 
 
@@ -132,7 +132,7 @@ def uniform_rows(measured: list[Measured]) -> list[tuple[str, list[float]]]:
   uniform = next((m for m in measured if not m.density.samples_per_class), None)
   rows = []
   for m in measured if uniform is not None else []:
-    for method in image_grid.METHODS:
+    for method in grid.METHODS:
       if m is uniform or method not in m.best or method not in uniform.best:
         continue
       for key, measure in image_pairs.MEASURES:
@@ -151,17 +151,17 @@ def paired_tables(measured: list[Measured]) -> tuple[list[str], list[str], str]:
   """The pairs' table, the against-uniform table and the sentence on reading their tests,
   Holm-adjusted over the rows of both (one family: every test of the report)."""
   pairs, uniform = paired_rows(measured), uniform_rows(measured)
-  lines, tests = significance.table_lines(pairs + uniform)
-  reading = significance.how_to_read(tests) if tests else ''
+  lines, tests = paired.table_lines(pairs + uniform)
+  reading = paired.how_to_read(tests) if tests else ''
   pair_table = [
-    f'| pair | batches | same-class per anchor | seeds | top-1 | {significance.HEADER} |',
-    f'|---|---|---|---|---|{significance.ALIGN}|',
+    f'| pair | batches | same-class per anchor | seeds | top-1 | {paired.HEADER} |',
+    f'|---|---|---|---|---|{paired.ALIGN}|',
     *lines[: len(pairs)],
     '',
   ]
   uniform_table = [
-    f'| method | batches | seeds | top-1 | {significance.HEADER} |',
-    f'|---|---|---|---|{significance.ALIGN}|',
+    f'| method | batches | seeds | top-1 | {paired.HEADER} |',
+    f'|---|---|---|---|{paired.ALIGN}|',
     *lines[len(pairs) :],
     '',
   ]
@@ -178,9 +178,7 @@ def false_negatives(measured: list[Measured]) -> list[str]:
     if 'H-UCL' not in m.best:
       continue
     folder = f'{m.best["H-UCL"].slug}_seed0'
-    path = os.path.join(
-      m.density.records, image_grid.INSPECT_DIR, folder, inspection.STATISTIC_FILE
-    )
+    path = os.path.join(m.density.records, grid.INSPECT_DIR, folder, inspection.STATISTIC_FILE)
     if not os.path.isfile(path):
       continue
     with open(path) as f:
@@ -237,7 +235,7 @@ def write_report(base, densities: list[Density], protocol: str, report_dir: str)
   plot = plot_pairs(measured, report_dir)
   pair_table, uniform_table, reading = paired_tables(measured)
   lines = [
-    f'# The comparison against label density: {image_grid.dataset_label(base)}',
+    f'# The comparison against label density: {grid.dataset_label(base)}',
     '',
     f'Batch {base.batch_size}, {base.num_epochs} epochs, model {base.model.name}, linear '
     f'evaluation protocol {protocol}. Each density is one comparison (its report: '

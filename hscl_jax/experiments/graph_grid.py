@@ -21,7 +21,7 @@ import numpy as np
 from hscl_jax import errors
 from hscl_jax import progress
 from hscl_jax.config import methods as method_table
-from hscl_jax.experiments import significance
+from hscl_jax.experiments import paired
 from hscl_jax.graphs import train
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import lock as workdir_lock
@@ -206,16 +206,16 @@ def _paired_table(runs, datasets, betas) -> list[str]:
         rows.append((pair, [a[s] - b[s] for s in seeds]))
   if not rows:
     return []
-  lines, tests = significance.table_lines(rows)
+  lines, tests = paired.table_lines(rows)
   return [
     '',
     '## Paired differences (same seed; accuracy points)',
     '',
-    f'| pair | dataset | seeds | {significance.HEADER} |',
-    f'|---|---|---|{significance.ALIGN}|',
+    f'| pair | dataset | seeds | {paired.HEADER} |',
+    f'|---|---|---|{paired.ALIGN}|',
     *lines,
     '',
-    significance.how_to_read(tests),
+    paired.how_to_read(tests),
   ]
 
 

@@ -6,7 +6,7 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import data
-from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import grid
 
 
 def same_class_per_anchor(
@@ -44,12 +44,12 @@ def batch_composition(config, plan) -> list[str]:
   labels = training_labels(config)
   if labels.min() < 0:
     return []  # unlabelled training data: no classes to count
-  seeds_of: dict[image_grid.Setting, list[int]] = {}
+  seeds_of: dict[grid.Setting, list[int]] = {}
   for setting, seed in plan:
     seeds_of.setdefault(setting, []).append(seed)
   rows = []
   for setting, seeds in seeds_of.items():
-    runs = [image_grid.run_config(config, setting, seed) for seed in seeds]
+    runs = [grid.run_config(config, setting, seed) for seed in seeds]
     measured = [
       same_class_per_anchor(
         labels, run.batch_size, run.seed, run.num_epochs, run.get('samples_per_class', 0)

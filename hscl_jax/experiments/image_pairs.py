@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from hscl_jax.config import methods
-from hscl_jax.experiments import significance
+from hscl_jax.experiments import paired
 
 PAIRS = methods.PAIRS  # the pairs of the paper's claims, by the methods' paper labels
 
 
 def paired_differences(summary, best, key: str, first: str, second: str) -> dict[int, float]:
   """Seed -> `first` − `second` of a per-run figure (`key`: 'top1' or 'knn' of
-  image_report.summarise), over the seeds both methods' Table I settings finished: the
+  reports.summarise), over the seeds both methods' Table I settings finished: the
   seeds of a comparison share the subset and the data order, so a per-seed difference
   cancels what they share."""
   return seed_differences(
@@ -19,7 +19,7 @@ def paired_differences(summary, best, key: str, first: str, second: str) -> dict
 
 
 def seed_values(stats, key: str) -> dict[int, float]:
-  """Seed -> a per-run figure (`key`) of one setting's image_report.summarise() entry."""
+  """Seed -> a per-run figure (`key`) of one setting's reports.summarise() entry."""
   return {run['seed']: value for run, value in zip(stats['runs'], stats[key])}
 
 
@@ -46,11 +46,11 @@ def paired_rows(summary, best) -> list[tuple[str, list[float]]]:
 
 def paired_table(summary, best) -> list[str]:
   """Per-seed paired differences of linear and kNN top-1 for PAIRS with their tests of
-  significance (hscl_jax.experiments.significance; Holm over this table's rows)."""
+  significance (hscl_jax.experiments.paired; Holm over this table's rows)."""
   rows = paired_rows(summary, best)
   if not rows:
     return []
-  lines, tests = significance.table_lines(rows)
+  lines, tests = paired.table_lines(rows)
   return [
     '## Paired differences (same seed: same subset, same data order)',
     '',
@@ -58,10 +58,10 @@ def paired_table(summary, best) -> list[str]:
     'finished: their mean ± std, the seeds in which the difference is positive, and the '
     'tests of significance.',
     '',
-    f'| pair | seeds | top-1 | {significance.HEADER} |',
-    f'|---|---|---|{significance.ALIGN}|',
+    f'| pair | seeds | top-1 | {paired.HEADER} |',
+    f'|---|---|---|{paired.ALIGN}|',
     *lines,
     '',
-    significance.how_to_read(tests),
+    paired.how_to_read(tests),
     '',
   ]

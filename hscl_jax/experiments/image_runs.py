@@ -11,7 +11,7 @@ from absl import logging
 
 from hscl_jax import progress
 from hscl_jax.evaluation import linear_probe
-from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import grid
 from hscl_jax.experiments import run_records
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import lock as workdir_lock
@@ -29,10 +29,10 @@ Preempted = preemption.Preempted
 LINEAR_EVAL_KEYS = ('protocol', 'num_epochs', 'learning_rate', 'weight_decay', 'batch_size')
 
 
-def finished_run(root: str, setting: image_grid.Setting, seed: int, linear_eval) -> dict | None:
+def finished_run(root: str, setting: grid.Setting, seed: int, linear_eval) -> dict | None:
   """The run's results if it trained every epoch and its last checkpoint was
   linear-evaluated with the settings `linear_eval` (config.linear_eval); None otherwise."""
-  workdir = image_grid.run_dir(root, setting, seed)
+  workdir = grid.run_dir(root, setting, seed)
   result_path = os.path.join(workdir, linear_probe.RESULT_FILE)
   if not os.path.exists(result_path):
     return None
@@ -48,34 +48,32 @@ def finished_run(root: str, setting: image_grid.Setting, seed: int, linear_eval)
   return {'setting': setting, 'seed': seed, 'linear': result, 'history': history}
 
 
-def completed_run(
-  base, setting: image_grid.Setting, seed: int, root: str, protocol: str, records=None
-):
+def completed_run(base, setting: grid.Setting, seed: int, root: str, protocol: str, records=None):
   """The run's results from its finished workdir (recorded under RECORDS/runs/ when
   `records` is given: hscl_jax.experiments.run_records) or else from that record; None if
   neither holds the finished run."""
-  config = image_grid.run_config(base, setting, seed, protocol)
+  config = grid.run_config(base, setting, seed, protocol)
   linear_eval = config.linear_eval.to_dict()
   done = finished_run(root, setting, seed, linear_eval)
   if records is None:
     return done
   directory = run_records.record_dir(records, setting.slug, seed)
   if done is not None:
-    run_records.write_record(image_grid.run_dir(root, setting, seed), directory)
+    run_records.write_record(grid.run_dir(root, setting, seed), directory)
     return done
   recorded = run_records.read_record(directory, config, linear_eval, LINEAR_EVAL_KEYS)
   return None if recorded is None else {'setting': setting, 'seed': seed, **recorded}
 
 
-def run_one(base, setting: image_grid.Setting, seed: int, root: str, protocol: str, records=None):
+def run_one(base, setting: grid.Setting, seed: int, root: str, protocol: str, records=None):
   """Trains (or resumes / reuses) one run and linear-evaluates its last checkpoint;
   None if another process holds the run's workdir (it is running it). A run recorded in
   RECORDS/runs/ (`records`) is reused as it is, and a finished one is recorded there."""
   done = completed_run(base, setting, seed, root, protocol, records)
   if done is not None:
     return done
-  workdir = image_grid.run_dir(root, setting, seed)
-  config = image_grid.run_config(base, setting, seed, protocol)
+  workdir = grid.run_dir(root, setting, seed)
+  config = grid.run_config(base, setting, seed, protocol)
   start = time.time()
   try:
     trained = loop.train_and_evaluate(config, workdir)
@@ -101,7 +99,7 @@ def run_one(base, setting: image_grid.Setting, seed: int, root: str, protocol: s
 
 
 def run_grid(config, root: str, plan: list, protocol: str, records: str | None = None) -> None:
-  """Every (setting, seed) of `plan` (image_grid.plan_runs) not finished (nor recorded in
+  """Every (setting, seed) of `plan` (grid.plan_runs) not finished (nor recorded in
   RECORDS/runs/) yet, in order; runs that another process holds are left to it."""
   os.makedirs(root, exist_ok=True)
   logging.info('%d runs', len(plan))

@@ -9,7 +9,7 @@ import numpy as np
 
 from hscl_jax import data
 from hscl_jax.evaluation import knn
-from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import grid
 from hscl_jax.rundir import atomic
 
 RAW_PIXELS_FILE = 'raw_pixel_knn.json'
@@ -20,7 +20,7 @@ def raw_pixel_knn(config, root: str) -> dict:
   subset) as the bank, test split as queries: pixels in [0, 1], centred by the bank's
   mean image, L2-normalised. Cached in ROOT/raw_pixel_knn.json per split definition."""
   key = {
-    'dataset': image_grid.dataset_label(config),
+    'dataset': grid.dataset_label(config),
     'train_examples': config.train_examples or None,
     'split_seed': config.split_seed,
     'image_size': config.augment.image_size,

@@ -13,9 +13,9 @@ import os
 
 import ml_collections
 
-from hscl_jax.experiments import image_grid
-from hscl_jax.experiments import image_report
+from hscl_jax.experiments import grid
 from hscl_jax.experiments import image_runs
+from hscl_jax.experiments import reports
 
 MAX_SEEDS = 20  # seeds looked for in a point's records
 
@@ -46,7 +46,7 @@ def recorded_runs(config, records: str, protocol: str) -> list[dict]:
   method at seeds 0 to MAX_SEEDS - 1, read from the records alone."""
   no_workdir = os.path.join(records, 'runs', 'no-workdir')  # records only
   runs = []
-  for setting in image_grid.settings(config, set()):
+  for setting in grid.settings(config, set()):
     for seed in range(MAX_SEEDS):
       run = image_runs.completed_run(config, setting, seed, no_workdir, protocol, records)
       if run is not None:
@@ -65,12 +65,12 @@ def method_tables(columns, what: str) -> list[str]:
       f'| method | {" | ".join(header for header, _, _ in columns)} |',
       '|---|' + '---|' * len(columns),
     ]
-    for method in image_grid.METHODS:
+    for method in grid.METHODS:
       cells = []
       for _, summary, best in columns:
         stats = summary.get(best.get(method))
         cells.append(
-          '' if stats is None else f'{image_report.mean_std(stats[key])} (n={len(stats[key])})'
+          '' if stats is None else f'{reports.mean_std(stats[key])} (n={len(stats[key])})'
         )
       if any(cells):
         lines.append(f'| {method} | {" | ".join(cells)} |')

@@ -11,11 +11,11 @@ import shutil
 import numpy as np
 
 from hscl_jax.evaluation import inspection
+from hscl_jax.experiments import grid
 from hscl_jax.experiments import image_batches
-from hscl_jax.experiments import image_grid
 from hscl_jax.experiments import image_pairs
-from hscl_jax.experiments import image_plots
 from hscl_jax.experiments import image_runs
+from hscl_jax.experiments import plots
 from hscl_jax.experiments import raw_pixels
 from hscl_jax.rundir import atomic
 
@@ -42,9 +42,9 @@ def _final(run, key):
   return history[-1][key] if history else float('nan')
 
 
-def summarise(runs: list[dict]) -> dict[image_grid.Setting, dict]:
+def summarise(runs: list[dict]) -> dict[grid.Setting, dict]:
   """Per setting: linear top-1/top-5 and final kNN over seeds."""
-  by_setting: dict[image_grid.Setting, list] = {}
+  by_setting: dict[grid.Setting, list] = {}
   for run in runs:
     by_setting.setdefault(run['setting'], []).append(run)
   return {
@@ -58,7 +58,7 @@ def summarise(runs: list[dict]) -> dict[image_grid.Setting, dict]:
   }
 
 
-def best_per_method(summary) -> dict[str, image_grid.Setting]:
+def best_per_method(summary) -> dict[str, grid.Setting]:
   """Table I's setting per method (runs with a queue are compared apart)."""
   best = {}
   for setting, stats in summary.items():
@@ -72,7 +72,7 @@ def best_per_method(summary) -> dict[str, image_grid.Setting]:
 
 def first_epoch_reaching(runs, target: float) -> int | None:
   """The first epoch at which the mean kNN accuracy over `runs` reaches `target`."""
-  epochs, curve = image_plots.curves(runs, 'knn_top1')
+  epochs, curve = plots.curves(runs, 'knn_top1')
   return next((e for e, value in zip(epochs, curve) if value >= target), None)
 
 
@@ -92,7 +92,7 @@ def speed_table(summary, best) -> list[str]:
     '| Method | setting | first epoch reaching it |',
     '|---|---|---|',
   ]
-  for method in image_grid.METHODS:
+  for method in grid.METHODS:
     if method in best:
       epoch = first_epoch_reaching(summary[best[method]]['runs'], target)
       cell = 'not reached' if epoch is None else f'{epoch} of {num_epochs}'
@@ -156,11 +156,11 @@ def inspect_links(root: str, best, seed: int, out_dir: str) -> list[str]:
   rows = []
   figures = [f for f in inspection.FILES if f.endswith('.png')]
   complete = lambda folder: all(os.path.isfile(os.path.join(folder, f)) for f in figures)
-  for method in image_grid.METHODS:
+  for method in grid.METHODS:
     if method not in best:
       continue
-    folder = os.path.join(out_dir, image_grid.INSPECT_DIR, f'{best[method].slug}_seed{seed}')
-    source = os.path.join(image_grid.run_dir(root, best[method], seed), image_grid.INSPECT_DIR)
+    folder = os.path.join(out_dir, grid.INSPECT_DIR, f'{best[method].slug}_seed{seed}')
+    source = os.path.join(grid.run_dir(root, best[method], seed), grid.INSPECT_DIR)
     if complete(source) and os.path.abspath(source) != os.path.abspath(folder):
       shutil.copytree(source, folder, dirs_exist_ok=True)
     if not complete(folder):
@@ -185,7 +185,7 @@ def inspect_links(root: str, best, seed: int, out_dir: str) -> list[str]:
 def markdown_report(
   summary, best, config, seeds, protocol, grids, plots, raw=None, inspected=()
 ) -> str:
-  dataset = image_grid.dataset_label(config)
+  dataset = grid.dataset_label(config)
   subset = (
     f'a class-balanced subset of {config.train_examples} training examples (bank of the kNN '
     'and of the linear evaluation too; the test split whole), '
@@ -207,7 +207,7 @@ def markdown_report(
     f'| Method | setting | {dataset} linear top-1 | linear top-5 | kNN top-1 (last epoch) |',
     '|---|---|---|---|---|',
   ]
-  for method in image_grid.METHODS:
+  for method in grid.METHODS:
     if method in best:
       stats = summary[best[method]]
       lines.append(
@@ -219,7 +219,7 @@ def markdown_report(
       f'| raw pixels | weighted kNN, k={config.knn.k} | — | — | {100 * raw["top1"]:.2f} |'
     )
   ranking = _ranking(
-    [m for m in image_grid.METHODS if m in best], lambda m: np.mean(summary[best[m]]['top1'])
+    [m for m in grid.METHODS if m in best], lambda m: np.mean(summary[best[m]]['top1'])
   )
   lines += ['', f'Ranking by mean linear top-1: {ranking}.', '']
   lines += image_pairs.paired_table(summary, best)
@@ -241,7 +241,7 @@ REPORT_FILE = 'report.md'
 
 def write_report(config, root: str, plan, grids, protocol: str, report_dir: str | None = None):
   """ROOT/report.md (or REPORT_DIR/report.md) and its plots from the finished runs of
-  `plan` (image_grid.plan_runs), in ROOT or recorded in the report's directory (each finished run in
+  `plan` (grid.plan_runs), in ROOT or recorded in the report's directory (each finished run in
   ROOT is recorded there); returns the report's text (None while no run has finished)."""
   out_dir = report_dir or root
   runs = [
@@ -254,12 +254,14 @@ def write_report(config, root: str, plan, grids, protocol: str, report_dir: str 
   os.makedirs(out_dir, exist_ok=True)
   summary = summarise(runs)
   best = best_per_method(summary)
-  plots = image_plots.plot_report(summary, best, out_dir)
+  plot_files = plots.plot_report(summary, best, out_dir)
   raw = raw_pixels.raw_pixel_knn(config, out_dir)
   seeds = sorted({seed for _, seed in plan})
   inspected = inspect_links(root, best, seeds[0], out_dir)
-  described = image_grid.describe_seeds(plan)
-  report = markdown_report(summary, best, config, described, protocol, grids, plots, raw, inspected)
+  described = grid.describe_seeds(plan)
+  report = markdown_report(
+    summary, best, config, described, protocol, grids, plot_files, raw, inspected
+  )
   report += '\n' + '\n'.join(image_batches.batch_composition(config, plan))
   missing = len(plan) - len(runs)
   report += f'\n{len(runs)} runs finished' + (f', {missing} missing.' if missing else '.') + '\n'

@@ -14,8 +14,8 @@ can share one grid.
 
 This module is the grid: the settings of the methods table (hscl_jax/config/methods.py),
 each run's config and directory, the plan of runs. Running it is experiments/image_runs;
-the report is experiments/image_report, with the paired differences (image_pairs), the
-labels in a batch (image_batches), the plots (image_plots) and the raw-pixel baseline
+the report is experiments/reports, with the paired differences (image_pairs), the
+labels in a batch (image_batches), the plots (plots) and the raw-pixel baseline
 (raw_pixels).
 """
 

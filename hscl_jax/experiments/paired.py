@@ -1,6 +1,6 @@
 """Tests of significance for the comparison reports' paired differences.
 
-Each comparison report (image_grid, density_grid, graph_grid) pairs two methods' runs by
+Each comparison report (grid, density_grid, graph_grid) pairs two methods' runs by
 seed and shows, per pair, the differences' n, mean ± std (ddof 1), the seeds in which the
 difference is positive, a 95 % confidence interval of the mean difference (t), the paired
 t-test's and the exact sign test's two-sided p, and the t-test's p adjusted by Holm's

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from hscl_jax.evaluation import figures
-from hscl_jax.experiments import image_grid
+from hscl_jax.experiments import grid
 from hscl_jax.rundir import atomic
 
 FOUR_LOSSES = ('loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl')
@@ -33,7 +33,7 @@ def plot_report(summary, best, out_dir: str) -> list[str]:
 
   files = []
   fig, ax = plt.subplots(figsize=(6, 4))
-  for method in image_grid.METHODS:
+  for method in grid.METHODS:
     if method in best:
       ax.plot(*curves(summary[best[method]]['runs'], 'knn_top1'), label=best[method].label)
   ax.set(xlabel='epoch', ylabel='kNN top-1 (test)', title='kNN accuracy per epoch (Fig. 1)')
