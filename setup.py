@@ -64,8 +64,6 @@ CONSOLE_SCRIPTS = {
   'hscl-prepare': 'hscl_jax.prepare',
   'hscl-graphs': 'hscl_jax.graphs.__main__',
   'hscl-compare': 'hscl_jax.experiments.compare',
-  'hscl-compare-densities': 'hscl_jax.experiments.compare_densities',
-  'hscl-compare-budgets': 'hscl_jax.experiments.compare_budgets',
   'hscl-compare-graphs': 'hscl_jax.experiments.compare_graphs',
 }
 

@@ -32,8 +32,9 @@ then one report across the three:
         --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=16 --seeds=3 \
         --seeds_for=ucl=0,scl=0,hscl_tau=0 --workdir=ROOT_M16 \
         --report_dir=docs/results/tiny_imagenet_density/m16
-    python -m hscl_jax.experiments.compare_densities --config=configs/tiny_imagenet.py:cpu \
-        --config.folder=DIR/tiny-imagenet-200 --densities=0=docs/results/tiny_imagenet,\
+    python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
+        --config.folder=DIR/tiny-imagenet-200 --sweep=samples_per_class \
+        --points=0=docs/results/tiny_imagenet,\
 4=docs/results/tiny_imagenet_density/m4,16=docs/results/tiny_imagenet_density/m16 \
         --report_dir=docs/results/tiny_imagenet_density
 
@@ -45,9 +46,9 @@ same seeds (docs/results/tiny_imagenet_density/budgets/):
         --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 \
         --config.num_epochs=9 --seeds=5 --seeds_for=ucl=0,hscl_tau=0 --workdir=ROOT_M4_E9 \
         --report_dir=docs/results/tiny_imagenet_density/m4_e9
-    python -m hscl_jax.experiments.compare_budgets --config=configs/tiny_imagenet.py:cpu \
-        --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 \
-        --budgets=3=docs/results/tiny_imagenet_density/m4,\
+    python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
+        --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 --sweep=num_epochs \
+        --points=3=docs/results/tiny_imagenet_density/m4,\
 9=docs/results/tiny_imagenet_density/m4_e9 \
         --report_dir=docs/results/tiny_imagenet_density/budgets
 

@@ -36,9 +36,10 @@ import sys
 
 LAUNCH = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(LAUNCH)
-sys.path.insert(0, REPO)  # this checkout's methods table, wherever the script is run from
+sys.path.insert(0, REPO)  # this checkout's methods table and grid, wherever the script is run from
 
 from hscl_jax.config import methods  # noqa: E402
+from hscl_jax.experiments import grid  # noqa: E402
 
 METHODS = methods.Column(lambda rows: [r.sweep_name for r in rows])  # the table's, in order
 # The default: the paper's settings (the rows the comparison runs), not the sigmoid family.
@@ -88,7 +89,7 @@ def method_runs(method: str, betas, tau_starts, tau_ends) -> list[tuple[str, lis
     raise ValueError(f'unknown method {method!r}; use one of {", ".join(METHODS)}')
   (row,) = rows
   runs = []
-  for point in row.grid(betas, [(s, e) for s in tau_starts for e in tau_ends]):
+  for point in grid.method_points(row, betas, tau_starts, tau_ends):
     values = {field: float(value) for field, value in point}
     name = method
     if 'beta' in values:

@@ -20,7 +20,7 @@ from test_data_loaders import take  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.data import sampling  # noqa: E402
-from hscl_jax.experiments import image_batches  # noqa: E402
+from hscl_jax.experiments import reports as image_batches  # noqa: E402
 
 
 def unbalanced_labels(seed=0, num_classes=9):

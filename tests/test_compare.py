@@ -3,6 +3,7 @@ summary, table, plots."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -18,12 +19,13 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
+from hscl_jax.config import methods  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
-from hscl_jax.experiments import image_runs  # noqa: E402
+from hscl_jax.experiments import grid as image_runs  # noqa: E402
 from hscl_jax.experiments import plots as image_plots  # noqa: E402
-from hscl_jax.experiments import raw_pixels  # noqa: E402
 from hscl_jax.experiments import reports as image_report  # noqa: E402
+from hscl_jax.experiments import reports as raw_pixels  # noqa: E402
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 
@@ -120,6 +122,17 @@ def _fake_run(setting, seed, top1):
     'history': history,
     'linear': {'top1': top1, 'top5': 1.0},
   }
+
+
+def test_figs_4_and_5_show_the_methods_tables_supervised_hardened_rows(monkeypatch):
+  """Figs. 4 and 5's methods are read from the methods table: H-SCL(β) and H-SCL(τ) (not
+  H-UCL, hardened but unsupervised, nor SCL), and a new supervised hardened row with them."""
+  assert image_plots.hardened_supervised_labels() == ['H-SCL(β)', 'H-SCL(τ)']
+  new = dataclasses.replace(
+    methods.by_label('H-SCL(β)'), label='H-SCL(new)', slug='hscl_new', sweep_name='hscl-new'
+  )
+  monkeypatch.setattr(methods, 'ROWS', (*methods.ROWS, new))
+  assert image_plots.hardened_supervised_labels() == ['H-SCL(β)', 'H-SCL(τ)', 'H-SCL(new)']
 
 
 def test_report_table_and_plots(tmp_path, monkeypatch):

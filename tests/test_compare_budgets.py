@@ -22,8 +22,8 @@ from test_compare_densities import base_config  # noqa: E402
 from test_compare_densities import write_grid  # noqa: E402
 from test_significance import expected_rows  # noqa: E402
 
-from hscl_jax.experiments import budget_grid  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
+from hscl_jax.experiments import reports as budget_grid  # noqa: E402
 
 # (linear top-1, final kNN top-1) per budget, method and seed. Shared seeds: H-UCL 0-2
 # (seed 3 only at 2 epochs), H-SCL(β) 0, 2, 3 (seed 1 only at 2 epochs), SCL 0-2; UCL never
@@ -83,7 +83,7 @@ def report(tmp_path_factory):
   write_budget(str(root / 'e4'), 4, LONG)  # written first: the order given is not the order
   write_budget(str(root / 'e2'), 2, SHORT)
   budgets = budget_grid.parse_budgets([f'4={root / "e4"}', f'2={root / "e2"}'])
-  text = budget_grid.write_report(base_config(), budgets, PROTOCOL, str(root / 'report'))
+  text = budget_grid.write_budget_report(base_config(), budgets, PROTOCOL, str(root / 'report'))
   return root, text
 
 
@@ -151,7 +151,9 @@ def test_a_budget_without_a_shared_seed_gives_no_report(tmp_path):
   write_budget(str(tmp_path / 'e2'), 2, {'SCL': {0: (0.4, 0.3)}})
   write_budget(str(tmp_path / 'e4'), 4, {'SCL': {1: (0.4, 0.3)}})
   budgets = [(2, str(tmp_path / 'e2')), (4, str(tmp_path / 'e4'))]
-  assert budget_grid.write_report(base_config(), budgets, PROTOCOL, str(tmp_path / 'r')) is None
+  assert (
+    budget_grid.write_budget_report(base_config(), budgets, PROTOCOL, str(tmp_path / 'r')) is None
+  )
   assert not (tmp_path / 'r').exists()
 
 
@@ -171,8 +173,8 @@ def test_budgets_are_parsed_or_refused_naming_the_item():
 def test_the_program_writes_the_report_from_records(report, tmp_path):
   root, text = report
   out = subprocess.run(
-    [sys.executable, '-m', 'hscl_jax.experiments.compare_budgets', '--config=configs/digits.py']
-    + ['--config.batch_size=32', f'--budgets=2={root / "e2"},4={root / "e4"}']
+    [sys.executable, '-m', 'hscl_jax.experiments.compare', '--config=configs/digits.py']
+    + ['--config.batch_size=32', '--sweep=num_epochs', f'--points=2={root / "e2"},4={root / "e4"}']
     + [f'--report_dir={tmp_path}'],
     cwd=REPO,
     capture_output=True,
@@ -183,3 +185,21 @@ def test_the_program_writes_the_report_from_records(report, tmp_path):
   written = (tmp_path / budget_grid.REPORT_FILE).read_text()
   # The same tables as the library's (the links differ: relative to another directory).
   assert written.split('### Linear')[1] == text.split('### Linear')[1]
+
+
+def test_a_sweep_without_its_points_or_report_dir_is_refused_naming_both():
+  """compare --sweep reads records only: without --points or --report_dir it stops in one
+  line naming both flags, before reading anything."""
+  out = subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.experiments.compare', '--config=configs/digits.py']
+    + ['--sweep=num_epochs', '--points=3=a'],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.returncode != 0
+  assert (
+    '--sweep=num_epochs needs --points=VALUE=REPORT_DIR,... and --report_dir=DIR.' in out.stderr
+  )
+  assert 'Traceback' not in out.stderr

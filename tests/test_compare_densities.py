@@ -20,10 +20,11 @@ from configs import digits  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax.evaluation import inspection  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
-from hscl_jax.experiments import density_grid  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
-from hscl_jax.experiments import image_pairs  # noqa: E402
-from hscl_jax.experiments import image_runs  # noqa: E402
+from hscl_jax.experiments import grid as image_runs  # noqa: E402
+from hscl_jax.experiments import paired as image_pairs  # noqa: E402
+from hscl_jax.experiments import plots  # noqa: E402
+from hscl_jax.experiments import reports as density_grid  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
 from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
@@ -144,7 +145,7 @@ def report(tmp_path_factory):
   os.makedirs(folder)
   (folder / inspection.STATISTIC_FILE).write_text(json.dumps(statistic))
   densities = density_grid.parse_densities([f'4={root / "m4"}', f'0={root / "uniform"}'])
-  text = density_grid.write_report(base_config(), densities, PROTOCOL, str(root / 'report'))
+  text = density_grid.write_density_report(base_config(), densities, PROTOCOL, str(root / 'report'))
   return root, text
 
 
@@ -189,7 +190,7 @@ def test_table_one_per_density_and_the_inspect_fraction(report):
   uniform = loader_same_class(0, [0, 1, 2])
   no_row = f'| uniform | {uniform:.2f} | '  # no statistic recorded there
   assert not any(line.startswith(no_row) for line in text.splitlines())
-  assert (root / 'report' / density_grid.PLOT_FILE).stat().st_size > 10_000
+  assert (root / 'report' / plots.PAIRS_PLOT_FILE).stat().st_size > 10_000
   assert (root / 'report' / density_grid.REPORT_FILE).read_text() == text
 
 
@@ -201,7 +202,7 @@ def test_every_seed_below_the_cap_is_read_and_none_past_it(tmp_path):
   write_density(
     str(tmp_path), 0, {s.method: dict.fromkeys(range(cap + 1), (0.4, 0.3)) for s in settings}
   )
-  runs = density_grid.recorded_runs(config, density_grid.Density(0, str(tmp_path)), PROTOCOL)
+  runs = density_grid.density_runs(config, density_grid.Density(0, str(tmp_path)), PROTOCOL)
   got = sorted((run['setting'].method, run['seed']) for run in runs)
   assert got == sorted((s.method, seed) for s in settings for seed in range(cap))
 
@@ -216,14 +217,14 @@ def test_densities_are_parsed_or_refused_naming_the_item():
   with refused('each samples_per_class may be given once'):
     density_grid.parse_densities(['4=a', '8=c', '4=b'])
   out = subprocess.run(
-    [sys.executable, '-m', 'hscl_jax.experiments.compare_densities']
-    + ['--config=configs/digits.py', '--densities=4', '--report_dir=/tmp/unused'],
+    [sys.executable, '-m', 'hscl_jax.experiments.compare', '--sweep=samples_per_class']
+    + ['--config=configs/digits.py', '--points=4', '--report_dir=/tmp/unused'],
     cwd=REPO,
     capture_output=True,
     text=True,
     timeout=300,
   )
-  assert out.returncode != 0 and "--densities: '4' is not M=REPORT_DIR" in out.stderr
+  assert out.returncode != 0 and "--points: '4' is not M=REPORT_DIR" in out.stderr
 
 
 def test_the_plot_draws_each_pairs_mean_and_spread_at_the_measured_densities(tmp_path, monkeypatch):
@@ -242,7 +243,7 @@ def test_the_plot_draws_each_pairs_mean_and_spread_at_the_measured_densities(tmp
   write_density(str(tmp_path / 'uniform'), 0, UNIFORM)  # not the fixture's: its report
   write_density(str(tmp_path / 'm4'), 4, FOUR)  # plots before this test could record
   densities = density_grid.parse_densities([f'4={tmp_path / "m4"}', f'0={tmp_path / "uniform"}'])
-  density_grid.write_report(base_config(), densities, PROTOCOL, str(tmp_path / 'report'))
+  density_grid.write_density_report(base_config(), densities, PROTOCOL, str(tmp_path / 'report'))
   uniform_x = loader_same_class(0, [0, 1, 2])
   expected = []
   for column, name in ((0, 'linear top-1'), (1, 'kNN top-1')):
@@ -279,8 +280,8 @@ def test_the_plot_is_1210_by_440_px_with_capped_bars_and_a_thin_grey_zero_line(
   write_density(str(tmp_path / 'uniform'), 0, UNIFORM)
   write_density(str(tmp_path / 'm4'), 4, FOUR)
   densities = density_grid.parse_densities([f'4={tmp_path / "m4"}', f'0={tmp_path / "uniform"}'])
-  density_grid.write_report(base_config(), densities, PROTOCOL, str(tmp_path / 'report'))
-  with Image.open(tmp_path / 'report' / density_grid.PLOT_FILE) as png:
+  density_grid.write_density_report(base_config(), densities, PROTOCOL, str(tmp_path / 'report'))
+  with Image.open(tmp_path / 'report' / plots.PAIRS_PLOT_FILE) as png:
     assert png.size == (1210, 440)
   (fig,) = saved
   assert len(fig.axes) == 2

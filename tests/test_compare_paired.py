@@ -16,8 +16,7 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 from configs import digits  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
-from hscl_jax.experiments import image_batches  # noqa: E402
-from hscl_jax.experiments import image_pairs  # noqa: E402
+from hscl_jax.experiments import reports as image_batches  # noqa: E402
 from hscl_jax.experiments import reports as image_report  # noqa: E402
 
 sys.path.insert(0, str(REPO / 'tests'))
@@ -89,7 +88,7 @@ def test_paired_table_matches_a_hand_computation():
   ]
   summary = image_report.summarise(runs)
   best = image_report.best_per_method(summary)
-  table = image_pairs.paired_table(summary, best)
+  table = image_report.paired_table(summary, best)
   # Per seed, first − second over the seeds both finished (by position instead, H-UCL's
   # seeds 1, 2 would pair with 0, 1): linear then kNN, Holm over the table's 8 rows.
   rows = [

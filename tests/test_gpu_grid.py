@@ -27,8 +27,8 @@ from hscl_jax.config import fields
 from hscl_jax.config import schema
 from hscl_jax.data import image_folder
 from hscl_jax.experiments import grid as image_grid
-from hscl_jax.experiments import image_batches
-from hscl_jax.experiments import image_runs
+from hscl_jax.experiments import grid as image_runs
+from hscl_jax.experiments import reports as image_batches
 from hscl_jax.experiments import run_records
 from hscl_jax.rundir import metrics
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 from configs import digits  # noqa: E402
 from hscl_jax.evaluation import linear_probe  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
-from hscl_jax.experiments import image_runs  # noqa: E402
+from hscl_jax.experiments import grid as image_runs  # noqa: E402
 from hscl_jax.experiments import reports as image_report  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
 from hscl_jax.rundir import layout  # noqa: E402

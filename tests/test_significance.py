@@ -182,3 +182,70 @@ def expected_rows(rows):
   return {
     prefix: f'| {prefix} | {expected_cells(d, h)} |' for (prefix, d), h in zip(rows, adjusted)
   }
+
+
+def _point(values: dict[str, dict[int, tuple[float, float]]]):
+  """(summary, best) of a comparison whose methods' runs have these (top1, knn) per seed."""
+  summary, best = {}, {}
+  for method, by_seed in values.items():
+    seeds = sorted(by_seed)
+    summary[method] = {
+      'top1': [by_seed[s][0] for s in seeds],
+      'knn': [by_seed[s][1] for s in seeds],
+      'runs': [{'seed': s} for s in seeds],
+    }
+    best[method] = method
+  return summary, best
+
+
+def test_pair_rows_are_the_papers_pairs_at_each_point_over_shared_seeds():
+  """The one builder of the three reports' pair rows: for each pair (the paper's, written
+  out), each point where both methods finished, linear then kNN, over the seeds both have."""
+  full = _point(
+    {
+      'H-SCL(β)': {1: (0.50, 0.40), 2: (0.60, 0.45), 3: (0.55, 0.41)},
+      'SCL': {0: (0.30, 0.20), 1: (0.45, 0.35), 2: (0.50, 0.47)},
+      'H-UCL': {1: (0.20, 0.10), 2: (0.25, 0.30)},
+      'UCL': {1: (0.10, 0.12), 2: (0.15, 0.05)},
+    }
+  )
+  no_hucl = _point({'H-SCL(β)': {0: (0.7, 0.6)}, 'SCL': {0: (0.6, 0.65)}, 'UCL': {0: (0.1, 0.1)}})
+  rows = significance.pair_rows([(['A', '1.00'], *full), (['B', '2.00'], *no_hucl)])
+  expected_rows = [
+    ('H-SCL(β) − SCL | A | 1.00 | 1, 2 | linear', [0.50 - 0.45, 0.60 - 0.50]),
+    ('H-SCL(β) − SCL | A | 1.00 | 1, 2 | kNN', [0.40 - 0.35, 0.45 - 0.47]),
+    ('H-SCL(β) − SCL | B | 2.00 | 0 | linear', [0.7 - 0.6]),
+    ('H-SCL(β) − SCL | B | 2.00 | 0 | kNN', [0.6 - 0.65]),
+    ('H-SCL(β) − H-UCL | A | 1.00 | 1, 2 | linear', [0.50 - 0.20, 0.60 - 0.25]),
+    ('H-SCL(β) − H-UCL | A | 1.00 | 1, 2 | kNN', [0.40 - 0.10, 0.45 - 0.30]),
+    ('SCL − UCL | A | 1.00 | 1, 2 | linear', [0.45 - 0.10, 0.50 - 0.15]),
+    ('SCL − UCL | A | 1.00 | 1, 2 | kNN', [0.35 - 0.12, 0.47 - 0.05]),
+    ('SCL − UCL | B | 2.00 | 0 | linear', [0.6 - 0.1]),
+    ('SCL − UCL | B | 2.00 | 0 | kNN', [0.65 - 0.1]),
+    ('H-UCL − UCL | A | 1.00 | 1, 2 | linear', [0.20 - 0.10, 0.25 - 0.15]),
+    ('H-UCL − UCL | A | 1.00 | 1, 2 | kNN', [0.10 - 0.12, 0.30 - 0.05]),
+  ]
+  assert [prefix for prefix, _ in rows] == [prefix for prefix, _ in expected_rows]
+  for (_, got), (prefix, want) in zip(rows, expected_rows):
+    assert got == pytest.approx(want, abs=1e-12), prefix
+
+
+def test_tables_split_one_holm_family_into_each_parts_table():
+  """Each part's rows under its own columns, the tests adjusted over the rows of all parts."""
+  first = [('a | x', [0.01, 0.03, 0.02]), ('b | x', [0.05, 0.04, 0.06])]
+  second = [('c', [-0.02, 0.01, -0.01])]
+  (one, two), tests = significance.tables([(['pair', 'point'], first), (['method'], second)])
+  by_hand = expected_rows(first + second)
+  header = 'n | Δ mean ± std | positive in | 95 % CI | p (t) | p (sign) | p (Holm)'
+  assert one == [
+    f'| pair | point | seeds | top-1 | {header} |',
+    '|---|---|---|---|---|---|---|---|---|---|---|',
+    by_hand['a | x'],
+    by_hand['b | x'],
+  ]
+  assert two == [
+    f'| method | seeds | top-1 | {header} |',
+    '|---|---|---|---|---|---|---|---|---|---|',
+    by_hand['c'],
+  ]
+  assert [t.n for t in tests] == [3, 3, 3]

@@ -14,7 +14,7 @@ writes), in at most --budget_s (540 s):
    of `benchmarks/bench_train_step.py` run now, and the epochs that make one run take
    --run_target_s (epochs_for);
 3. the runs of GRID not yet recorded in docs/results/tin100_gpu/runs/, in GRID's order,
-   each in a process of its own (`gpu_grid.py one`: hscl_jax.experiments.image_runs'
+   each in a process of its own (`gpu_grid.py one`: hscl_jax.experiments.grid'
    run_one, the kNN monitor and the linear evaluation, its record written as `compare`
    writes one), started only while the time left holds the run's estimate (the slowest
    run this session or a merged one took, else the calibration's prediction, x --margin):
@@ -97,7 +97,6 @@ def recorded(config, plan, results: pathlib.Path) -> list:
   """The pairs of `plan` whose finished record (this config's, as `compare` reads it) is
   in results/runs/."""
   from hscl_jax.experiments import grid
-  from hscl_jax.experiments import image_runs
   from hscl_jax.experiments import run_records
 
   done = []
@@ -105,7 +104,7 @@ def recorded(config, plan, results: pathlib.Path) -> list:
     run = grid.run_config(config, setting, seed, config.linear_eval.protocol)
     directory = run_records.record_dir(str(results), setting.slug, seed)
     linear_eval = run.linear_eval.to_dict()
-    keys = image_runs.LINEAR_EVAL_KEYS
+    keys = grid.LINEAR_EVAL_KEYS
     if run_records.read_record(directory, run, linear_eval, keys) is not None:
       done.append((setting, seed))
   return done
@@ -292,18 +291,18 @@ def run(args) -> None:
 
 
 def one(args) -> None:
-  """One run of the grid (image_runs.run_one: train, kNN monitor, linear evaluation, the
+  """One run of the grid (grid.run_one: train, kNN monitor, linear evaluation, the
   record in --records), then a JSON line: the device, jax's version, linear top-1."""
   import jax
 
-  from hscl_jax.experiments import image_runs
+  from hscl_jax.experiments import grid
   from hscl_jax.rundir import metrics
 
   metrics.show_only_own_info_logs()
   config = grid_config(args.data, args.epochs, args.smoke)
   (pair,) = [(s, k) for s, k in grid_plan(config) if (s.slug, k) == (args.slug, args.seed)]
   protocol = config.linear_eval.protocol
-  result = image_runs.run_one(config, *pair, args.root, protocol, args.records)
+  result = grid.run_one(config, *pair, args.root, protocol, args.records)
   top1 = None if result is None else result['linear']['top1']
   print(json.dumps(dict(device=jax.devices()[0].device_kind, jax=jax.__version__, top1=top1)))
 

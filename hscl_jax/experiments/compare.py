@@ -22,8 +22,28 @@ stopped, on any machine, without the runs' checkpoints.
 Several processes may run the same command on one DIR (e.g. one per core, under
 `taskset`): a run another process holds is skipped; `--report_only` then writes the
 report from the finished runs.
-The work is done by hscl_jax.experiments.grid (the grid), image_runs (its runs) and
-reports (the report).
+
+A sweep's report, from several comparisons of the same config that differ in one field,
+each one's finished runs recorded in its REPORT_DIR/runs/ (reads records only; trains
+nothing):
+
+    python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
+        --config.folder=DIR/tiny-imagenet-200 --sweep=samples_per_class \
+        --points=0=docs/results/tiny_imagenet,4=docs/results/tiny_imagenet_density/m4 \
+        --report_dir=docs/results/tiny_imagenet_density
+
+`--sweep=samples_per_class` (M=REPORT_DIR points, 0: uniform batches): Table I per
+density, the paired differences (H-SCL(β) − SCL, H-SCL(β) − H-UCL, SCL − UCL, H-UCL − UCL)
+per density against the same-class samples an anchor met (measured in the runs' batches;
+a table and paired_differences.png), each class-aware run against the uniform run of its
+method and seed, and the H-UCL encoders' false-negative fraction where `inspect` measured
+it (reads the training labels from the data, no image decoded). `--sweep=num_epochs`
+(E=REPORT_DIR points): over the seeds each method finished at every budget, Table I per
+budget, the paired differences at each budget, each method's longer runs against its
+shortest, how each pair's difference moved with the budget, and Fig. 1's measure per
+budget. Every difference comes with its tests of significance.
+The work is done by hscl_jax.experiments.grid (the grid and its runs) and reports (the
+reports).
 """
 
 from __future__ import annotations
@@ -38,7 +58,6 @@ from hscl_jax import errors
 from hscl_jax.config import command_line
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import grid
-from hscl_jax.experiments import image_runs
 from hscl_jax.experiments import plots
 from hscl_jax.experiments import reports
 from hscl_jax.rundir import metrics
@@ -62,6 +81,15 @@ _REPORT_DIR = flags.DEFINE_string(
   'report_dir', None, 'Where report.md and its plots go (default: --workdir).'
 )
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only write the report from finished runs.')
+_SWEEP = flags.DEFINE_enum(
+  'sweep',
+  None,
+  list(reports.SWEEPS),
+  "A sweep's report along this config field, from --points' records (needs --report_dir).",
+)
+_POINTS = flags.DEFINE_list(
+  'points', None, "--sweep's VALUE=REPORT_DIR pairs: a comparison of that value and its records."
+)
 flags.mark_flags_as_required(['config'])
 
 
@@ -73,6 +101,8 @@ def main(argv):
     unknown = sorted(grids - set(grid.GRIDS))
     raise app.UsageError(f'--grid takes beta, tau and/or queue, got {unknown}.')
   metrics.show_only_own_info_logs()
+  if _SWEEP.value is not None:
+    return _sweep_report(reports.SWEEPS[_SWEEP.value])
   try:
     seeds_for = {name: int(count) for name, count in (p.split('=', 1) for p in _SEEDS_FOR.value)}
     plan = grid.plan_runs(_CONFIG.value, list(range(_SEEDS.value)), grids, seeds_for)
@@ -86,13 +116,29 @@ def main(argv):
   errors.exit_on_user_error(plots.require_pyplot)
   if not _REPORT_ONLY.value:
     try:
-      errors.exit_on_user_error(lambda: image_runs.run_grid(*run_args), workdir=_WORKDIR.value)
-    except image_runs.Preempted as stop:  # the run in progress saved: the same command resumes
+      errors.exit_on_user_error(lambda: grid.run_grid(*run_args), workdir=_WORKDIR.value)
+    except grid.Preempted as stop:  # the run in progress saved: the same command resumes
       sys.exit(errors.signal_exit_status(stop.signum))
   report = errors.exit_on_user_error(
     lambda: reports.write_report(*report_args, report_dir=_REPORT_DIR.value), workdir=_WORKDIR.value
   )
   print(report or f'No finished run in {_WORKDIR.value} yet.')
+
+
+def _sweep_report(sweep: reports.Sweep) -> None:
+  """--sweep's report from --points' records, printed."""
+  if not _POINTS.value or not _REPORT_DIR.value:
+    raise app.UsageError(
+      f'--sweep={sweep.field} needs --points=VALUE=REPORT_DIR,... and --report_dir=DIR.'
+    )
+  try:
+    points = sweep.parse(_POINTS.value)
+  except ValueError as error:
+    raise app.UsageError(f'--points: {error}')
+  report = errors.exit_on_user_error(
+    lambda: sweep.write(_CONFIG.value, points, _PROTOCOL.value, _REPORT_DIR.value)
+  )
+  print(report or sweep.nothing_yet)
 
 
 def run():

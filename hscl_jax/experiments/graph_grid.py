@@ -174,7 +174,7 @@ def _results_table(runs, datasets, betas, repeats) -> list[str]:
   return lines
 
 
-# Table II's claims as pairs: the methods table's (image_pairs.PAIRS), by method name.
+# Table II's claims as pairs: the methods table's (paired.PAIRS), by method name.
 PAIRS = tuple(
   tuple(method_table.by_label(label).name for label in pair) for pair in method_table.PAIRS
 )

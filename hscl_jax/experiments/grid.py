@@ -1,33 +1,42 @@
-"""The paper's comparison (Table I, Figs. 1, 4, 5) on any config: runs, table, plots.
+"""The paper's comparison (Table I, Figs. 1, 4, 5) on any config as a grid: its settings,
+its plan of runs, the runs themselves, and a sweep's points read back from their records.
 
-The library behind `python -m hscl_jax.experiments.compare`. Trains UCL, H-UCL, SCL,
-H-SCL(β) and H-SCL(τ) with the same budget (the config's), runs the linear evaluation on
-each, and writes ROOT/report.md (mean ± std over seeds, the best setting of each method
-when a grid is searched, and every run) with PNG plots: kNN accuracy per epoch (Fig. 1),
-the fraction of anchors satisfying Assumption 1 (Fig. 4) and the four losses per epoch
-(Fig. 5), beside the weighted kNN of the raw pixels on the same split and the first epoch
-at which each method's kNN accuracy reaches SCL's final one (Fig. 1's speed claim). The β
-grid is {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); the τ grid is eq. (4)'s start × end
-grid for H-SCL(τ). Runs already finished in ROOT are reused (each run resumes from its
-checkpoints); a run whose workdir another process holds is skipped, so several processes
-can share one grid.
-
-This module is the grid: the settings of the methods table (hscl_jax/config/methods.py),
-each run's config and directory, the plan of runs. Running it is experiments/image_runs;
-the report is experiments/reports, with the paired differences (image_pairs), the
-labels in a batch (image_batches), the plots (plots) and the raw-pixel baseline
-(raw_pixels).
+The library behind `python -m hscl_jax.experiments.compare`. The settings are the methods
+table's (hscl_jax/config/methods.py) rows, with the β grid {0.1, 0.5, 1, 2, 5} for H-UCL
+and H-SCL(β), eq. (4)'s start × end τ grid for H-SCL(τ) and the queue runs where asked;
+each run's config and directory follow from a setting and a seed (launch/sweep.py's
+training commands read the same settings). Each run is trained (or resumed, or reused
+when finished), linear-evaluated and recorded beside the report
+(experiments/run_records); a run whose workdir another process holds is skipped, so
+several processes can share one grid. A sweep is several comparisons of one config that
+differ in one field (`samples_per_class`, `num_epochs`): its points (`VALUE=REPORT_DIR`)
+are read back from their records alone. The reports are experiments/reports, with the
+paired differences (experiments/paired) and the plots (experiments/plots).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
+import time
 
+from absl import logging
 import ml_collections
 
 from hscl_jax.config import methods
+from hscl_jax import progress
+from hscl_jax.evaluation import linear_probe
+from hscl_jax.experiments import run_records
+from hscl_jax.rundir import layout
+from hscl_jax.rundir import lock as workdir_lock
+from hscl_jax.rundir import metrics
+from hscl_jax.rundir import stored_config
+from hscl_jax.rundir import trained_run
+from hscl_jax.rundir import versions
+from hscl_jax.training import loop
+from hscl_jax.training import preemption
 
 METHODS = methods.COMPARED_LABELS  # the paper labels of the table's compared rows, in its order
 
@@ -90,19 +99,29 @@ def queue_size_for(config: ml_collections.ConfigDict) -> int:
   return rows * max(1, round(QUEUE_NEGATIVES / rows))
 
 
+def method_points(
+  row: methods.Method,
+  betas=methods.BETA_GRID,
+  tau_starts=methods.TAU_STARTS,
+  tau_ends=methods.TAU_ENDS,
+) -> list[tuple]:
+  """A methods table row's grid points (config fields): one per β, per τ schedule of the
+  starts × ends, or one empty one; the paper's grids by default (launch/sweep.py's too)."""
+  return row.grid(betas, list(itertools.product(tau_starts, tau_ends)))
+
+
 def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting]:
   """The methods of Table I, with the β / τ grids where asked and the config's values otherwise."""
   betas = methods.BETA_GRID if 'beta' in grids else (config.beta,)
-  taus = (
-    list(itertools.product(methods.TAU_STARTS, methods.TAU_ENDS))
-    if 'tau' in grids
-    else [(config.tau_start, config.tau_end)]
-  )
+  if 'tau' in grids:
+    starts, ends = methods.TAU_STARTS, methods.TAU_ENDS
+  else:
+    starts, ends = (config.tau_start,), (config.tau_end,)
   out = [
     Setting(row.label, row.overrides + point)
     for row in methods.ROWS
     if row.compared
-    for point in row.grid(betas, taus)
+    for point in method_points(row, betas, starts, ends)
   ]
   if 'queue' in grids:
     queue = (('queue_size', queue_size_for(config)), ('queue_momentum', QUEUE_MOMENTUM))
@@ -170,3 +189,130 @@ def describe_seeds(plan) -> list[str]:
     seeds = next(s for s in more.values() if len(s) == count)
     text[-1] += f' ({seeds[0]}-{seeds[-1]} for {", ".join(methods)})'
   return text
+
+
+Preempted = preemption.Preempted
+
+
+# The linear evaluation's settings a finished run's linear_eval.json must have been made with.
+LINEAR_EVAL_KEYS = ('protocol', 'num_epochs', 'learning_rate', 'weight_decay', 'batch_size')
+
+
+def finished_run(root: str, setting: Setting, seed: int, linear_eval) -> dict | None:
+  """The run's results if it trained every epoch and its last checkpoint was
+  linear-evaluated with the settings `linear_eval` (config.linear_eval); None otherwise."""
+  workdir = run_dir(root, setting, seed)
+  result_path = os.path.join(workdir, linear_probe.RESULT_FILE)
+  if not os.path.exists(result_path):
+    return None
+  with open(result_path) as f:
+    result = json.load(f)
+  history = metrics.read_metrics(workdir)
+  num_epochs = versions.read_config(os.path.join(workdir, layout.CONFIG_FILE))['num_epochs']
+  last_step = trained_run.resolve_step(workdir, None)
+  if not run_records.is_finished(
+    history, result, num_epochs, last_step, linear_eval, LINEAR_EVAL_KEYS
+  ):
+    return None
+  return {'setting': setting, 'seed': seed, 'linear': result, 'history': history}
+
+
+def completed_run(base, setting: Setting, seed: int, root: str, protocol: str, records=None):
+  """The run's results from its finished workdir (recorded under RECORDS/runs/ when
+  `records` is given: hscl_jax.experiments.run_records) or else from that record; None if
+  neither holds the finished run."""
+  config = run_config(base, setting, seed, protocol)
+  linear_eval = config.linear_eval.to_dict()
+  done = finished_run(root, setting, seed, linear_eval)
+  if records is None:
+    return done
+  directory = run_records.record_dir(records, setting.slug, seed)
+  if done is not None:
+    run_records.write_record(run_dir(root, setting, seed), directory)
+    return done
+  recorded = run_records.read_record(directory, config, linear_eval, LINEAR_EVAL_KEYS)
+  return None if recorded is None else {'setting': setting, 'seed': seed, **recorded}
+
+
+def run_one(base, setting: Setting, seed: int, root: str, protocol: str, records=None):
+  """Trains (or resumes / reuses) one run and linear-evaluates its last checkpoint;
+  None if another process holds the run's workdir (it is running it). A run recorded in
+  RECORDS/runs/ (`records`) is reused as it is, and a finished one is recorded there."""
+  done = completed_run(base, setting, seed, root, protocol, records)
+  if done is not None:
+    return done
+  workdir = run_dir(root, setting, seed)
+  config = run_config(base, setting, seed, protocol)
+  start = time.time()
+  try:
+    trained = loop.train_and_evaluate(config, workdir)
+    if trained.preempted:
+      raise Preempted(trained.stop_signal)  # the run saved its checkpoint: the grid stops too
+    # Evaluated under the run's lock, so two workers never evaluate the same run.
+    with workdir_lock.WorkdirLock(workdir):
+      result = linear_probe.linear_evaluate(config, workdir)
+  except workdir_lock.WorkdirBusyError:
+    return None
+  except stored_config.ConfigChangedError as changed:
+    # The comparison has no --allow_config_change: its runs follow its config.
+    fix = f'use a new --workdir for the comparison, or remove {workdir} to train that run again'
+    raise stored_config.ConfigChangedError(changed.problem, fix) from None
+  logging.info(
+    '%s seed %d: linear top-1 %.4f (%.0f s)',
+    setting.label,
+    seed,
+    result['top1'],
+    time.time() - start,
+  )
+  return completed_run(base, setting, seed, root, protocol, records)
+
+
+def run_grid(config, root: str, plan: list, protocol: str, records: str | None = None) -> None:
+  """Every (setting, seed) of `plan` (plan_runs) not finished (nor recorded in
+  RECORDS/runs/) yet, in order; runs that another process holds are left to it."""
+  os.makedirs(root, exist_ok=True)
+  logging.info('%d runs', len(plan))
+  start = time.perf_counter()
+  for done, (setting, seed) in enumerate(plan, start=1):
+    run = run_one(config, setting, seed, root, protocol, records)
+    outcome = 'run by another process' if run is None else f'linear {run["linear"]["top1"]:.4f}'
+    elapsed = progress.format_duration(time.perf_counter() - start)
+    label = f'{setting.label} seed {seed}'
+    logging.info('[%d/%d, %s] %s: %s', done, len(plan), elapsed, label, outcome)
+
+
+MAX_SEEDS = 20  # seeds looked for in a point's records
+
+
+def parse_points(values: list[str], field: str, letter: str, example: str):
+  """['VALUE=DIR', ...] -> [(VALUE, DIR)] sorted by value; a ValueError names a malformed
+  item ('LETTER=REPORT_DIR', e.g. `example`) or a value given twice."""
+  points = []
+  for item in values:
+    value, sep, records = item.partition('=')
+    if not sep or not value.strip().isdigit() or not records:
+      raise ValueError(f"'{item}' is not {letter}=REPORT_DIR (e.g. {example})")
+    points.append((int(value), records))
+  if len({value for value, _ in points}) != len(points):
+    raise ValueError(f'each {field} may be given once')
+  return sorted(points)
+
+
+def point_config(base: ml_collections.ConfigDict, field: str, value: int):
+  """A copy of `base` with `field` set to the point's value."""
+  config = ml_collections.ConfigDict(base.to_dict())
+  config[field] = value
+  return config
+
+
+def recorded_runs(config, records: str, protocol: str) -> list[dict]:
+  """The finished runs of a comparison of `config` recorded in RECORDS/runs/, every
+  method at seeds 0 to MAX_SEEDS - 1, read from the records alone."""
+  no_workdir = os.path.join(records, 'runs', 'no-workdir')  # records only
+  runs = []
+  for setting in settings(config, set()):
+    for seed in range(MAX_SEEDS):
+      run = completed_run(config, setting, seed, no_workdir, protocol, records)
+      if run is not None:
+        runs.append(run)
+  return runs

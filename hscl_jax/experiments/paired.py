@@ -1,6 +1,7 @@
-"""Tests of significance for the comparison reports' paired differences.
+"""The reports' paired differences: per seed, one method's run minus another's, their
+rows (cells and differences, as data), their tables and their tests of significance.
 
-Each comparison report (grid, density_grid, graph_grid) pairs two methods' runs by
+Each comparison report (the image comparison, its sweeps, graph_grid) pairs two methods' runs by
 seed and shows, per pair, the differences' n, mean ± std (ddof 1), the seeds in which the
 difference is positive, a 95 % confidence interval of the mean difference (t), the paired
 t-test's and the exact sign test's two-sided p, and the t-test's p adjusted by Holm's
@@ -17,6 +18,11 @@ import math
 import numpy as np
 from scipy import stats
 
+from hscl_jax.config import methods
+
+PAIRS = methods.PAIRS  # the pairs of the paper's claims, by the methods' paper labels
+# The per-run figures a paired difference is taken of, as the tables name them.
+MEASURES = (('top1', 'linear'), ('knn', 'kNN'))
 CONFIDENCE = 0.95
 HEADER = 'n | Δ mean ± std | positive in | 95 % CI | p (t) | p (sign) | p (Holm)'
 ALIGN = '---|---|---|---|---|---|---'
@@ -150,3 +156,62 @@ def table_lines(rows: Sequence[tuple[str, Sequence[float]]], scale: float = 100.
   tests = tests_of([differences for _, differences in rows])
   lines = [f'| {prefix} | {cells(test, scale)} |' for (prefix, _), test in zip(rows, tests)]
   return lines, tests
+
+
+def seed_values(stats, key: str) -> dict[int, float]:
+  """Seed -> a per-run figure (`key`) of one setting's reports.summarise() entry."""
+  return {run['seed']: value for run, value in zip(stats['runs'], stats[key])}
+
+
+def seed_differences(first: dict[int, float], second: dict[int, float]) -> dict[int, float]:
+  """Seed -> first − second, over the seeds both have."""
+  return {seed: first[seed] - second[seed] for seed in sorted(set(first) & set(second))}
+
+
+def paired_differences(summary, best, key: str, first: str, second: str) -> dict[int, float]:
+  """Seed -> `first` − `second` of a per-run figure (`key`: 'top1' or 'knn' of
+  reports.summarise), over the seeds both methods' Table I settings finished: the
+  seeds of a comparison share the subset and the data order, so a per-seed difference
+  cancels what they share."""
+  return seed_differences(
+    seed_values(summary[best[first]], key), seed_values(summary[best[second]], key)
+  )
+
+
+def row(cells: Sequence[str], differences: dict[int, float], measure: str):
+  """One row: ('CELLS | seeds | measure', the differences in seed order)."""
+  seeds = ', '.join(map(str, differences))
+  return ' | '.join([*cells, seeds, measure]), list(differences.values())
+
+
+def pair_rows(points) -> list[tuple[str, list[float]]]:
+  """PAIRS' per-seed differences at each point of `points`, (cells, summary, best) with
+  `best` a comparison's Table I setting per method: for each pair, each point where both
+  methods finished, linear then kNN, a row ('PAIR | CELLS | seeds | measure', differences)."""
+  rows = []
+  for first, second in PAIRS:
+    for cells, summary, best in points:
+      if first not in best or second not in best:
+        continue
+      for key, measure in MEASURES:
+        differences = paired_differences(summary, best, key, first, second)
+        if differences:
+          rows.append(row([f'{first} − {second}', *cells], differences, measure))
+  return rows
+
+
+def table(columns: Sequence[str], lines: Sequence[str]) -> list[str]:
+  """A table of rows' lines under COLUMNS, then seeds, top-1 and the HEADER's cells."""
+  head = [*columns, 'seeds', 'top-1']
+  return [f'| {" | ".join(head)} | {HEADER} |', '|' + '---|' * len(head) + f'{ALIGN}|', *lines]
+
+
+def tables(parts) -> tuple[list[list[str]], list[PairedTest]]:
+  """Each (columns, rows) part's table, the tests Holm-adjusted over the rows of every
+  part (one family: every test of a report); and the tests."""
+  lines, tests = table_lines([r for _, rows in parts for r in rows])
+  out, start = [], 0
+  for columns, rows in parts:
+    out.append(table(columns, lines[start : start + len(rows)]))
+    start += len(rows)
+  return out, tests

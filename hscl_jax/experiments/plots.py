@@ -1,5 +1,6 @@
-"""The image comparison's plots: kNN accuracy per epoch (Fig. 1), the anchors satisfying
-Assumption 1 (Fig. 4) and the four losses per epoch (Fig. 5)."""
+"""The reports' plots: the image comparison's kNN accuracy per epoch (Fig. 1), anchors
+satisfying Assumption 1 (Fig. 4) and four losses per epoch (Fig. 5); the density sweep's
+paired differences against the same-class samples an anchor met."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import os
 
 import numpy as np
 
+from hscl_jax.config import methods
 from hscl_jax.evaluation import figures
 from hscl_jax.experiments import grid
+from hscl_jax.experiments import paired
 from hscl_jax.rundir import atomic
 
 FOUR_LOSSES = ('loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl')
+PAIRS_PLOT_FILE = 'paired_differences.png'
 
 
 def curves(runs, key):
@@ -40,7 +44,7 @@ def plot_report(summary, best, out_dir: str) -> list[str]:
   ax.legend(fontsize=7)
   files.append(_save(fig, out_dir, 'fig1_knn.png'))
 
-  hard = [best[m] for m in ('H-SCL(β)', 'H-SCL(τ)') if m in best]
+  hard = [best[m] for m in hardened_supervised_labels() if m in best]
   fig, ax = plt.subplots(figsize=(6, 4))
   for setting in hard:
     ax.plot(*curves(summary[setting]['runs'], 'assumption1_fraction'), label=setting.label)
@@ -62,6 +66,44 @@ def plot_report(summary, best, out_dir: str) -> list[str]:
     ax.legend(fontsize=7)
   files.append(_save(fig, out_dir, 'fig5_losses.png'))
   return files
+
+
+def hardened_supervised_labels() -> list[str]:
+  """The methods table's H-SCL rows (supervised, hardened), whose anchors Figs. 4 and 5 show."""
+  return [r.label for r in methods.ROWS if r.supervised and r.hardening != 'none']
+
+
+def plot_pairs(points, out_dir: str) -> str:
+  """paired.PAIRS' mean difference (± std over seeds) at each point (x, summary, best): x
+  the same-class samples per anchor, linear and kNN side by side; returns the file name."""
+  plt = require_pyplot()
+
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
+  for ax, (key, name) in zip(axes, (('top1', 'linear top-1'), ('knn', 'kNN top-1'))):
+    for first, second in paired.PAIRS:
+      found = [
+        (
+          x,
+          100
+          * np.array(list(paired.paired_differences(summary, best, key, first, second).values())),
+        )
+        for x, summary, best in points
+        if first in best and second in best
+      ]
+      found = [(x, d) for x, d in found if len(d)]
+      if found:
+        x = [p[0] for p in found]
+        mean = [p[1].mean() for p in found]
+        std = [p[1].std(ddof=1) if len(p[1]) > 1 else 0.0 for p in found]
+        ax.errorbar(x, mean, yerr=std, marker='o', capsize=3, label=f'{first} − {second}')
+    ax.axhline(0, color='grey', lw=0.8)
+    ax.set(xscale='log', xlabel='same-class samples per anchor per batch (measured)')
+    ax.set(ylabel=f'paired Δ {name} (points)', title=f'Paired differences, {name}')
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  atomic.write_figure(os.path.join(out_dir, PAIRS_PLOT_FILE), fig, dpi=110)
+  plt.close(fig)
+  return PAIRS_PLOT_FILE
 
 
 def _save(fig, out_dir, name):

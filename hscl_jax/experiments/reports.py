@@ -1,23 +1,38 @@
-"""The image comparison's report: Table I (the best setting of each method), the paired
-differences, the speed claim, the queue runs, every setting, run times, the inspect
-figures, the plots; written as ROOT/report.md."""
+"""The comparison's reports, written as report.md from the runs (or their records alone).
+
+The image comparison's report (`compare`): Table I (the best setting of each method), the
+paired differences, the speed claim, the queue runs, every setting, run times, the inspect
+figures, the plots, the raw pixels' weighted kNN and the labels an anchor meets in a batch.
+A sweep's report (`compare --sweep=FIELD`, SWEEPS): several comparisons of one config that
+differ in one field, each read back from its records alone; against label density
+(`samples_per_class`: Table I per density, the pairs against the same-class samples an
+anchor met, each class-aware run against its uniform run, inspect's false-negative
+fraction) or against the training budget (`num_epochs`: over the seeds of every budget,
+Table I per budget, the pairs at each budget, each method's longer runs against its
+shortest, each pair's move, Fig. 1's measure per budget). Every paired difference is a row
+of experiments/paired, with its tests (Holm over the report).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+import dataclasses
 import json
 import os
 import shutil
 
+import ml_collections
 import numpy as np
 
+from hscl_jax import data
 from hscl_jax.evaluation import inspection
+from hscl_jax.evaluation import knn
 from hscl_jax.experiments import grid
-from hscl_jax.experiments import image_batches
-from hscl_jax.experiments import image_pairs
-from hscl_jax.experiments import image_runs
+from hscl_jax.experiments import paired
 from hscl_jax.experiments import plots
-from hscl_jax.experiments import raw_pixels
 from hscl_jax.rundir import atomic
+
+REPORT_FILE = 'report.md'
 
 
 def mean_std(values) -> str:
@@ -222,7 +237,7 @@ def markdown_report(
     [m for m in grid.METHODS if m in best], lambda m: np.mean(summary[best[m]]['top1'])
   )
   lines += ['', f'Ranking by mean linear top-1: {ranking}.', '']
-  lines += image_pairs.paired_table(summary, best)
+  lines += paired_table(summary, best)
   lines += speed_table(summary, best)
   lines += queue_table(summary)
   if len(summary) > len(best):
@@ -236,9 +251,6 @@ def markdown_report(
   return '\n'.join(lines) + '\n'
 
 
-REPORT_FILE = 'report.md'
-
-
 def write_report(config, root: str, plan, grids, protocol: str, report_dir: str | None = None):
   """ROOT/report.md (or REPORT_DIR/report.md) and its plots from the finished runs of
   `plan` (grid.plan_runs), in ROOT or recorded in the report's directory (each finished run in
@@ -247,7 +259,7 @@ def write_report(config, root: str, plan, grids, protocol: str, report_dir: str 
   runs = [
     run
     for s, seed in plan
-    if (run := image_runs.completed_run(config, s, seed, root, protocol, out_dir)) is not None
+    if (run := grid.completed_run(config, s, seed, root, protocol, out_dir)) is not None
   ]
   if not runs:
     return None
@@ -255,15 +267,567 @@ def write_report(config, root: str, plan, grids, protocol: str, report_dir: str 
   summary = summarise(runs)
   best = best_per_method(summary)
   plot_files = plots.plot_report(summary, best, out_dir)
-  raw = raw_pixels.raw_pixel_knn(config, out_dir)
+  raw = raw_pixel_knn(config, out_dir)
   seeds = sorted({seed for _, seed in plan})
   inspected = inspect_links(root, best, seeds[0], out_dir)
   described = grid.describe_seeds(plan)
   report = markdown_report(
     summary, best, config, described, protocol, grids, plot_files, raw, inspected
   )
-  report += '\n' + '\n'.join(image_batches.batch_composition(config, plan))
+  report += '\n' + '\n'.join(batch_composition(config, plan))
   missing = len(plan) - len(runs)
   report += f'\n{len(runs)} runs finished' + (f', {missing} missing.' if missing else '.') + '\n'
   atomic.write_text(os.path.join(out_dir, REPORT_FILE), report)
   return report
+
+
+def paired_table(summary, best) -> list[str]:
+  """Per-seed paired differences of linear and kNN top-1 for paired.PAIRS with their tests
+  of significance (Holm over this table's rows)."""
+  rows = paired.pair_rows([((), summary, best)])
+  if not rows:
+    return []
+  (table,), tests = paired.tables([(['pair'], rows)])
+  return [
+    '## Paired differences (same seed: same subset, same data order)',
+    '',
+    'Per seed, the first method minus the second (points of top-1), over the seeds both '
+    'finished: their mean ± std, the seeds in which the difference is positive, and the '
+    'tests of significance.',
+    '',
+    *table,
+    '',
+    paired.how_to_read(tests),
+    '',
+  ]
+
+
+# The labels in a batch.
+
+
+def same_class_per_anchor(
+  labels: np.ndarray, batch_size: int, seed: int, num_epochs: int, samples_per_class: int = 0
+):
+  """Measured in the batches a run trains on (the loader's order for `seed`, uniform or
+  class-aware): the mean number of other samples of an anchor's class in its batch, and
+  the fraction of anchors with at least one."""
+  order = data.EpochOrder(
+    len(labels),
+    labels=labels,
+    global_batch_size=batch_size,
+    seed=seed,
+    samples_per_class=samples_per_class,
+  )
+  counts = []
+  for epoch in range(num_epochs):
+    batches = labels[order(epoch)].reshape(order.steps_per_epoch, batch_size)
+    same = (batches[:, :, None] == batches[:, None, :]).sum(axis=-1) - 1
+    counts.append(same.ravel())
+  counts = np.concatenate(counts)
+  return float(counts.mean()), float((counts > 0).mean())
+
+
+def training_labels(config) -> np.ndarray:
+  """The training subset's labels, as the runs drew it (read lazily: no image decoded)."""
+  lazy = ml_collections.ConfigDict(config.to_dict())
+  lazy.decode_cache_gib = 0.0
+  return np.asarray(data.run_sources(lazy)[0].labels())
+
+
+def batch_composition(config, plan) -> list[str]:
+  """The report's table of how many same-class samples an anchor meets per batch, for
+  every setting of `plan` over its seeds, from each run's own config."""
+  labels = training_labels(config)
+  if labels.min() < 0:
+    return []  # unlabelled training data: no classes to count
+  seeds_of: dict[grid.Setting, list[int]] = {}
+  for setting, seed in plan:
+    seeds_of.setdefault(setting, []).append(seed)
+  rows = []
+  for setting, seeds in seeds_of.items():
+    runs = [grid.run_config(config, setting, seed) for seed in seeds]
+    measured = [
+      same_class_per_anchor(
+        labels, run.batch_size, run.seed, run.num_epochs, run.get('samples_per_class', 0)
+      )
+      for run in runs
+    ]
+    mean, with_one = np.mean(measured, axis=0)
+    rows.append(
+      f'| {setting.label} | {", ".join(map(str, seeds))} | {runs[0].batch_size} | '
+      f'{_sampling(runs[0].get("samples_per_class", 0))} | {mean:.2f} | {100 * with_one:.1f} % |'
+    )
+  return [
+    '## Labels in a batch',
+    '',
+    "Other samples of an anchor's class in its batch, measured in the training batches of "
+    f"each setting's seeds (every epoch; {len(np.unique(labels))} classes in the training "
+    'subset), and the anchors that meet at least one.',
+    '',
+    '| setting | seeds | batch | batches | same-class samples per anchor | anchors with one |',
+    '|---|---|---|---|---|---|',
+    *rows,
+    '',
+  ]
+
+
+def _sampling(samples_per_class: int) -> str:
+  if not samples_per_class:
+    return 'uniform'
+  return f'class-aware, {samples_per_class} per class'
+
+
+# The raw-pixel baseline.
+
+
+RAW_PIXELS_FILE = 'raw_pixel_knn.json'
+
+
+def raw_pixel_knn(config, root: str) -> dict:
+  """Weighted kNN (config.knn's k and temperature) on raw pixels, train split (the run's
+  subset) as the bank, test split as queries: pixels in [0, 1], centred by the bank's
+  mean image, L2-normalised. Cached in ROOT/raw_pixel_knn.json per split definition."""
+  key = {
+    'dataset': grid.dataset_label(config),
+    'train_examples': config.train_examples or None,
+    'split_seed': config.split_seed,
+    'image_size': config.augment.image_size,
+    'k': config.knn.k,
+    'temperature': config.knn.temperature,
+  }
+  path = os.path.join(root, RAW_PIXELS_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      cached = json.load(f)
+    if cached['key'] == key:
+      return cached
+  bank, queries = data.run_sources(config)
+  pixels = lambda source: (
+    np.stack([source[i]['image'] for i in range(len(source))])
+    .reshape(len(source), -1)
+    .astype(np.float32)
+    / 255.0
+  )
+  bank_x, query_x = pixels(bank), pixels(queries)
+  mean = bank_x.mean(axis=0)
+  top1 = knn.weighted_knn_accuracy(
+    bank_x - mean,
+    bank.labels(),
+    query_x - mean,
+    queries.labels(),
+    num_classes=bank.num_classes,
+    k=config.knn.k,
+    temperature=config.knn.temperature,
+  )
+  result = {'key': key, 'top1': float(top1), 'bank': len(bank), 'queries': len(queries)}
+  atomic.write_json(path, result)
+  return result
+
+
+# The sweeps.
+
+
+def sweep_method_tables(columns, what: str) -> list[str]:
+  """Table I per point: linear and kNN top-1 of each method (mean ± std, seeds), one
+  column per (header, summary, best) of `columns`; `what` names the columns' quantity."""
+  lines = []
+  for key, name in (('top1', 'Linear top-1'), ('knn', 'kNN top-1')):
+    lines += [
+      f'### {name} (%), per {what}',
+      '',
+      f'| method | {" | ".join(header for header, _, _ in columns)} |',
+      '|---|' + '---|' * len(columns),
+    ]
+    for method in grid.METHODS:
+      cells = []
+      for _, summary, best in columns:
+        stats = summary.get(best.get(method))
+        cells.append('' if stats is None else f'{mean_std(stats[key])} (n={len(stats[key])})')
+      if any(cells):
+        lines.append(f'| {method} | {" | ".join(cells)} |')
+    lines.append('')
+  return lines
+
+
+MAX_SEEDS = grid.MAX_SEEDS  # seeds looked for in a point's records
+
+
+@dataclasses.dataclass(frozen=True)
+class Density:
+  """One comparison of the sweep: its samples_per_class and its report directory."""
+
+  samples_per_class: int
+  records: str
+
+  @property
+  def label(self) -> str:
+    m = self.samples_per_class
+    return 'uniform' if not m else f'{m} per class'
+
+
+def parse_densities(values: list[str]) -> list[Density]:
+  """['0=DIR', '4=DIR', ...] -> Densities (a ValueError names a malformed item)."""
+  points = grid.parse_points(values, 'samples_per_class', 'M', '4=docs/results/x/m4')
+  return [Density(m, records) for m, records in points]
+
+
+def density_config(base: ml_collections.ConfigDict, density: Density):
+  return grid.point_config(base, 'samples_per_class', density.samples_per_class)
+
+
+def density_runs(base, density: Density, protocol: str) -> list[dict]:
+  """The density's finished runs, read from its records alone (every method, seeds
+  0 to MAX_SEEDS - 1)."""
+  return grid.recorded_runs(density_config(base, density), density.records, protocol)
+
+
+@dataclasses.dataclass
+class MeasuredDensity:
+  """One density's finished runs and what its batches held."""
+
+  density: Density
+  summary: dict  # summarise
+  best: dict  # best_per_method
+  same_class: float  # other samples of an anchor's class per batch, mean over its seeds
+  seeds: list[int]
+
+
+def measure_density(
+  base, density: Density, protocol: str, labels: np.ndarray
+) -> MeasuredDensity | None:
+  """The density's runs (None while none has finished) and its measured same-class count,
+  counted in the batches its runs' seeds trained on (`labels`: the training subset's)."""
+  runs = density_runs(base, density, protocol)
+  if not runs:
+    return None
+  config = density_config(base, density)
+  seeds = sorted({run['seed'] for run in runs})
+  counts = [
+    same_class_per_anchor(
+      labels, config.batch_size, seed, config.num_epochs, density.samples_per_class
+    )[0]
+    for seed in seeds
+  ]
+  summary = summarise(runs)
+  best = best_per_method(summary)
+  return MeasuredDensity(density, summary, best, float(np.mean(counts)), seeds)
+
+
+def density_method_tables(measured: list[MeasuredDensity]) -> list[str]:
+  """Table I per density: linear and kNN top-1 of each method (mean ± std, seeds)."""
+  columns = [(f'{m.density.label} ({m.same_class:.2f})', m.summary, m.best) for m in measured]
+  return sweep_method_tables(columns, 'density (same-class samples per anchor)')
+
+
+def density_tables(measured: list[MeasuredDensity]) -> tuple[list[str], list[str], str]:
+  """The pairs' table, the against-uniform table and the sentence on reading their tests,
+  Holm-adjusted over the rows of both (one family: every test of the report)."""
+  points = [([m.density.label, f'{m.same_class:.2f}'], m.summary, m.best) for m in measured]
+  uniform = uniform_rows(measured)
+  parts = [(['pair', 'batches', 'same-class per anchor'], paired.pair_rows(points))]
+  (pair_table, uniform_table), tests = paired.tables(parts + [(['method', 'batches'], uniform)])
+  if not uniform:
+    uniform_table = ['No class-aware run has a uniform run of its method and seed yet.']
+  return [*pair_table, ''], [*uniform_table, ''], paired.how_to_read(tests) if tests else ''
+
+
+def uniform_rows(measured: list[MeasuredDensity]) -> list[tuple[str, list[float]]]:
+  """Each class-aware run minus the uniform run of its method and seed:
+  ('method | batches | seeds | measure' cells, differences) rows."""
+  uniform = next((m for m in measured if not m.density.samples_per_class), None)
+  rows = []
+  for m in measured if uniform is not None else []:
+    for method in grid.METHODS:
+      if m is uniform or method not in m.best or method not in uniform.best:
+        continue
+      for key, measure in paired.MEASURES:
+        diff = paired.seed_differences(
+          paired.seed_values(m.summary[m.best[method]], key),
+          paired.seed_values(uniform.summary[uniform.best[method]], key),
+        )
+        if diff:
+          seeds = ', '.join(map(str, diff))
+          prefix = f'{method} | {m.density.label} | {seeds} | {measure}'
+          rows.append((prefix, list(diff.values())))
+  return rows
+
+
+def false_negatives(measured: list[MeasuredDensity]) -> list[str]:
+  """inspect's false-negative fraction on each density's H-UCL encoder (seed 0), where the
+  comparison copied it into REPORT/inspect/."""
+  rows = []
+  for m in measured:
+    if 'H-UCL' not in m.best:
+      continue
+    folder = f'{m.best["H-UCL"].slug}_seed0'
+    path = os.path.join(m.density.records, grid.INSPECT_DIR, folder, inspection.STATISTIC_FILE)
+    if not os.path.isfile(path):
+      continue
+    with open(path) as f:
+      statistic = json.load(f)
+    rows.append(
+      f'| {m.density.label} | {m.same_class:.2f} | '
+      f'{100 * statistic["hucl_false_negative_fraction"]:.2f} % (k = {statistic["k"]}) | '
+      f'{100 * statistic["hucl_same_class_fraction_of_all_negatives"]:.2f} % |'
+    )
+  if not rows:
+    return []
+  return [
+    "| batches (training) | same-class per anchor | H-UCL's top-k negatives that are same-class "
+    '| same-class share of all negatives |',
+    '|---|---|---|---|',
+    *rows,
+    '',
+  ]
+
+
+def write_density_report(base, densities: list[Density], protocol: str, report_dir: str):
+  """REPORT_DIR/report.md and its plot from the densities' records; returns the text
+  (None while no density has a finished run)."""
+  labels = training_labels(base)
+  measured = [m for d in densities if (m := measure_density(base, d, protocol, labels)) is not None]
+  if not measured:
+    return None
+  os.makedirs(report_dir, exist_ok=True)
+  plot = plots.plot_pairs([(m.same_class, m.summary, m.best) for m in measured], report_dir)
+  pair_table, uniform_table, reading = density_tables(measured)
+  lines = [
+    f'# The comparison against label density: {grid.dataset_label(base)}',
+    '',
+    f'Batch {base.batch_size}, {base.num_epochs} epochs, model {base.model.name}, linear '
+    f'evaluation protocol {protocol}. Each density is one comparison (its report: '
+    + ', '.join(
+      f'[{m.density.label}]({os.path.relpath(m.density.records, report_dir)}/report.md)'
+      for m in measured
+    )
+    + "); a density's same-class count is measured in the batches its runs trained on.",
+    '',
+    *density_method_tables(measured),
+    '## Paired differences against the density (points; same seed: same subset)',
+    '',
+    reading,
+    '',
+    *pair_table,
+    f'![paired differences]({plot})',
+    '',
+    '## Each class-aware run against the uniform run of its method and seed',
+    '',
+    *uniform_table,
+  ]
+  fn = false_negatives(measured)
+  if fn:
+    lines += ["## H-UCL's hardest negatives (`python -m hscl_jax.inspect`, seed 0)", '', *fn]
+  report = '\n'.join(lines) + '\n'
+  atomic.write_text(os.path.join(report_dir, REPORT_FILE), report)
+  return report
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+  """One comparison of the sweep: its epoch count, its records and their summary."""
+
+  epochs: int
+  records: str
+  summary: dict  # summarise, over the seeds of every budget
+  best: dict  # best_per_method
+
+  @property
+  def label(self) -> str:
+    return f'{self.epochs} epochs'
+
+
+def parse_budgets(values: list[str]) -> list[tuple[int, str]]:
+  """['3=DIR', '9=DIR', ...] -> [(epochs, DIR)] (a ValueError names a malformed item)."""
+  budgets = grid.parse_points(values, 'num_epochs', 'E', '9=docs/results/x/e9')
+  if any(epochs < 1 for epochs, _ in budgets):
+    raise ValueError('a budget needs at least 1 epoch')
+  return budgets
+
+
+def shared_seeds(runs_per_budget: list[list[dict]]) -> dict[str, set[int]]:
+  """Method -> the seeds it finished at every budget (methods missing at one are left out)."""
+  seeds = [{} for _ in runs_per_budget]
+  for found, runs in zip(seeds, runs_per_budget):
+    for run in runs:
+      found.setdefault(run['setting'].method, set()).add(run['seed'])
+  methods = set.intersection(*(set(found) for found in seeds))
+  return {m: set.intersection(*(found[m] for found in seeds)) for m in methods}
+
+
+def measure_budgets(base, budgets: list[tuple[int, str]], protocol: str) -> list[Budget]:
+  """Each budget's recorded runs of the shared seeds, summarised ([] while none)."""
+  runs_per_budget = [
+    grid.recorded_runs(grid.point_config(base, 'num_epochs', epochs), records, protocol)
+    for epochs, records in budgets
+  ]
+  seeds = shared_seeds(runs_per_budget)
+  measured = []
+  for (epochs, records), runs in zip(budgets, runs_per_budget):
+    kept = [run for run in runs if run['seed'] in seeds.get(run['setting'].method, ())]
+    if kept:
+      summary = summarise(kept)
+      measured.append(Budget(epochs, records, summary, best_per_method(summary)))
+  return measured if len(measured) == len(budgets) else []
+
+
+def _seed_values(b: Budget, method: str, key: str) -> dict[int, float]:
+  return paired.seed_values(b.summary[b.best[method]], key)
+
+
+def longer_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
+  """Each method at a longer budget minus at the shortest, per seed."""
+  shortest, rows = measured[0], []
+  for method in grid.METHODS:
+    for b in measured[1:]:
+      if method not in b.best or method not in shortest.best:
+        continue
+      for key, name in paired.MEASURES:
+        diff = paired.seed_differences(
+          _seed_values(b, method, key), _seed_values(shortest, method, key)
+        )
+        prefix = f'{method} | {b.label} − {shortest.label} | {", ".join(map(str, diff))} | {name}'
+        rows.append((prefix, list(diff.values())))
+  return rows
+
+
+def moved_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
+  """How each pair's per-seed difference moved: at a longer budget minus at the shortest."""
+  shortest, rows = measured[0], []
+  for first, second in paired.PAIRS:
+    for b in measured[1:]:
+      both = (first in m.best and second in m.best for m in (shortest, b))
+      if not all(both):
+        continue
+      for key, name in paired.MEASURES:
+        longer, short = (
+          paired.paired_differences(m.summary, m.best, key, first, second) for m in (b, shortest)
+        )
+        diff = paired.seed_differences(longer, short)
+        prefix = (
+          f'{first} − {second} | {b.label} − {shortest.label} | '
+          f'{", ".join(map(str, diff))} | {name}'
+        )
+        rows.append((prefix, list(diff.values())))
+  return rows
+
+
+def speed_rows(measured: list[Budget]) -> list[str]:
+  """Fig. 1's measure per budget: the first epoch at which a method's kNN top-1 (mean over
+  its seeds) reaches SCL's final kNN top-1 (mean) of the same budget."""
+  if any('SCL' not in b.best for b in measured):
+    return []
+  targets = [float(np.mean(b.summary[b.best['SCL']]['knn'])) for b in measured]
+  header = ' | '.join(f'{b.label} (SCL {100 * t:.2f} %)' for b, t in zip(measured, targets))
+  lines = ['| method | ' + header + ' |', '|---|' + '---|' * len(measured)]
+  for method in grid.METHODS:
+    if not all(method in b.best for b in measured):
+      continue
+    cells = []
+    for b, target in zip(measured, targets):
+      epoch = first_epoch_reaching(b.summary[b.best[method]]['runs'], target)
+      cells.append('not reached' if epoch is None else f'{epoch} of {b.epochs}')
+    lines.append(f'| {method} | {" | ".join(cells)} |')
+  return lines + ['']
+
+
+def budget_tables(measured: list[Budget]) -> tuple[list[str], str]:
+  """The three tables of paired differences (pairs per budget, each method against its
+  shortest budget, each pair's move) with their tests, one Holm family; and the sentence
+  on reading them."""
+  points = [([b.label], b.summary, b.best) for b in measured]
+  parts = [
+    (
+      '## Paired differences at each budget (points; same seed: same subset, same order)',
+      ['pair', 'budget'],
+      paired.pair_rows(points),
+    ),
+    (
+      '## Each method at a longer budget against its runs of the same seeds at the shortest',
+      ['method', 'budgets'],
+      longer_rows(measured),
+    ),
+    (
+      "## How each pair's difference moved with the budget (its per-seed difference at the "
+      'longer budget minus at the shortest)',
+      ['pair', 'budgets'],
+      moved_rows(measured),
+    ),
+  ]
+  if not any(rows for _, _, rows in parts):
+    return [], ''
+  tables, tests = paired.tables([(columns, rows) for _, columns, rows in parts])
+  out = []
+  for (title, _, rows), table in zip(parts, tables):
+    out += [title, '', *table, ''] if rows else []
+  return out, paired.how_to_read(tests)
+
+
+def write_budget_report(base, budgets: list[tuple[int, str]], protocol: str, report_dir: str):
+  """REPORT_DIR/report.md from the budgets' records; returns its text (None while a
+  budget has no finished run of a seed that every budget finished)."""
+  measured = measure_budgets(base, budgets, protocol)
+  if not measured:
+    return None
+  os.makedirs(report_dir, exist_ok=True)
+  links = ', '.join(
+    f'[{b.label}]({os.path.relpath(b.records, report_dir)}/report.md)' for b in measured
+  )
+  seeds = {
+    m: sorted({r['seed'] for r in measured[0].summary[s]['runs']})
+    for m, s in measured[0].best.items()
+  }
+  table_lines, reading = budget_tables(measured)
+  lines = [
+    f'# The comparison against the training budget: {grid.dataset_label(base)}',
+    '',
+    f'Batch {base.batch_size}, model {base.model.name}, samples per class '
+    f'{base.samples_per_class or "0 (uniform batches)"}, linear evaluation protocol '
+    f'{protocol}. Each budget is one comparison (its report: {links}); every figure here is '
+    'over the seeds a method finished at every budget: '
+    + '; '.join(f'{m} {", ".join(map(str, s))}' for m, s in seeds.items())
+    + '.',
+    '',
+    *sweep_method_tables([(b.label, b.summary, b.best) for b in measured], 'budget'),
+    reading,
+    '',
+    *table_lines,
+  ]
+  speed = speed_rows(measured)
+  if speed:
+    lines += [
+      "## Fig. 1's measure: the first epoch reaching SCL's final kNN of the same budget",
+      '',
+      *speed,
+    ]
+  report = '\n'.join(lines) + '\n'
+  atomic.write_text(os.path.join(report_dir, REPORT_FILE), report)
+  return report
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+  """A sweep's report: the config field its points differ in, its points parsed from
+  'VALUE=REPORT_DIR' items (a ValueError names a malformed one), the report's writer
+  ((base, points, protocol, report_dir) -> its text, or None) and what is printed while it
+  has nothing to report."""
+
+  field: str
+  parse: Callable
+  write: Callable
+  nothing_yet: str
+
+
+SWEEPS = {
+  sweep.field: sweep
+  for sweep in (
+    Sweep(
+      'samples_per_class',
+      parse_densities,
+      write_density_report,
+      'No finished run recorded for any density yet.',
+    ),
+    Sweep(
+      'num_epochs', parse_budgets, write_budget_report, 'No seed is finished at every budget yet.'
+    ),
+  )
+}
