@@ -546,9 +546,7 @@ def uniform_rows(measured: list[MeasuredDensity]) -> list[tuple[str, list[float]
           paired.seed_values(uniform.summary[uniform.best[method]], key),
         )
         if diff:
-          seeds = ', '.join(map(str, diff))
-          prefix = f'{method} | {m.density.label} | {seeds} | {measure}'
-          rows.append((prefix, list(diff.values())))
+          rows.append(paired.row([method, m.density.label], diff, measure))
   return rows
 
 
@@ -685,8 +683,7 @@ def longer_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
         diff = paired.seed_differences(
           _seed_values(b, method, key), _seed_values(shortest, method, key)
         )
-        prefix = f'{method} | {b.label} − {shortest.label} | {", ".join(map(str, diff))} | {name}'
-        rows.append((prefix, list(diff.values())))
+        rows.append(paired.row([method, f'{b.label} − {shortest.label}'], diff, name))
   return rows
 
 
@@ -703,11 +700,8 @@ def moved_rows(measured: list[Budget]) -> list[tuple[str, list[float]]]:
           paired.paired_differences(m.summary, m.best, key, first, second) for m in (b, shortest)
         )
         diff = paired.seed_differences(longer, short)
-        prefix = (
-          f'{first} − {second} | {b.label} − {shortest.label} | '
-          f'{", ".join(map(str, diff))} | {name}'
-        )
-        rows.append((prefix, list(diff.values())))
+        cells = [f'{first} − {second}', f'{b.label} − {shortest.label}']
+        rows.append(paired.row(cells, diff, name))
   return rows
 
 
