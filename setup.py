@@ -48,7 +48,7 @@ TRAIN_REQUIRES = [
   # after this extra alone (tests/training/test_loop.py). 3.8.3 requires numpy<2.
   'matplotlib>=3.8.4',
 ]
-# The comparison reports' tests of significance (hscl_jax/experiments/significance.py).
+# The comparison reports' tests of significance (hscl_jax/experiments/paired.py).
 # jax and jaxlib 0.10 require scipy>=1.14 themselves, so every install has it; declared
 # where the reports import it, at jax's floor.
 SCIPY = 'scipy>=1.14.0'

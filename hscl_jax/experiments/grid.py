@@ -25,8 +25,8 @@ import time
 from absl import logging
 import ml_collections
 
-from hscl_jax.config import methods
 from hscl_jax import progress
+from hscl_jax.config import methods
 from hscl_jax.evaluation import linear_probe
 from hscl_jax.experiments import run_records
 from hscl_jax.rundir import layout
