@@ -155,3 +155,22 @@ def digits_run(tmp_path_factory):
   config.knn.every_epochs = 0
   workdir = tmp_path_factory.mktemp('digits_run')
   return workdir, config, loop.train_and_evaluate(config, str(workdir))
+
+
+@pytest.fixture(scope='session')
+def tiny_config():
+  """The unit tests' shared config, frozen (`ml_collections.ConfigDict(tiny_config)` is a
+  copy to change): H-SCL(β) on digits with a small head, 16 samples a batch, 3 epochs,
+  a cosine schedule after one warm-up epoch, no kNN."""
+  if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+  import ml_collections
+
+  from configs import digits
+
+  config = digits.get_config()
+  config.batch_size = 16
+  config.num_epochs = 3
+  config.model.head_hidden, config.model.head_out = 32, 16
+  config.knn.every_epochs = 0
+  return ml_collections.FrozenConfigDict(config)

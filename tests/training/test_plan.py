@@ -1,20 +1,128 @@
-"""training/plan: what the config and the dataset size fix before a run (its validation and
-the builders it runs once, the start-up warning of epochs that leave out many examples).
-"""
+"""training/plan: a run's check (config/schema's, then the model and augmentation built once
+by their builders), its steps, learning-rate schedule and each epoch's loss hyperparameters
+against the formulas (docs/method.md's eq. (4), HCL's β annealing), and the start-up warning
+of epochs that leave out many examples; no training loop."""
 
 from __future__ import annotations
 
+import math
 import pathlib
 import shutil
 import sys
 
+from acceptance import accepted
+from acceptance import refused
 import jax
+import ml_collections
+import numpy as np
 import pytest
 
 from hscl_jax import data
+from hscl_jax import errors
 from hscl_jax.config import fields
 from hscl_jax.config import schema
 from hscl_jax.training import plan as plan_lib
+
+NUM_EXAMPLES = 100  # 6 steps of 16, 4 examples dropped
+
+
+def _plan(config, num_examples=NUM_EXAMPLES):
+  order = data.EpochOrder(num_examples, global_batch_size=config.batch_size, seed=config.seed)
+  return plan_lib.make_plan(config, order)
+
+
+def test_an_epoch_is_the_full_batches_and_steps_count_from_epoch_one(tiny_config):
+  plan = _plan(tiny_config)
+  assert (plan.steps_per_epoch, plan.num_epochs, plan.total_steps) == (6, 3, 18)
+  epochs = [plan.epoch_of_step(step) for step in range(plan.total_steps)]
+  assert epochs == [1] * 6 + [2] * 6 + [3] * 6
+
+
+def test_steps_per_epoch_limit_shortens_every_epoch_and_the_schedule(tiny_config):
+  config = ml_collections.ConfigDict(tiny_config)
+  config.steps_per_epoch_limit = 4
+  plan = _plan(config)
+  assert (plan.steps_per_epoch, plan.total_steps, plan.epoch_of_step(4)) == (4, 12, 2)
+  # The cosine ends at the limited run's last step, not the unlimited one's.
+  assert plan.learning_rate_at(12) == pytest.approx(0.0, abs=1e-9)
+  config.steps_per_epoch_limit = 10  # above the epoch's steps: no limit
+  assert _plan(config).steps_per_epoch == 6
+
+
+def _warmup_cosine(step, *, peak, warmup, total):
+  """Linear from 0 over `warmup` steps, then cosine from `peak` to 0 at `total`."""
+  if step < warmup:
+    return peak * step / warmup
+  return (
+    peak * 0.5 * (1 + math.cos(math.pi * min(step - warmup, total - warmup) / (total - warmup)))
+  )
+
+
+def test_the_learning_rate_warms_up_for_an_epoch_then_decays_by_a_cosine(tiny_config):
+  plan = _plan(tiny_config)
+  peak = tiny_config.optimizer.learning_rate
+  got = [plan.learning_rate_at(step) for step in range(plan.total_steps + 1)]
+  want = [_warmup_cosine(step, peak=peak, warmup=6, total=18) for step in range(19)]
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
+  assert max(got) == pytest.approx(peak) and got.index(max(got)) == 6
+
+
+def test_a_constant_schedule_without_warmup_is_the_rate_at_every_step(tiny_config):
+  config = ml_collections.ConfigDict(tiny_config)
+  config.optimizer.schedule, config.optimizer.warmup_epochs = 'constant', 0.0
+  plan = _plan(config)
+  assert {plan.learning_rate_at(step) for step in (0, 7, 17)} == {np.float32(3e-3)}
+
+
+def test_beta_is_annealed_by_beta_over_l_every_e_over_l_epochs(tiny_config):
+  """HCL's annealing (ℓ = 3 changes over E = 6 epochs): β lowered by β/3 at epochs 2, 4, 6."""
+  config = ml_collections.ConfigDict(tiny_config)
+  config.num_epochs, config.beta, config.beta_anneal_steps = 6, 1.5, 3
+  betas = [plan_lib.loss_hyperparameters(config, epoch)['beta'] for epoch in range(1, 7)]
+  np.testing.assert_allclose(betas, [1.5, 1.0, 1.0, 0.5, 0.5, 0.0], rtol=1e-6)
+  config.beta_anneal_steps = 0
+  assert {float(plan_lib.loss_hyperparameters(config, e)['beta']) for e in (1, 6)} == {1.5}
+
+
+def test_tau_follows_eq_4_from_start_to_end(tiny_config):
+  """τ = exp(l/γ), l linear from tau_start at epoch 1 to tau_end at the last epoch."""
+  config = ml_collections.ConfigDict(tiny_config)
+  config.num_epochs, config.temperature = 5, 0.25
+  config.tau_start, config.tau_end = -0.5, 0.1
+  for epoch in range(1, 6):
+    level = -0.5 + (epoch - 1) / 4 * 0.6
+    hyper = plan_lib.loss_hyperparameters(config, epoch)
+    assert hyper['tau'].dtype == np.float32
+    assert hyper['tau'] == pytest.approx(math.exp(level / 0.25), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+  'method,hardening,diagnostics,used',
+  [
+    ('ucl', 'exp', False, ()),
+    ('ucl', 'threshold', True, ('tau',)),
+    ('scl', 'exp', True, ('beta',)),
+    ('hucl', 'exp', False, ('beta',)),
+    ('hscl', 'threshold', False, ('tau',)),
+    ('hscl', 'exp', True, ('beta',)),
+  ],
+)
+def test_the_hyperparameters_used_are_the_methods_and_the_diagnostics(
+  tiny_config, method, hardening, diagnostics, used
+):
+  config = ml_collections.ConfigDict(tiny_config)
+  config.method, config.hardening, config.diagnostics = method, hardening, diagnostics
+  assert plan_lib.used_hyperparameters(config) == used
+
+
+def test_a_batch_of_every_training_example_passes_and_one_more_is_refused(tiny_config):
+  config = ml_collections.ConfigDict(tiny_config)
+  with accepted('a batch of all 16 examples'):
+    plan_lib.check_batch_fits(config, 16)
+  with refused(
+    r'^config\.batch_size: 16 exceeds the 15 training examples.*Fix:', errors.ConfigError
+  ):
+    plan_lib.check_batch_fits(config, 15)
 
 
 def config_with(batch_size: int, **changes):
