@@ -1,0 +1,149 @@
+"""training/summaries: the lines a run logs, from given numbers and small states; the
+figures each line shows rather than its wording."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import ml_collections
+import numpy as np
+
+from hscl_jax import data
+from hscl_jax.training import state as state_lib
+from hscl_jax.training import summaries
+
+
+def _params():
+  """A model's parameters (24 + 4 in the backbone, 6 in the head) and a probe's (10)."""
+  model = {
+    'head': {'kernel': np.zeros((2, 3), np.float32)},
+    'encoder': {'conv': {'kernel': np.zeros((2, 3, 4), np.float32)}, 'scale': np.ones(4)},
+  }
+  return model, {'kernel': np.zeros((4, 2), np.float32), 'bias': np.zeros(2, np.float32)}
+
+
+def _state(params, probe_params=None):
+  return state_lib.TrainState(
+    step=np.zeros((), np.int32),
+    params=params,
+    batch_stats={'mean': np.zeros(4, np.float32)},
+    opt_state=(np.zeros(7, np.float32),),
+    rng=np.zeros(2, np.uint32),
+    metric_sums={'train_loss': np.zeros((), np.float32)},
+    probe=None if probe_params is None else {'params': probe_params, 'opt_state': ()},
+  )
+
+
+def test_parameters_are_counted_per_part_backbone_head_then_the_rest():
+  model, probe = _params()
+  counts = summaries.parameter_counts({**model, 'probe': probe, 'adapter': {'w': np.zeros(5)}})
+  assert list(counts.items()) == [('backbone', 28), ('head', 6), ('adapter', 5), ('probe', 10)]
+
+
+def test_the_size_line_counts_the_probe_and_every_byte_of_the_state():
+  model, probe = _params()
+  state = _state(model, probe)
+  # float32 28 + 6 + 10 parameters, ones(4) float64, batch stats 4, opt state 7, metric 1,
+  # step int32 1, rng uint32 2.
+  assert summaries.state_bytes(state) == 4 * (24 + 6 + 10) + 8 * 4 + 4 * (4 + 7 + 1 + 1 + 2)
+  line = summaries.size_line(state)
+  parts = dict(re.findall(r'(\w+) ([\d,]+)(?=[,(; ])', line.split(' (')[0] + ' '))
+  assert {k: int(v.replace(',', '')) for k, v in parts.items()} == {
+    'backbone': 28,
+    'head': 6,
+    'probe': 10,
+  }
+  assert '(44 in all)' in line
+  assert f'{summaries.state_bytes(state):,} bytes' in line
+  without_probe = summaries.size_line(_state(model))
+  assert 'probe' not in without_probe and '(34 in all)' in without_probe
+
+
+RECORD = {
+  'epoch': 3,
+  'step': 18,
+  'train_loss': 4.123456,
+  'learning_rate': 0.00123,
+  'samples_per_second': 512.4,
+  'images_per_second': 1024.8,
+  'epoch_time': 12.34,
+  'knn_top1': 0.87654,
+  'precision_at_1': 0.81234,
+  'map_at_r': 0.45678,
+  'probe_top1': 0.9,
+  'assumption1_fraction': 0.96789,
+}
+
+
+def test_an_epochs_line_shows_each_figure_of_its_record():
+  line = summaries.epoch_summary(RECORD)
+  for shown in (
+    'epoch 3',
+    '4.1235',  # the loss
+    'kNN top-1 0.8765',
+    'P@1 0.8123',
+    'MAP@R 0.4568',
+    'probe top-1 0.9000',
+    '0.968',  # Assumption 1's fraction
+    '0.00123',  # the learning rate
+    '512 samples/s',
+    '1025 views/s',
+    '12.3 s',
+  ):
+    assert shown in line, (shown, line)
+  assert 'compil' not in line
+  assert '(4.0 s of it compiling' in summaries.epoch_summary(RECORD, compile_seconds=4.0)
+
+
+def test_the_monitor_figures_are_knn_then_retrieval_in_the_records_order_then_the_probe():
+  record = {'probe_top1': 0.5, 'recall_at_4': 0.75, 'precision_at_1': 0.25, 'knn_top1': 0.125}
+  assert summaries.monitor_parts(record) == [
+    'kNN top-1 0.1250',
+    'R@4 0.7500',
+    'P@1 0.2500',
+    'probe top-1 0.5000',
+  ]
+  assert summaries.monitor_parts({'train_loss': 1.0, 'epoch': 1}) == []
+
+
+def test_the_final_monitor_is_the_last_epoch_with_a_knn():
+  records = [
+    {'epoch': 1, 'knn_top1': 0.5},
+    {'epoch': 2, 'knn_top1': 0.75, 'map_at_r': 0.25},
+    {'epoch': 3, 'train_loss': 1.0},  # no kNN this epoch
+  ]
+  assert summaries.final_monitor(records) == 'final kNN top-1 0.7500, MAP@R 0.2500'
+  assert 'no kNN' in summaries.final_monitor(records[2:])
+
+
+def _class_aware(labels, batch_size, m, num_epochs=5):
+  config = ml_collections.ConfigDict(
+    {'samples_per_class': m, 'batch_size': batch_size, 'num_epochs': num_epochs}
+  )
+  order = data.EpochOrder(
+    len(labels), labels=labels, global_batch_size=batch_size, seed=0, samples_per_class=m
+  )
+  return order, summaries.class_aware_epoch_lines(config, order)
+
+
+def test_a_balanced_class_aware_epoch_is_described_without_a_warning():
+  order, (info, warning) = _class_aware(np.repeat(np.arange(4), 6), batch_size=8, m=2)
+  assert order.steps_per_epoch == 3 and warning is None
+  assert '100.0%' in info and 'of 4 classes' in info and '(uniform batches: 3 steps)' in info
+
+
+def test_a_short_class_aware_epoch_is_warned_with_the_epochs_that_train_as_long():
+  """Class 0 holds 40 of 52 examples: 4 classes per batch run out after 2 steps, where
+  uniform batches take 6; the fix's num_epochs is the fewest that train 5 epochs' steps."""
+  labels = np.array([0] * 40 + [1, 2, 3] * 4)
+  order, (info, warning) = _class_aware(labels, batch_size=8, m=2, num_epochs=5)
+  steps, uniform = order.steps_per_epoch, 52 // 8
+  assert (steps, uniform) == (2, 6)
+  assert f'{steps * 8 / 52:.1%}' in info and warning is not None
+  epochs = int(re.search(r'--config\.num_epochs=(\d+)', warning).group(1))
+  assert epochs * steps >= 5 * uniform > (epochs - 1) * steps
+  assert '3.0x shorter' in warning
+  assert math.isclose(
+    steps * 8 / 52, float(re.search(r'only ([\d.]+)%', warning).group(1)) / 100, abs_tol=1e-3
+  )
