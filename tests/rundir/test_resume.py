@@ -1,0 +1,162 @@
+"""rundir/resume: a run's bookkeeping (`RunRecord`) in a temporary workdir with a tiny
+state and no training: which checkpoint restores, where its epoch stood (`EpochPosition`),
+the records and per-step rows cut back to its step, and keep_best's ranking."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hscl_jax.rundir import checkpoints
+from hscl_jax.rundir import metrics
+from hscl_jax.rundir import resume
+from hscl_jax.rundir import timing
+
+
+class Loader:
+  """The input pipeline's position, as a RunRecord saves and restores it."""
+
+  def __init__(self, served=0):
+    self.served = served
+
+  def get_state(self):
+    return {'served': self.served}
+
+  def set_state(self, state):
+    self.served = state['served']
+
+
+def _tree(step):
+  """A small state whose values say which step it was saved at."""
+  return {'w': jnp.full((3,), float(step), jnp.float32), 'step': jnp.asarray(step, jnp.int32)}
+
+
+def _target():
+  return jax.tree.map(jnp.zeros_like, _tree(0))
+
+
+def _record(step, **figures):
+  return {'epoch': step // 6, 'train_loss': 1.0 / step, **figures}
+
+
+def test_a_new_workdir_restores_nothing_and_leaves_the_loader_at_its_start(tmp_path):
+  book, loader = resume.RunRecord(str(tmp_path), keep=2), Loader(served=3)
+  restored = book.restore(_target(), loader)
+  book.close()
+  assert (restored.step, restored.tree, restored.position) == (0, None, resume.EpochPosition())
+  assert loader.served == 3 and book.records == []
+
+
+def test_the_newest_checkpoint_restores_with_its_loader_position_and_epoch(tmp_path):
+  book, loader = resume.RunRecord(str(tmp_path), keep=2), Loader()
+  book.restore(_target(), loader)
+  times = timing.EpochTimes(seconds=9.5, steps_timed=4, compile_seconds=3.25, compile_steps=1)
+  for step in (6, 12):
+    loader.served = step
+    book.write_record(step, _record(step))
+    book.save(step, _tree(step), loader, resume.EpochPosition())
+  loader.served = 16  # a SIGTERM mid-epoch 3
+  book.save(16, _tree(16), loader, resume.EpochPosition(times=times))
+  book.close()
+
+  book, loader = resume.RunRecord(str(tmp_path), keep=2), Loader()
+  restored = book.restore(_target(), loader)
+  book.close()
+  assert restored.step == 16 and loader.served == 16
+  assert restored.position == resume.EpochPosition(steps_done=False, times=times)
+  np.testing.assert_array_equal(restored.tree['w'], [16.0] * 3)
+  assert int(restored.tree['step']) == 16
+  assert [r['step'] for r in book.records] == [6, 12]
+
+
+def test_records_and_step_rows_after_the_checkpoint_are_cut_back(tmp_path):
+  """A run that died after writing epoch 2's record and steps 8-12's rows, with its last
+  checkpoint at step 6: resumed, the files hold what they held at step 6."""
+  book, loader = resume.RunRecord(str(tmp_path), keep=2), Loader()
+  book.restore(_target(), loader)
+  for step in (2, 4, 6):
+    book.write_step(step, {'train_loss': float(step)})
+  book.write_record(6, _record(6))
+  book.save(6, _tree(6), loader, resume.EpochPosition())
+  for step in (8, 10, 12):
+    book.write_step(step, {'train_loss': float(step)})
+  book.write_record(12, _record(12))
+  book.close()
+  assert [r['step'] for r in metrics.read_steps(str(tmp_path))] == [2, 4, 6, 8, 10, 12]
+
+  book = resume.RunRecord(str(tmp_path), keep=2)
+  assert book.restore(_target(), Loader()).step == 6
+  book.close()
+  assert metrics.read_metrics(str(tmp_path)) == [{'step': 6, **_record(6)}]
+  assert [r['step'] for r in metrics.read_steps(str(tmp_path))] == [2, 4, 6]
+
+
+def test_an_epoch_end_saved_before_its_record_is_redone(tmp_path):
+  """A checkpoint at an epoch's last step taken before its record (SIGTERM during the
+  kNN): resumed, the record written after it is dropped, for the resumed run to write."""
+  book, loader = resume.RunRecord(str(tmp_path), keep=2), Loader()
+  book.restore(_target(), loader)
+  book.write_record(6, _record(6))
+  book.save(6, _tree(6), loader, resume.EpochPosition())
+  book.save(12, _tree(12), loader, resume.EpochPosition(steps_done=True))
+  book.write_record(12, _record(12))  # the stopped run got this far after its checkpoint
+  book.close()
+
+  book = resume.RunRecord(str(tmp_path), keep=2)
+  restored = book.restore(_target(), Loader())
+  book.close()
+  assert restored.step == 12 and restored.position.steps_done
+  assert [r['step'] for r in metrics.read_metrics(str(tmp_path))] == [6]
+
+
+def test_a_damaged_metrics_file_is_rebuilt_from_the_checkpoints_records(tmp_path):
+  book, loader = resume.RunRecord(str(tmp_path), keep=2), Loader()
+  book.restore(_target(), loader)
+  for step in (6, 12):
+    book.write_record(step, _record(step))
+  book.save(12, _tree(12), loader, resume.EpochPosition())
+  book.close()
+  (tmp_path / 'metrics.jsonl').write_text('{"step": 6, "epoch": 1, "train_loss": 9.0}\n')
+
+  book = resume.RunRecord(str(tmp_path), keep=2)
+  book.restore(_target(), Loader())
+  book.close()
+  assert metrics.read_metrics(str(tmp_path)) == [
+    {'step': step, **_record(step)} for step in (6, 12)
+  ]
+
+
+def test_the_metadata_keeps_a_copy_of_the_records_and_reads_back_the_position():
+  times = timing.EpochTimes(seconds=2.5, steps_timed=3, compile_seconds=1.5, compile_steps=1)
+  records = [{'step': 6, 'epoch': 1, 'knn_top1': 0.5}]
+  metadata = resume.EpochPosition(steps_done=True, times=times).to_metadata(records)
+  records[0]['knn_top1'] = 0.0  # the next epoch goes on with the list
+  records.append({'step': 12})
+  position, kept = resume.EpochPosition.from_metadata(metadata)
+  assert position == resume.EpochPosition(steps_done=True, times=times)
+  assert kept == [{'step': 6, 'epoch': 1, 'knn_top1': 0.5}]
+
+
+def test_a_run_resumed_with_another_keep_best_ranks_by_the_new_figure(tmp_path):
+  """Checkpoints ranked by knn_top1 (max), then by train_loss (min) after a resume, both
+  kept (the newest 3): the best is the best by train_loss among those ranked by it, a
+  knn-ranked one never."""
+  book, loader = resume.RunRecord(str(tmp_path), keep=1, keep_best='knn_top1'), Loader()
+  book.restore(_target(), loader)
+  for step, knn, loss in ((6, 0.9, 0.1), (12, 0.5, 0.9)):
+    book.write_record(step, _record(step, knn_top1=knn) | {'train_loss': loss})
+    book.save(step, _tree(step), loader, resume.EpochPosition())
+  book.close()
+  assert checkpoints.best_checkpoint(str(tmp_path)) == checkpoints.Best(6, 'knn_top1', 'max', 0.9)
+
+  book = resume.RunRecord(str(tmp_path), keep=3, keep_best='train_loss')
+  assert book.restore(_target(), loader).step == 12
+  for step, knn, loss in ((18, 0.1, 0.4), (24, 0.2, 0.6)):
+    book.write_record(step, _record(step, knn_top1=knn) | {'train_loss': loss})
+    book.save(step, _tree(step), loader, resume.EpochPosition())
+  book.close()
+  assert checkpoints.best_checkpoint(str(tmp_path)) == checkpoints.Best(
+    18, 'train_loss', 'min', 0.4
+  )
+  assert checkpoints.finished_steps(str(tmp_path)) == [12, 18, 24]
