@@ -93,3 +93,35 @@ def test_the_gradient_of_a_hardenings_arrays_is_the_references(detach):
     _central_difference(lambda c: reference(0.8, c), -0.3),
   ]
   np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize('block_size', [0, 4])
+def test_queued_keys_of_class_0_are_negatives_of_the_other_classes_only(block_size):
+  """Class 0 is a label like any other, never "unlabelled" (-1): its queued keys are
+  negatives of the class-1 and class-2 anchors and not of the class-0 ones."""
+  z, labels = _batch(6)
+  rng = np.random.default_rng(7)
+  queue = rng.normal(size=(5, 5))
+  queue /= np.linalg.norm(queue, axis=-1, keepdims=True)
+  queue_labels, filled = np.array([0, 0, 1, 2, -1]), np.array([True, True, True, True, False])
+  got = losses.hscl(
+    jnp.asarray(z, jnp.float32),
+    labels,
+    hardening=losses.exponential(1.0),
+    temperature=TEMPERATURE,
+    queue=jnp.asarray(queue, jnp.float32),
+    queue_labels=jnp.asarray(queue_labels, jnp.int32),
+    queue_filled=jnp.asarray(filled),
+    block_size=block_size,
+  )
+  expected = reference_loss(
+    z,
+    labels,
+    method='label',
+    eta=np.exp,
+    temperature=TEMPERATURE,
+    queue=queue,
+    queue_labels=queue_labels,
+    queue_filled=filled,
+  )
+  assert float(got) == pytest.approx(expected, rel=1e-5)
