@@ -160,18 +160,19 @@ def digits_run(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def tiny_config():
-  """The unit tests' shared config, frozen (`ml_collections.ConfigDict(tiny_config)` is a
-  copy to change): H-SCL(β) on digits with a small head, 16 samples a batch, 3 epochs,
-  a cosine schedule after one warm-up epoch, no kNN."""
+  """The unit tests' shared config: `tiny_config()` is a fresh copy to change (a frozen
+  one's `ConfigDict(...)` shares its sections). H-SCL(β) on digits with a small head, 16
+  samples a batch, 3 epochs, a cosine schedule after one warm-up epoch, no kNN."""
   if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
-  import ml_collections
-
   from configs import digits
 
-  config = digits.get_config()
-  config.batch_size = 16
-  config.num_epochs = 3
-  config.model.head_hidden, config.model.head_out = 32, 16
-  config.knn.every_epochs = 0
-  return ml_collections.FrozenConfigDict(config)
+  def make():
+    config = digits.get_config()
+    config.batch_size = 16
+    config.num_epochs = 3
+    config.model.head_hidden, config.model.head_out = 32, 16
+    config.knn.every_epochs = 0
+    return config
+
+  return make

@@ -7,7 +7,6 @@ import shutil
 
 from acceptance import refused
 import jax
-import ml_collections
 import numpy as np
 import pytest
 
@@ -21,7 +20,7 @@ IMAGE_SHAPE = (8, 8, 3)
 
 @pytest.fixture(scope='module')
 def model(tiny_config):
-  return models.create_model(ml_collections.ConfigDict(tiny_config).model)
+  return models.create_model(tiny_config().model)
 
 
 @pytest.fixture

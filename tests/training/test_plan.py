@@ -13,7 +13,6 @@ import sys
 from acceptance import accepted
 from acceptance import refused
 import jax
-import ml_collections
 import numpy as np
 import pytest
 
@@ -32,14 +31,14 @@ def _plan(config, num_examples=NUM_EXAMPLES):
 
 
 def test_an_epoch_is_the_full_batches_and_steps_count_from_epoch_one(tiny_config):
-  plan = _plan(tiny_config)
+  plan = _plan(tiny_config())
   assert (plan.steps_per_epoch, plan.num_epochs, plan.total_steps) == (6, 3, 18)
   epochs = [plan.epoch_of_step(step) for step in range(plan.total_steps)]
   assert epochs == [1] * 6 + [2] * 6 + [3] * 6
 
 
 def test_steps_per_epoch_limit_shortens_every_epoch_and_the_schedule(tiny_config):
-  config = ml_collections.ConfigDict(tiny_config)
+  config = tiny_config()
   config.steps_per_epoch_limit = 4
   plan = _plan(config)
   assert (plan.steps_per_epoch, plan.total_steps, plan.epoch_of_step(4)) == (4, 12, 2)
@@ -59,8 +58,8 @@ def _warmup_cosine(step, *, peak, warmup, total):
 
 
 def test_the_learning_rate_warms_up_for_an_epoch_then_decays_by_a_cosine(tiny_config):
-  plan = _plan(tiny_config)
-  peak = tiny_config.optimizer.learning_rate
+  plan = _plan(tiny_config())
+  peak = tiny_config().optimizer.learning_rate
   got = [plan.learning_rate_at(step) for step in range(plan.total_steps + 1)]
   want = [_warmup_cosine(step, peak=peak, warmup=6, total=18) for step in range(19)]
   np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-9)
@@ -68,7 +67,7 @@ def test_the_learning_rate_warms_up_for_an_epoch_then_decays_by_a_cosine(tiny_co
 
 
 def test_a_constant_schedule_without_warmup_is_the_rate_at_every_step(tiny_config):
-  config = ml_collections.ConfigDict(tiny_config)
+  config = tiny_config()
   config.optimizer.schedule, config.optimizer.warmup_epochs = 'constant', 0.0
   plan = _plan(config)
   assert {plan.learning_rate_at(step) for step in (0, 7, 17)} == {np.float32(3e-3)}
@@ -76,7 +75,7 @@ def test_a_constant_schedule_without_warmup_is_the_rate_at_every_step(tiny_confi
 
 def test_beta_is_annealed_by_beta_over_l_every_e_over_l_epochs(tiny_config):
   """HCL's annealing (ℓ = 3 changes over E = 6 epochs): β lowered by β/3 at epochs 2, 4, 6."""
-  config = ml_collections.ConfigDict(tiny_config)
+  config = tiny_config()
   config.num_epochs, config.beta, config.beta_anneal_steps = 6, 1.5, 3
   betas = [plan_lib.loss_hyperparameters(config, epoch)['beta'] for epoch in range(1, 7)]
   np.testing.assert_allclose(betas, [1.5, 1.0, 1.0, 0.5, 0.5, 0.0], rtol=1e-6)
@@ -86,7 +85,7 @@ def test_beta_is_annealed_by_beta_over_l_every_e_over_l_epochs(tiny_config):
 
 def test_tau_follows_eq_4_from_start_to_end(tiny_config):
   """τ = exp(l/γ), l linear from tau_start at epoch 1 to tau_end at the last epoch."""
-  config = ml_collections.ConfigDict(tiny_config)
+  config = tiny_config()
   config.num_epochs, config.temperature = 5, 0.25
   config.tau_start, config.tau_end = -0.5, 0.1
   for epoch in range(1, 6):
@@ -110,13 +109,13 @@ def test_tau_follows_eq_4_from_start_to_end(tiny_config):
 def test_the_hyperparameters_used_are_the_methods_and_the_diagnostics(
   tiny_config, method, hardening, diagnostics, used
 ):
-  config = ml_collections.ConfigDict(tiny_config)
+  config = tiny_config()
   config.method, config.hardening, config.diagnostics = method, hardening, diagnostics
   assert plan_lib.used_hyperparameters(config) == used
 
 
 def test_a_batch_of_every_training_example_passes_and_one_more_is_refused(tiny_config):
-  config = ml_collections.ConfigDict(tiny_config)
+  config = tiny_config()
   with accepted('a batch of all 16 examples'):
     plan_lib.check_batch_fits(config, 16)
   with refused(

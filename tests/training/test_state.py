@@ -11,7 +11,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -77,7 +76,7 @@ NUM_CLASSES = 10
 
 
 def _config(tiny_config, **changes):
-  config = ml_collections.ConfigDict(tiny_config)
+  config = tiny_config()
   config.update(changes)
   return config
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -39,7 +38,7 @@ def setup(tiny_config):
   """(config, model, augmentations, the state before a step, the step on 4 devices):
   plain SGD (no momentum, no decay) at a constant rate, so that an update is -lr·grad;
   SiLU, so that two programs' gradients agree to rounding (docs/testing.md)."""
-  config = ml_collections.ConfigDict(tiny_config)
+  config = tiny_config()
   config.diagnostics = False
   config.model.activation = 'silu'
   config.optimizer.name, config.optimizer.momentum = 'sgd', 0.0
