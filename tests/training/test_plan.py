@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import pathlib
+import re
 import shutil
 import sys
 
@@ -278,3 +279,29 @@ def test_a_run_builds_its_model_and_augmentation_once(digits_run, tmp_path, monk
   result = loop.train_and_evaluate(config, str(workdir))
   assert result.already_complete
   assert calls == {'model': 1, 'augment': 1}
+
+
+@pytest.mark.parametrize(
+  'devices,processes,method,samples_per_class,chunk_size',
+  [(2, 2, 'scl', 2, 0), (8, 2, 'scl', 3, 0), (8, 2, 'ucl', 0, 2), (4, 2, 'hscl', 0, 0)],
+)
+def test_the_batch_a_refusal_suggests_on_two_processes_passes_the_config_check_there(
+  tiny_config, monkeypatch, devices, processes, method, samples_per_class, chunk_size
+):
+  """A batch that fits 30 examples and passes the check of a run over `processes`
+  processes, m dividing each process's share: one for one process could split unevenly."""
+  monkeypatch.setattr(jax, 'device_count', lambda: devices)
+  monkeypatch.setattr(jax, 'process_count', lambda: processes)
+  config = tiny_config()
+  config.method, config.samples_per_class, config.chunk_size = method, samples_per_class, chunk_size
+  config.batch_size = 64
+  try:
+    plan_lib.check_batch_fits(config, 30)
+  except errors.ConfigError as refusal:
+    suggested = int(re.search(r'--config\.batch_size=(\d+) passes here', str(refusal)).group(1))
+  else:
+    raise AssertionError('a batch of 64 from 30 examples was accepted')
+  config.batch_size = suggested
+  with accepted(f'the suggested batch_size={suggested}'):
+    schema.validate_config(config, num_devices=devices, num_processes=processes)
+  assert suggested <= 30 and (suggested // processes) % max(samples_per_class, 1) == 0
