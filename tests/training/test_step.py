@@ -13,9 +13,9 @@ from test_losses import reference_loss
 
 from hscl_jax import losses
 from hscl_jax import models
+from hscl_jax import optimizers
 from hscl_jax import parallel
 from hscl_jax.data import augment
-from hscl_jax.training import optimizers
 from hscl_jax.training import plan as plan_lib
 from hscl_jax.training import state as state_lib
 from hscl_jax.training import step as step_lib
