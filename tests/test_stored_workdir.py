@@ -146,7 +146,8 @@ def _assert_close(actual, expected, where: str = '') -> None:
 @pytest.mark.skipif(not FIXTURE.is_dir(), reason=f'no {FIXTURE}')
 def test_the_stored_workdir_gives_the_figures_its_version_gave(tmp_path):
   """The same figures; this version adds the monitor's retrieval metrics (config.knn.retrieval,
-  a free field: the stored config's lack of it is no difference) to the epoch it trains."""
+  a free field: the stored config's lack of it is no difference) to the epoch it trains,
+  and the run's method label to inspect's false_negatives.json."""
   expected = json.loads(EXPECTED.read_text())
   measured = measure(tmp_path)
   added = [
@@ -155,6 +156,8 @@ def test_the_stored_workdir_gives_the_figures_its_version_gave(tmp_path):
   ]
   assert [sorted(figures) for figures in added] == [[], [], ['map_at_r', 'precision_at_1']]
   assert all(0 < value <= 1 for value in added[-1].values()), added
+  # and names the measured run's method in false_negatives.json (the stored run: H-SCL(β)).
+  assert measured['inspect']['false_negatives'].pop('method_label') == 'H-SCL(β)'
   _assert_close(measured, expected)
 
 

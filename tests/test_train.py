@@ -817,7 +817,7 @@ def test_a_sigmoid_run_resumes_after_a_sigterm_to_the_uninterrupted_run(tmp_path
     metrics.read_metrics(str(tmp_path / 'reference'))
   )
   steps = metrics.read_steps(str(tmp_path / 'run'))
-  assert steps == metrics.read_steps(str(tmp_path / 'reference'))
+  assert _deterministic(steps) == _deterministic(metrics.read_steps(str(tmp_path / 'reference')))
   learned = jax.device_get(reference.state.loss_state['params'])
   final = {'t': float(np.exp(learned['log_t'])), 'b': float(learned['b'])}
   assert {name: records[-1][name] for name in final} == pytest.approx(final, rel=1e-6)

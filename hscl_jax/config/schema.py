@@ -188,8 +188,8 @@ def _check_batches(config, num_devices: int, num_processes: int) -> None:
 def batch_size_passes(
   config: ml_collections.ConfigDict, batch_size: int, *, num_devices: int, num_processes: int
 ) -> bool:
-  """Whether `--config.batch_size=batch_size` would pass the checks of the batches, the rest
-  of `config` kept: the same checks validation runs (`_check_batches`) on a copy."""
+  """Whether `batch_size` in place of config.batch_size would pass the checks of the
+  batches, the rest of `config` kept: validation's own checks (`_check_batches`) on a copy."""
   candidate = ml_collections.ConfigDict(config.to_dict())
   candidate.batch_size = batch_size
   try:

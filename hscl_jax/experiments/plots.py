@@ -69,8 +69,9 @@ def plot_report(summary, best, out_dir: str) -> list[str]:
 
 
 def hardened_supervised_labels() -> list[str]:
-  """The methods table's H-SCL rows (supervised, hardened), whose anchors Figs. 4 and 5 show."""
-  return [r.label for r in methods.ROWS if r.supervised and r.hardening != 'none']
+  """The methods table's compared H-SCL rows (supervised, hardened), whose anchors Figs. 4
+  and 5 show."""
+  return [r.label for r in methods.ROWS if r.compared and r.supervised and r.hardening != 'none']
 
 
 def plot_pairs(points, out_dir: str) -> str:

@@ -440,8 +440,7 @@ def siglip(
     axis_name: inside ``jax.shard_map``/``jax.pmap``, the batch axis (x, y and the labels
       are the local shards, of equal size without labels): the loss of the global batch.
     collective: 'all_gather' (gather y) or 'ring' (pass y's shards around, SigLIP's
-      chunking). Both give the same value and gradients; without ``axis_name`` there is
-      one shard and nothing to pass, so the same options run on one device and on many.
+      chunking): the same value and gradients; without ``axis_name``, the plain loss.
     block_size: None = automatic (dense up to 2^24 logits, then blocks of 2048 rows);
       an int forces blocks of that many rows, 0 the dense form.
     precision: of the similarity matmuls (``'highest'``: full float32).
