@@ -80,3 +80,24 @@ def _requirements_of(name: str) -> list[str]:
   except importlib.metadata.PackageNotFoundError:
     return []
   return [distribution(r) for r in requires if 'extra ==' not in r.replace('"', "'")]
+
+
+_HIDING = """
+import importlib, importlib.machinery, runpy, sys
+HIDDEN = {hidden!r}
+
+class Hide:  # PathFinder, but these distributions are not installed
+  def find_spec(self, name, path=None, target=None):
+    if name.partition('.')[0] in HIDDEN:
+      return None
+    return importlib.machinery.PathFinder.find_spec(name, path, target)
+
+sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = Hide()
+{code}
+"""
+
+
+def hiding(hidden, code: str) -> str:
+  """A `python -c` script that runs `code` with the top-level modules `hidden` (a set the
+  script may change, as HIDDEN) unimportable, as if their distributions were not installed."""
+  return _HIDING.format(hidden=set(hidden), code=code)

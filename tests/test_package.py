@@ -97,24 +97,9 @@ def test_the_package_needs_jax_numpy_and_the_train_extra_only():
   assert extra_modules == hscl_jax.TRAINER_MODULES  # each one is the extra's own
 
 
-_HIDE = """
-import importlib, importlib.machinery, runpy, sys
-HIDDEN = {hidden!r}
-
-class Hide:  # PathFinder, but these distributions are not installed
-  def find_spec(self, name, path=None, target=None):
-    if name.partition('.')[0] in HIDDEN:
-      return None
-    return importlib.machinery.PathFinder.find_spec(name, path, target)
-
-sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = Hide()
-{code}
-"""
-
-
 def _without(hidden, code: str) -> subprocess.CompletedProcess:
   return subprocess.run(
-    [sys.executable, '-c', _HIDE.format(hidden=set(hidden), code=code)],
+    [sys.executable, '-c', requirements.hiding(hidden, code)],
     capture_output=True,
     text=True,
     env={**os.environ, 'JAX_PLATFORMS': 'cpu'},

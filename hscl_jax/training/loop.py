@@ -90,8 +90,11 @@ def train_and_evaluate(
       result = _locked_run(config, workdir, mesh, built, allowed_config_changes, preemption)
     except preemption_lib.StoppedAtOnce as stop:
       raise errors.Interrupted(_stopped_at_once_line(stop, workdir), stop.signum) from None
-  if not result.preempted and jax.process_index() == 0:
-    logging.info('%s', closing_summary(config, workdir, result, time.perf_counter() - start))
+  if not result.preempted:
+    # On every process: reading the best checkpoint back (Orbax's manager) is collective.
+    summary = closing_summary(config, workdir, result, time.perf_counter() - start)
+    if jax.process_index() == 0:
+      logging.info('%s', summary)
   return result
 
 
@@ -219,11 +222,13 @@ def _best_of_run(config: ml_collections.ConfigDict, workdir: str, records) -> st
   the figure."""
   kept = checkpoints.KeepBest.parse(keep_best(config))
   figure = kept or checkpoints.KeepBest(MONITOR_FIGURE)
+  # Before anything that differs between processes (only process 0 keeps the records):
+  # reading the checkpoints back is collective.
+  stored = checkpoints.best_checkpoint(workdir) if kept else None
   best = summaries.best_epoch(records, figure.metric, figure.mode)
   if best is None:
     return ''
   text = f'; {summaries.best_part(best, figure.metric)}'
-  stored = checkpoints.best_checkpoint(workdir) if kept else None
   if stored is None or stored.metric != figure.metric:
     return text
   if stored.step == best['step']:

@@ -21,20 +21,9 @@ from hscl_jax.training import loop
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-# Runs `python -m MODULE ARGS` with every module outside the install hidden (argv[1]: their
-# names, comma-separated), as if their distributions were not installed.
-_AS_INSTALLED = """
-import importlib.machinery, runpy, sys
-HIDDEN = set(sys.argv[1].split(','))
-
-class Hide:  # PathFinder, but these distributions are not installed
-  def find_spec(self, name, path=None, target=None):
-    if name.partition('.')[0] in HIDDEN:
-      return None
-    return importlib.machinery.PathFinder.find_spec(name, path, target)
-
-sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = Hide()
-module, sys.argv = sys.argv[2], sys.argv[2:]
+# `python -m MODULE ARGS` (argv[1:]) under requirements.hiding.
+_RUN_MODULE = """
+module, sys.argv = sys.argv[1], sys.argv[1:]
 runpy.run_module(module, run_name='__main__', alter_sys=True)
 """
 
@@ -53,7 +42,7 @@ def run_as_installed(command: str, hidden: set[str], env: dict[str, str]):
   python, dash_m, module, *args = shlex.split(command)
   assert (python, dash_m) == ('python', '-m'), command
   return subprocess.run(
-    [sys.executable, '-c', _AS_INSTALLED, ','.join(sorted(hidden)), module, *args],
+    [sys.executable, '-c', requirements.hiding(hidden, _RUN_MODULE), module, *args],
     cwd=REPO,
     env=env,
     capture_output=True,
