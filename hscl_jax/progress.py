@@ -15,6 +15,10 @@ import time
 
 from absl import logging
 
+# How often a long job without a natural count (embedding, decoding, a linear probe) logs its
+# progress line at most: a loop shorter than this logs none.
+EVERY_SECONDS = 10.0
+
 
 def is_due(count: int, every: int, last: int) -> bool:
   """Whether a periodic job runs at `count` (1-based): every `every`-th and at the `last`;

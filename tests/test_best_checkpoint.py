@@ -22,6 +22,7 @@ import pytest
 
 from hscl_jax import errors
 from hscl_jax import models
+from hscl_jax.config import choices
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import resume
@@ -150,13 +151,13 @@ def test_keep_best_auto_is_the_knn_top1_where_the_monitor_runs_and_none_without(
   from hscl_jax.training import loop
 
   config = digits.get_config()
-  assert config.keep_best == fields.FIELDS['keep_best'].default == checkpoints.AUTO
+  assert config.keep_best == fields.FIELDS['keep_best'].default == choices.KEEP_BEST_AUTO
   assert loop.keep_best(config) == 'knn_top1'
   config.knn.every_epochs = 0
   assert loop.keep_best(config) == ''
   config.keep_best = 'probe_loss'
   assert loop.keep_best(config) == 'probe_loss'
-  assert checkpoints.KeepBest.parse(checkpoints.AUTO) is None
+  assert checkpoints.KeepBest.parse(choices.KEEP_BEST_AUTO) is None
 
 
 class _Loader:
@@ -343,7 +344,7 @@ def test_a_training_run_keeps_its_best_epoch_by_default_and_its_closing_line_nam
   config.knn.batch_size, config.keep_checkpoints = 256, 1
   config.checkpoint_every_epochs = 4
   config.optimizer.learning_rate = 3e-2  # large: the kNN figure moves between epochs
-  assert config.keep_best == checkpoints.AUTO
+  assert config.keep_best == choices.KEEP_BEST_AUTO
   result = loop.train_and_evaluate(config, str(tmp_path))
   records = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
   figures = {r['step']: r['knn_top1'] for r in records}

@@ -110,7 +110,7 @@ def test_projections_are_the_heads_outputs_with_a_progress_line(
 ):
   workdir, config, result = digits_run
   out = tmp_path / 'train.npz'
-  monkeypatch.setattr(embedding, 'PROGRESS_EVERY_SECONDS', 0.0)  # a line every batch
+  monkeypatch.setattr(progress, 'EVERY_SECONDS', 0.0)  # a line every batch
   with caplog.at_level('INFO'):
     embedding.embed(str(workdir), str(out), split='train', projections=True)
   for done in (512, 1024):

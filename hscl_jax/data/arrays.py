@@ -144,7 +144,6 @@ class SubsetSource:
 
 
 # A progress line at most this often while a split is decoded into memory.
-PROGRESS_SECONDS = 10.0
 
 
 def decoded_bytes(source) -> int:
@@ -166,7 +165,7 @@ def load_into_memory(source, *, name: str = 'split', num_threads: int | None = N
       images[i], labels[i] = example['image'], example['label']
     return len(chunk)
 
-  line = progress.ProgressLine(len(source), unit='image', every_seconds=PROGRESS_SECONDS)
+  line = progress.ProgressLine(len(source), unit='image', every_seconds=progress.EVERY_SECONDS)
   done = 0
   with futures.ThreadPoolExecutor(num_threads) as pool:
     for count in pool.map(decode, chunks):

@@ -36,7 +36,6 @@ from hscl_jax.rundir import atomic
 from hscl_jax.rundir import trained_run
 
 SPLITS = ('train', 'test')
-PROGRESS_EVERY_SECONDS = 10.0
 
 
 class EmbedError(errors.UserError, ValueError):
@@ -109,8 +108,8 @@ def split_source(config: config_dict.ConfigDict, split: str):
 
 def _progress_check(total: int, batch_size: int) -> Callable[[], None]:
   """The check the extraction calls before each batch: the progress line of the images
-  embedded, at most every PROGRESS_EVERY_SECONDS."""
-  line = progress.ProgressLine(total, unit='image', every_seconds=PROGRESS_EVERY_SECONDS)
+  embedded, at most every progress.EVERY_SECONDS."""
+  line = progress.ProgressLine(total, unit='image', every_seconds=progress.EVERY_SECONDS)
   batches = itertools.count()
 
   def check() -> None:

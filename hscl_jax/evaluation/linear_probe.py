@@ -41,7 +41,6 @@ from hscl_jax.rundir import trained_run
 PROTOCOLS = fields.LINEAR_EVAL_PROTOCOLS
 RESULT_FILE = 'linear_eval.json'
 # A progress line once this many seconds have passed since the last: none for a short loop.
-PROGRESS_EVERY_SECONDS = 10.0
 
 
 def check_num_epochs_flag(num_epochs: int | None) -> None:
@@ -116,7 +115,7 @@ def _train_loop(setup: LinearSetup, num_examples: int, batch_fn, seed: int):
     unit='epoch',
     rate_unit='examples',
     per_unit=steps * batch,
-    every_seconds=PROGRESS_EVERY_SECONDS,
+    every_seconds=progress.EVERY_SECONDS,
     show_elapsed=True,
   )
   for epoch in range(1, cfg.num_epochs + 1):

@@ -180,9 +180,6 @@ def _all_processes(ok: bool) -> bool:
 MODES = choices.KEEP_BEST_MODES
 
 
-AUTO = choices.KEEP_BEST_AUTO
-
-
 @dataclasses.dataclass(frozen=True)
 class KeepBest:
   """The figure of the epoch records that ranks checkpoints for keeping the best one, and

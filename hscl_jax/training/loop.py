@@ -34,6 +34,7 @@ from hscl_jax import errors
 from hscl_jax import optimizers
 from hscl_jax import parallel
 from hscl_jax import progress
+from hscl_jax.config import choices
 from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import lock as workdir_lock
@@ -185,7 +186,7 @@ def keep_best(config: ml_collections.ConfigDict) -> str:
   """config.keep_best, its default resolved: 'auto' keeps the best by the kNN monitor's
   top-1 where the monitor runs (knn.every_epochs > 0) and none without it, where no record
   would have the figure."""
-  if config.keep_best != checkpoints.AUTO:
+  if config.keep_best != choices.KEEP_BEST_AUTO:
     return config.keep_best
   return MONITOR_FIGURE if config.knn.every_epochs else ''
 
