@@ -38,22 +38,25 @@ def _append(path: pathlib.Path, line: str) -> None:
 
 def test_the_import_contracts_hold_and_report_a_planted_break(tmp_path):
   """On a copy of the package: kept as it is; then config importing data (a layer above it,
-  and a cycle, since data reads config's choices) and losses importing errors (its own layer)
-  are each named as the import that breaks a contract."""
+  and a cycle, since data reads config's choices), losses importing errors (its own layer)
+  and config importing losses (config is a leaf beside errors) are each named as the import
+  that breaks a contract."""
   shutil.copytree(PACKAGE, tmp_path / 'hscl_jax', ignore=shutil.ignore_patterns('__pycache__'))
   shutil.copy(REPO / 'pyproject.toml', tmp_path)
   kept = _lint_imports(tmp_path)
   assert kept.returncode == 0, kept.stdout[-3000:] + kept.stderr[-3000:]
-  assert 'Contracts: 2 kept, 0 broken.' in kept.stdout
+  assert 'Contracts: 3 kept, 0 broken.' in kept.stdout
   _append(tmp_path / 'hscl_jax' / 'config' / 'choices.py', 'from hscl_jax import data')
   _append(tmp_path / 'hscl_jax' / 'losses' / 'kernel.py', 'from hscl_jax import errors')
+  _append(tmp_path / 'hscl_jax' / 'config' / 'methods.py', 'from hscl_jax import losses')
   broken = _lint_imports(tmp_path)
   assert broken.returncode == 1, broken.stdout[-3000:]
-  assert 'Contracts: 0 kept, 2 broken.' in broken.stdout
+  assert 'Contracts: 0 kept, 3 broken.' in broken.stdout
   report = broken.stdout.split('Broken contracts')[1]
   assert 'hscl_jax.config is not allowed to import hscl_jax.data' in report
   assert 'hscl_jax.config.choices -> hscl_jax.data' in report
   assert 'hscl_jax.losses is not allowed to import hscl_jax.errors' in report
+  assert 'hscl_jax.config is not allowed to import hscl_jax.losses' in report
   assert '.config -> .data' in report or '.data -> .config' in report  # the cycle
 
 

@@ -1,5 +1,5 @@
-"""The methods table: a method added as one row (its loss and its names) is validated,
-trained and planned by the comparison's grid with no other change."""
+"""The methods table: a method added as one row (its names) and its loss (objectives.LOSSES)
+is validated, trained and planned by the comparison's grid with no other change."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 
 from configs import digits  # noqa: E402
 from hscl_jax import losses  # noqa: E402
+from hscl_jax import objectives  # noqa: E402
 from hscl_jax.config import methods  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
@@ -28,7 +29,7 @@ SCALE = 2.0  # a power of two: the scaled loss is exactly SCALE times SCL's in f
 
 
 def _scaled_scl(z, labels, hyper, options):
-  return SCALE * methods.by_label('SCL').loss(z, labels, hyper, options)
+  return SCALE * objectives.loss_of(methods.by_label('SCL'))(z, labels, hyper, options)
 
 
 SCALED_SCL = methods.Method(
@@ -38,14 +39,14 @@ SCALED_SCL = methods.Method(
   sweep_name='scaled-scl',
   supervised=True,
   hardening='none',
-  loss=_scaled_scl,
 )
 
 
 @pytest.fixture
 def scaled_scl(monkeypatch):
-  """The table with SCALED_SCL as its last row, for one test."""
+  """The table with SCALED_SCL as its last row and its loss, for one test."""
   monkeypatch.setattr(methods, 'ROWS', (*methods.ROWS, SCALED_SCL))
+  monkeypatch.setitem(objectives.LOSSES, SCALED_SCL.slug, _scaled_scl)
   return SCALED_SCL
 
 
@@ -128,6 +129,7 @@ def test_a_one_epoch_run_trains_the_new_rows_loss(scaled_scl, tmp_path):
 def test_the_row_is_gone_after_its_test():
   assert 'scaled_scl' not in schema.METHODS
   assert SCALED_SCL.label not in image_grid.METHODS
+  assert SCALED_SCL.slug not in objectives.LOSSES
 
 
 # ----------------------------------------------------------------------------------------
@@ -171,10 +173,11 @@ def test_a_sigmoid_rows_loss_is_sigmoid_contrastive_at_the_learned_t_and_b(metho
   labels = jnp.array([0, 1, 0, 2, 1, 1, 0, 2])
   learned = {'log_t': jnp.float32(1.2), 'b': jnp.float32(-2.5)}
   hyper = {'beta': np.float32(2.0), 'tau': np.float32(1.0)}
-  options = methods.LossOptions({'axis_name': None}, learned=learned)
+  options = objectives.LossOptions({'axis_name': None}, learned=learned)
   config = digits.get_config()
   config.method = method
   row = methods.of_config(config)
+  loss = objectives.loss_of(row)
   expected = losses.sigmoid_contrastive(
     z,
     labels if row.supervised else None,
@@ -182,9 +185,9 @@ def test_a_sigmoid_rows_loss_is_sigmoid_contrastive_at_the_learned_t_and_b(metho
     b=-2.5,
     hardening=losses.exponential(2.0) if row.hardening == 'exp' else None,
   )
-  np.testing.assert_allclose(row.loss(z, labels, hyper, options), expected, rtol=1e-6)
+  np.testing.assert_allclose(loss(z, labels, hyper, options), expected, rtol=1e-6)
   d_log_t, d_b = jax.grad(
-    lambda lt, b: row.loss(
+    lambda lt, b: loss(
       z, labels, hyper, dataclasses.replace(options, learned={'log_t': lt, 'b': b})
     ),
     argnums=(0, 1),

@@ -2,8 +2,10 @@
 
 Config validation, the training loss and its hyperparameters, inspection's hardening, the
 image and graph grids, their paired claims and launch/sweep.py all read `ROWS`, when they
-run (so a row added for a test is seen by all of them). Adding a method is its loss
-function, written with `hscl_jax.losses`, and one `Method` row in `ROWS`.
+run (so a row added for a test is seen by all of them). The table is data and imports no
+loss (config/ imports nothing of ours but `errors`): hscl_jax/objectives maps each row to
+its loss by the row's slug. Adding a method is one `Method` row in `ROWS` and its loss
+function, written with `hscl_jax.losses`, in objectives' `LOSSES` under the row's slug.
 
 A row is a config's (method, hardening) choice: `config.method` names the loss, and for a
 method with several rows (H-SCL) `config.hardening` picks the row, `selects` saying which.
@@ -11,15 +13,12 @@ method with several rows (H-SCL) `config.hardening` picks the row, `selects` say
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 import dataclasses
 import math
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
-
-from hscl_jax import losses
 
 # config.hardening's values, and the loss hyperparameter (training/plan's) each one reads.
 HARDENINGS = ('exp', 'threshold')
@@ -32,32 +31,16 @@ TAU_STARTS = (-0.5, -0.3, -0.1)
 TAU_ENDS = (-0.1, 0.0, 0.1)
 GRID_FIELDS = ('beta', 'tau_start', 'tau_end')  # the config fields a grid point sets
 
-# A sigmoid row's trained loss parameters (SigLIP's: t = e^{log_t}, b) and SigLIP's start,
-# the defaults of the config fields that start them (config/fields: `sigmoid_` + name).
-SIGMOID_START = {'log_t': math.log(losses.SIGLIP_T), 'b': losses.SIGLIP_B}
+# A sigmoid row's trained loss parameters (SigLIP's: t = e^{log_t}, b) and SigLIP's start
+# (losses.SIGLIP_T, SIGLIP_B; tests/test_objectives.py checks they agree), the defaults of
+# the config fields that start them (config/fields: `sigmoid_` + name).
+SIGMOID_START = {'log_t': math.log(10.0), 'b': -10.0}
 SIGMOID_LEARNED = tuple(SIGMOID_START)
 
 
 @dataclasses.dataclass(frozen=True)
-class LossOptions:
-  """What a loss reads besides the batch and the epoch's hyperparameters: `kernel` is every
-  softmax loss's keyword arguments (temperature, M, axis_name, the key encoder's
-  projections and the queue's arguments), the rest the config's options of some losses;
-  `learned` the loss's own trained parameters (a sigmoid row's {'log_t', 'b'})."""
-
-  kernel: Mapping[str, Any]
-  tau_plus: float = 0.0
-  stop_gradient_weights: bool = False
-  learned: Mapping[str, Any] | None = None
-
-
-# (normalised projections [b, 2, d], labels [b], the epoch's hyperparameters, options) -> loss
-LossFn = Callable[[Any, Any, Mapping[str, Any], LossOptions], Any]
-
-
-@dataclasses.dataclass(frozen=True)
 class Method:
-  """One method with one hardening: its names, what it reads, its loss and its grid.
+  """One method with one hardening: its names, what it reads and its grid.
 
   `name` is config.method's value; `label` the paper's (report tables, --methods of the
   reports); `slug` the comparison's run directories and --seeds_for; `sweep_name`
@@ -66,7 +49,8 @@ class Method:
   II's graph experiment runs it (its loss there is the local–global one, tilted by β).
   `family`: 'softmax' (eq. (3): temperature, M, the queue) or 'sigmoid' (one logistic term
   per pair, its scale and bias trained with the model: `learned`). `compared`: one of the
-  paper's settings, which the image comparison (Table I) and its reports run.
+  paper's settings, which the image comparison (Table I) and its reports run. Its loss is
+  hscl_jax/objectives.LOSSES[slug].
   """
 
   name: str
@@ -75,7 +59,6 @@ class Method:
   sweep_name: str
   supervised: bool
   hardening: str
-  loss: LossFn
   selects: tuple[tuple[str, object], ...] = ()
   queue: bool = False
   graph: bool = False
@@ -106,79 +89,6 @@ class Method:
     return [()]
 
 
-def hardening(kind: str, value) -> losses.Hardening:
-  """The hardening η of `kind` ('exp' or 'threshold') at its β or τ."""
-  if kind == 'exp':
-    return losses.exponential(value)
-  return losses.threshold(value)
-
-
-def config_hardening(config, hyper: Mapping[str, Any]) -> losses.Hardening:
-  """The hardening a config trains (H-SCL) or measures (the diagnostics, inspection) with:
-  config.hardening at the epoch's hyperparameters."""
-  return hardening(config.hardening, hyper[HARDENING_PARAMETER[config.hardening]])
-
-
-def tau_at(config, epoch):
-  """τ of eq. (4) at a 1-based epoch (the threshold hardening's schedule)."""
-  return losses.tau_schedule(
-    epoch,
-    start=config.tau_start,
-    end=config.tau_end,
-    num_epochs=config.num_epochs,
-    temperature=config.temperature,
-  )
-
-
-def _ucl(z, labels, hyper, options: LossOptions):
-  return losses.ucl(z, **options.kernel)
-
-
-def _hucl(z, labels, hyper, options: LossOptions):
-  return losses.hucl(
-    z,
-    beta=hyper['beta'],
-    tau_plus=options.tau_plus,
-    stop_gradient_weights=options.stop_gradient_weights,
-    **options.kernel,
-  )
-
-
-def _scl(z, labels, hyper, options: LossOptions):
-  return losses.scl(z, labels, **options.kernel)
-
-
-def _hscl(kind: str) -> LossFn:
-  def loss(z, labels, hyper, options: LossOptions):
-    return losses.hscl(
-      z,
-      labels,
-      hardening=hardening(kind, hyper[HARDENING_PARAMETER[kind]]),
-      stop_gradient_weights=options.stop_gradient_weights,
-      **options.kernel,
-    )
-
-  return loss
-
-
-def _sigmoid(supervised: bool, kind: str | None = None) -> LossFn:
-  """The one-tower sigmoid loss (losses.sigmoid_contrastive) at the state's t = e^{log_t}
-  and b; the labels give P(i) when `supervised`, `kind` hardens its negatives."""
-
-  def loss(z, labels, hyper, options: LossOptions):
-    return losses.sigmoid_contrastive(
-      z,
-      labels if supervised else None,
-      t=jnp.exp(options.learned['log_t']),
-      b=options.learned['b'],
-      hardening=hardening(kind, hyper[HARDENING_PARAMETER[kind]]) if kind else None,
-      stop_gradient_weights=options.stop_gradient_weights,
-      axis_name=options.kernel['axis_name'],
-    )
-
-  return loss
-
-
 def learned_initial(config) -> dict[str, Any] | None:
   """The config's row's trained loss parameters at their start (config.sigmoid_log_t,
   config.sigmoid_b), float32; None for a row that trains none."""
@@ -188,9 +98,9 @@ def learned_initial(config) -> dict[str, Any] | None:
 
 # The table, in the paper's order (Table I's rows, the grids' and the sweep's order).
 ROWS: tuple[Method, ...] = (
-  Method('ucl', 'UCL', 'ucl', 'ucl', False, 'none', _ucl, graph=True),
-  Method('hucl', 'H-UCL', 'hucl', 'hucl', False, 'exp', _hucl, graph=True),
-  Method('scl', 'SCL', 'scl', 'scl', True, 'none', _scl, queue=True, graph=True),
+  Method('ucl', 'UCL', 'ucl', 'ucl', False, 'none', graph=True),
+  Method('hucl', 'H-UCL', 'hucl', 'hucl', False, 'exp', graph=True),
+  Method('scl', 'SCL', 'scl', 'scl', True, 'none', queue=True, graph=True),
   Method(
     'hscl',
     'H-SCL(β)',
@@ -198,7 +108,6 @@ ROWS: tuple[Method, ...] = (
     'hscl-exp',
     True,
     'exp',
-    _hscl('exp'),
     selects=(('hardening', 'exp'),),
     queue=True,
     graph=True,
@@ -210,20 +119,11 @@ ROWS: tuple[Method, ...] = (
     'hscl-threshold',
     True,
     'threshold',
-    _hscl('threshold'),
     selects=(('hardening', 'threshold'),),
   ),
   # The sigmoid family (SigLIP's loss on the same sets): after the paper's rows.
   Method(
-    'sigmoid',
-    'Sig-UCL',
-    'sig_ucl',
-    'sigmoid',
-    False,
-    'none',
-    _sigmoid(False),
-    family='sigmoid',
-    compared=False,
+    'sigmoid', 'Sig-UCL', 'sig_ucl', 'sigmoid', False, 'none', family='sigmoid', compared=False
   ),
   Method(
     'sigmoid_scl',
@@ -232,7 +132,6 @@ ROWS: tuple[Method, ...] = (
     'sigmoid-scl',
     True,
     'none',
-    _sigmoid(True),
     family='sigmoid',
     compared=False,
   ),
@@ -243,7 +142,6 @@ ROWS: tuple[Method, ...] = (
     'sigmoid-hscl-exp',
     True,
     'exp',
-    _sigmoid(True, 'exp'),
     selects=(('hardening', 'exp'),),
     family='sigmoid',
     compared=False,

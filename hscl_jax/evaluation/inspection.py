@@ -24,6 +24,7 @@ import numpy as np
 from hscl_jax import data
 from hscl_jax import errors
 from hscl_jax import losses
+from hscl_jax import objectives
 from hscl_jax.config import methods
 from hscl_jax.evaluation import embedding
 from hscl_jax.evaluation import figures
@@ -56,7 +57,7 @@ class HardeningChoice:
 
   def function(self) -> losses.Hardening:
     try:
-      return methods.hardening(self.name, self.value)
+      return objectives.hardening(self.name, self.value)
     except ValueError as error:
       flag = methods.HARDENING_PARAMETER[self.name]
       raise InspectError(f'--{flag}={self.value}: {error} Fix: pass e.g. --{flag}=1.') from None
@@ -85,7 +86,7 @@ def run_hardening(
   if name == 'exp':
     return HardeningChoice('exp', float(config.beta if beta is None else beta))
   if tau is None:
-    tau = methods.tau_at(config, config.num_epochs)
+    tau = objectives.tau_at(config, config.num_epochs)
   return HardeningChoice('threshold', float(tau))
 
 

@@ -15,6 +15,7 @@ import optax
 from hscl_jax import data
 from hscl_jax import losses
 from hscl_jax import models
+from hscl_jax import objectives
 from hscl_jax import optimizers
 from hscl_jax import parallel
 from hscl_jax.config import methods
@@ -210,7 +211,7 @@ def loss_hyperparameters(config: ml_collections.ConfigDict, epoch: int) -> dict[
     )
   else:
     beta = config.beta
-  tau = methods.tau_at(config, epoch)
+  tau = objectives.tau_at(config, epoch)
   return {'beta': np.float32(beta), 'tau': np.float32(tau)}
 
 

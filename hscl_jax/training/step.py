@@ -35,6 +35,7 @@ import optax
 
 from hscl_jax import losses
 from hscl_jax import models
+from hscl_jax import objectives
 from hscl_jax import parallel
 from hscl_jax.config import methods
 from hscl_jax.data import augment
@@ -51,22 +52,22 @@ def make_loss_fn(config: ml_collections.ConfigDict):
   """(normalised projections [b, 2, d], labels [b], hyper) -> global-batch loss, f32: the
   loss of the config's row of the methods table."""
   common = dict(temperature=config.temperature, M=config.M, axis_name=parallel.AXIS)
-  method = methods.of_config(config)
+  loss = objectives.loss_of(methods.of_config(config))
 
   def loss_fn(z, labels, hyper, *, keys=None, queue=None, learned=None):
     """``keys``: the key encoder's projections, if any; ``queue``: a negative_queue.Queue;
     ``learned``: the loss's trained parameters (the state's loss_state['params'])."""
     kernel = dict(common, keys=keys, **(queue.loss_arguments() if queue is not None else {}))
-    options = methods.LossOptions(
+    options = objectives.LossOptions(
       kernel, config.tau_plus, config.stop_gradient_weights, learned=learned
     )
-    return method.loss(z, labels, hyper, options)
+    return loss(z, labels, hyper, options)
 
   def diagnostics_fn(z, labels, hyper):
     return losses.batch_diagnostics(
       z,
       labels,
-      hardening=methods.config_hardening(config, hyper),
+      hardening=objectives.config_hardening(config, hyper),
       positives=config.diagnostics_positives,
       **common,
     )
