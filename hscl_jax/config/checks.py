@@ -7,7 +7,7 @@ is one line, `config.<field>: <problem>. Fix: <fix>.`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 import dataclasses
 from typing import Any
 
@@ -69,6 +69,16 @@ def unset(kind: type) -> Unset:
   return Unset(kind)
 
 
+class _AsGiven:
+  """`Field.absent`'s default (see there)."""
+
+  def __repr__(self) -> str:
+    return 'AS_GIVEN'
+
+
+AS_GIVEN = _AsGiven()
+
+
 @dataclasses.dataclass(frozen=True)
 class Field:
   """One config field.
@@ -77,6 +87,11 @@ class Field:
   `unset(type)`. check: of its value alone (None: free-form, or checked with other fields
   by config/schema, or by the module that builds it). free: a resumed run may change it
   (it cannot change the trained model, e.g. a logging period). doc: what it means.
+  absent: what a stored run whose config.json lacks the field (written before it existed)
+  trained with; rundir/versions derives the migration of old runs from it. A value, or a
+  function of the stored config (flat, dotted names) giving it where it depends on other
+  fields. AS_GIVEN (the default): such a run resumes with the value it is given, unchecked
+  (the field is in every stored config, or no value of it changes a run that lacked it).
   """
 
   name: str
@@ -84,6 +99,12 @@ class Field:
   check: Check | None = None
   free: bool = False
   doc: str = ''
+  absent: Any = AS_GIVEN
+
+  def absent_from(self, stored: Mapping[str, Any]) -> Any:
+    """What a run whose flat stored config `stored` lacks this field trained with (or
+    AS_GIVEN)."""
+    return self.absent(stored) if callable(self.absent) else self.absent
 
   def initial(self) -> Any:
     """The default as a ConfigDict holds it (a fresh placeholder for an unset field)."""

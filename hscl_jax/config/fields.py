@@ -11,6 +11,14 @@ on the command line, e.g. `--config.method=scl --config.num_epochs=50`.
 A check here looks at one value; config/schema checks the fields bounded by others, and
 `models.create_model` and `data.augment.AugmentParams` check config.model and
 config.augment, which they build (also from a stored run's config.json).
+
+Adding a field is its `Field(...)` here and the code that reads it. A stored run's
+config.json written before the field existed lacks it: its `absent=` states what that run
+trained with, and rundir/versions derives the old runs' migration from it: a resumed run
+continues with that value (a model field, which every program builds from config.json,
+reads as it in the format that added it, and a resumed run given another is refused
+naming it). Leave `absent` out (AS_GIVEN) only where a run without the field resumes
+correctly with any value it is given.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import ml_collections
 
 from hscl_jax.config import choices
 from hscl_jax.config import methods
+from hscl_jax.config.checks import AS_GIVEN
 from hscl_jax.config.checks import Field
 from hscl_jax.config.checks import at_least
 from hscl_jax.config.checks import choice
@@ -143,11 +152,13 @@ METHOD = (
     methods.SIGMOID_START['log_t'],
     doc="The sigmoid methods' scale t = e^{log_t} at the start (SigLIP's log 10); log_t and "
     'sigmoid_b are trained with the model and kept in the train state.',
+    absent=methods.SIGMOID_START['log_t'],
   ),
   Field(
     'sigmoid_b',
     methods.SIGMOID_START['b'],
     doc="The sigmoid methods' bias b at the start (SigLIP's)",
+    absent=methods.SIGMOID_START['b'],
   ),
   Field(
     'M',
@@ -181,6 +192,13 @@ METHOD = (
   ),
 )
 
+
+def _padding_before_the_field(stored) -> str:
+  """A ResNet stored before model.strided_padding padded its strided convolutions as Flax's
+  'SAME'; small_cnn's convolutions pad 'SAME' whatever the field says, so it holds none."""
+  return 'same' if str(stored.get('model.name', '')).startswith('resnet') else AS_GIVEN
+
+
 # Model: checked by models.create_model, which builds it (also from a stored config.json).
 MODEL = (
   Field('model.name', 'resnet50', doc='resnet18 | resnet34 | resnet50 | small_cnn'),
@@ -201,12 +219,14 @@ MODEL = (
     'model.activation',
     'relu',
     doc="relu (the paper's) | silu | gelu: smooth ones make the gradient continuous in the input.",
+    absent='relu',
   ),
   Field(
     'model.strided_padding',
     'symmetric',
     doc="symmetric (torchvision's, the paper's: the stride-2 3x3 convolutions pad 1 on each "
     "side) | same (Flax's 'SAME'; a run stored before this field existed reads as same).",
+    absent=_padding_before_the_field,
   ),
 )
 
@@ -342,6 +362,7 @@ PROBE = (
     "features of the step's views (labelled data; the encoder's update is unchanged) and "
     "report its test top-1 (probe_top1) with each kNN monitor. A stored run's config "
     'without it trained without one.',
+    absent=False,
   ),
   Field(
     'probe.learning_rate',
@@ -386,6 +407,7 @@ CHECKPOINTS = (
     "figure, e.g. 'map_at_r' ('NAME:min' or 'NAME:max' says which way; a loss is smallest "
     "first); '' keeps none. A resumed run left at 'auto' keeps what it started with "
     "(docs/training.md, 'Which checkpoint')",
+    absent='',  # a run stored before the field kept no best checkpoint
   ),
   Field(
     'log_every_steps',

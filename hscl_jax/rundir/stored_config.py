@@ -66,25 +66,31 @@ def differences(stored: dict[str, Any], current: dict[str, Any]) -> dict[str, tu
 
 
 def as_resumed(workdir: str, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`config` as the workdir's run continues: a section its config.json lacks
-  (versions.ABSENT_SECTIONS, e.g. a run stored before the online probe) keeps what the run
-  trained with, whatever `config` says (the checkpoints hold no state for it); keep_best
-  left at its default keeps what the run was started with (`_stored_keep_best`)."""
+  """`config` as the workdir's run continues: a field its config.json lacks whose
+  declaration states what the run trained with then (versions.absent_values, e.g. no
+  online probe for a run stored before it) keeps that, whatever `config` says (the
+  checkpoints hold no state for it); keep_best left at its default keeps what the run was
+  started with (`_stored_keep_best`)."""
   stored = _stored(workdir)
   if stored is None:
     return config
-  absent = sorted(versions.ABSENT_SECTIONS.keys() - stored.keys())
+  held = _held_absent_fields(stored, config)
   keep_best = _stored_keep_best(stored, config)
-  if not absent and keep_best is None:
+  if not held and keep_best is None:
     return config
   config = copy.deepcopy(config)
-  for section in absent:
-    config[section].update(versions.ABSENT_SECTIONS[section])
+  for field, value in held.items():
+    *sections, leaf = field.split('.')
+    node = config
+    for section in sections:
+      node = node[section]
+    node[leaf] = value
     logging.info(
-      'The run in %s was stored without config.%s: it continues with %s.',
+      'The run in %s was stored without config.%s: it continues with %s=%r.',
       workdir,
-      section,
-      ', '.join(f'{section}.{k}={v}' for k, v in versions.ABSENT_SECTIONS[section].items()),
+      field,
+      field,
+      value,
     )
   if keep_best is not None:
     config.keep_best = keep_best
@@ -95,6 +101,19 @@ def as_resumed(workdir: str, config: ml_collections.ConfigDict) -> ml_collection
       keep_best,
     )
   return config
+
+
+def _held_absent_fields(stored: dict[str, Any], config) -> dict[str, Any]:
+  """{dotted field: what the run trained with} of the fields the stored config lacks, as
+  migrated (a model field it fills is compared instead), that a resumed run may not change
+  (a free field changes at will: keep_best, `_stored_keep_best`) and `config` gives another
+  value of."""
+  absent = versions.absent_values(versions.migrate_config(stored))
+  return {
+    field: value
+    for field, value in absent.items()
+    if not is_free(field) and fields.value_of(config, field) != value
+  }
 
 
 def _stored(workdir: str) -> dict[str, Any] | None:
@@ -110,10 +129,10 @@ def _stored(workdir: str) -> dict[str, Any] | None:
 def _stored_keep_best(stored: dict[str, Any], config: ml_collections.ConfigDict) -> str | None:
   """The stored keep_best a resumed run whose config leaves the field at its default
   ('auto') continues with: a run started with another value, or stored before 'auto' was
-  the default (none kept: '', versions.ABSENT_FIELDS where it lacks the field), resumes
+  the default (none kept: '', the field's `absent` where it lacks the field), resumes
   keeping what it kept. None: nothing to change."""
   default = fields.FIELDS['keep_best'].default
-  kept = stored.get('keep_best', versions.ABSENT_FIELDS['keep_best'])
+  kept = stored.get('keep_best', fields.FIELDS['keep_best'].absent)
   if config.keep_best != default or kept == default:
     return None
   return kept
