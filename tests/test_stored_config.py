@@ -84,9 +84,9 @@ def test_a_free_or_allowed_section_frees_every_field_in_it(tmp_path):
 
 
 def test_a_resnet_stored_before_strided_padding_resumes_only_as_trained(tmp_path):
-  """Its config.json lacks the field: it trained with Flax's 'SAME'
-  (rundir/versions.FORMAT_0_MODEL), so today's default (symmetric) is a change, named; small_cnn,
-  which the field does not shape, resumes."""
+  """Its config.json lacks the field: it trained with Flax's 'SAME' (the field's `absent`
+  in config/fields), so today's default (symmetric) is a change, named; small_cnn, which the
+  field does not shape, resumes."""
   config = digits.get_config()
   metrics.write_config(str(tmp_path), config)
   stored = json.loads((tmp_path / 'config.json').read_text())
