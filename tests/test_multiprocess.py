@@ -14,144 +14,30 @@ write their results to .npz files; the test compares them here.
     parameters of the single-process run on the same global batches, and a 2-process
     checkpoint resumes with 1 process x 4 devices.
 
-Every worker is killed if the test fails or times out (try/finally, Popen.kill).
+Every worker is killed if the test fails or times out (tests/processes.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 import re
 import shutil
-import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
+import processes
 import pytest
-import xla_flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = processes.REPO
 WORKER = pathlib.Path(__file__).resolve()
-TIMEOUT_SECONDS = 300  # per group of workers: ~1 min each on a quiet 2-core machine
 
 
-# ----------------------------------------------------------------------------------------
-# Parent side: start, wait for, and clean up workers.
-
-
-def _free_port() -> int:
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
-
-
-def _worker_env(devices_per_process: int) -> dict[str, str]:
-  # Not a cluster job, even when the tests run inside one (SLURM / TPU auto-detection).
-  env = {
-    k: v
-    for k, v in os.environ.items()
-    if not k.startswith(('SLURM_', 'TPU_', 'MEGASCALE_', 'JAX_COORDINATOR'))
-  }
-  env.update(
-    XLA_FLAGS=xla_flags.with_devices(devices_per_process),
-    JAX_PLATFORMS='cpu',
-    PYTHONPATH=os.pathsep.join([str(REPO), env.get('PYTHONPATH', '')]).rstrip(os.pathsep),
-  )
-  return env
-
-
-def _tail(path: pathlib.Path, lines: int = 40) -> str:
-  try:
-    return '\n'.join(path.read_text(errors='replace').splitlines()[-lines:])
-  except OSError:
-    return '(no log)'
-
-
-class Workers:
-  """A group of worker processes of one task (one JAX cluster, or one lone process)."""
-
-  def __init__(
-    self,
-    task: str,
-    out_dir: pathlib.Path,
-    *,
-    num_processes: int,
-    devices_per_process: int,
-    args: dict,
-  ):
-    self.task, self.out_dir, self.num_processes = task, out_dir, num_processes
-    self.procs, self.logs = [], []
-    out_dir.mkdir(parents=True, exist_ok=True)
-    coordinator = f'127.0.0.1:{_free_port()}' if num_processes > 1 else None
-    env = _worker_env(devices_per_process)
-    try:
-      for process_id in range(num_processes):
-        spec = dict(
-          args,
-          task=task,
-          out=str(out_dir / f'process_{process_id}.npz'),
-          coordinator_address=coordinator,
-          num_processes=num_processes if coordinator else None,
-          process_id=process_id if coordinator else None,
-        )
-        log = out_dir / f'process_{process_id}.log'
-        self.logs.append(log)
-        with open(log, 'w') as f:
-          self.procs.append(
-            subprocess.Popen(
-              [sys.executable, str(WORKER), json.dumps(spec)],
-              env=env,
-              cwd=REPO,
-              stdout=f,
-              stderr=subprocess.STDOUT,
-            )
-          )
-    except BaseException:
-      self.kill()
-      raise
-
-  def kill(self) -> None:
-    for proc in self.procs:
-      if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-  def wait(self, deadline: float) -> list[dict]:
-    """The workers' .npz results; fails (after killing them all) on error or timeout."""
-    try:
-      for process_id, proc in enumerate(self.procs):
-        try:
-          code = proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-          pytest.fail(
-            f'{self.task}: process {process_id} still running at the deadline:\n'
-            + _tail(self.logs[process_id])
-          )
-        if code != 0:
-          pytest.fail(
-            f'{self.task}: process {process_id} exited with {code}:\n'
-            + _tail(self.logs[process_id])
-          )
-    finally:
-      self.kill()
-    return [dict(np.load(self.out_dir / f'process_{i}.npz')) for i in range(self.num_processes)]
-
-
-def run_concurrently(*groups: dict, timeout: float = TIMEOUT_SECONDS) -> list[list[dict]]:
-  """Starts every group (kwargs of Workers) at once; returns each group's results."""
-  started = []
-  try:
-    for group in groups:
-      started.append(Workers(**group))
-    deadline = time.monotonic() + timeout
-    return [workers.wait(deadline) for workers in started]
-  finally:
-    for workers in started:
-      workers.kill()
+def run_concurrently(*groups: dict, timeout: float = processes.TIMEOUT_SECONDS):
+  """Starts every group (kwargs of processes.Workers) of this file's workers at once."""
+  return processes.run_concurrently(WORKER, *groups, timeout=timeout)
 
 
 def _assert_same(actual: dict, expected: dict, *, rtol: float, atol: float, skip=()):
@@ -275,7 +161,7 @@ def test_importing_main_leaves_jax_uninitialised_and_torch_unloaded(tmp_path):
   )
   done = subprocess.run(
     [sys.executable, '-c', code],
-    env=_worker_env(1),
+    env=processes.worker_env(1),
     cwd=REPO,
     capture_output=True,
     text=True,
