@@ -22,7 +22,11 @@ agree), and its gradients are those of the function of the global arrays that ho
 
 On a CPU, JAX has one device unless XLA_FLAGS holds ``--xla_force_host_platform_device_count=N``
 before JAX is imported (``XLA_FLAGS=--xla_force_host_platform_device_count=4 python ...``).
-One process only. This module imports JAX and NumPy only, as `hscl_jax.losses`.
+Over several processes (``jax.distributed.initialize`` first; gloo collectives on CPUs),
+every process calls it with the same arrays: ``devices=None`` spans every process's
+devices, so the collectives cross processes; each process computes the one-device loss on
+a device of its own and reads the whole report. This module imports JAX and NumPy only, as
+`hscl_jax.losses`.
 """
 
 from __future__ import annotations
@@ -129,7 +133,8 @@ def check_device_invariance(
       β, a queue) are traced, replicated and differentiated; other arrays (labels of a
       queue, masks) traced and replicated; everything else (callables, ints, strings,
       None) passed as it is.
-    devices: how many devices (the first of ``jax.devices()``), or which; None = all.
+    devices: how many devices (the first of ``jax.devices()``), or which; None = all
+      (every process's, over several processes).
     axis_name: the mesh axis name passed to the loss.
     replicated: positions in ``arrays`` of those every device takes whole (a bank of
       negatives).
@@ -156,7 +161,7 @@ def check_device_invariance(
     return loss_fn(*args, **kwargs, **static, **extra)
 
   one_device = jax.jit(jax.value_and_grad(lambda diff, other: call({**diff, **other})))
-  value, single_grads = one_device(*jax.device_put((traced, fixed), devices[0]))
+  value, single_grads = one_device(*jax.device_put((traced, fixed), _own_device(devices)))
   (_, values), sharded_grads = _sharded_value_and_grad(call, devices, axis_name, sharded_names)(
     traced, fixed
   )
@@ -193,8 +198,17 @@ def _sharded_value_and_grad(call, devices, axis_name, sharded_names):
       for (k, v), s in zip(tree.items(), specs(tree).values())
     }
 
-  jitted = jax.jit(jax.value_and_grad(global_loss, has_aux=True))
+  # Replicated results: every process reads the whole of each, its devices' and the others'.
+  whole = NamedSharding(mesh, P())
+  jitted = jax.jit(jax.value_and_grad(global_loss, has_aux=True), out_shardings=whole)
   return lambda diff, other: jitted(placed(diff), placed(other))
+
+
+def _own_device(devices):
+  """The device of this process that computes the one-device loss: the first of ``devices``
+  it holds (each process computes it alike)."""
+  own = [device for device in devices if device.process_index == jax.process_index()]
+  return own[0] if own else jax.local_devices()[0]
 
 
 def _devices(devices) -> list:
