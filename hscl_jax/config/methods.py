@@ -152,6 +152,16 @@ ROWS: tuple[Method, ...] = (
 # against hardening alone; labels and hardening each against UCL.
 PAIRS = (('H-SCL(β)', 'SCL'), ('H-SCL(β)', 'H-UCL'), ('SCL', 'UCL'), ('H-UCL', 'UCL'))
 
+# The sigmoid family's question (`compare --grid=sigmoid`): does hardening help the
+# supervised sigmoid loss as it helps the softmax one (the first pair); each supervised
+# sigmoid row against its softmax row; the hardened one against hardening without labels.
+SIGMOID_PAIRS = (
+  ('Sig-H-SCL(β)', 'Sig-SCL'),
+  ('Sig-H-SCL(β)', 'H-SCL(β)'),
+  ('Sig-SCL', 'SCL'),
+  ('Sig-H-SCL(β)', 'H-UCL'),
+)
+
 
 class Column(Sequence):
   """One column of `ROWS`, read when used (a row added later is in it), e.g. the labels."""

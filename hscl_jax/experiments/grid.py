@@ -2,13 +2,14 @@
 its plan of runs, the runs themselves, and a sweep's points read back from their records.
 
 The library behind `python -m hscl_jax.experiments.compare`. The settings are the methods
-table's (hscl_jax/config/methods.py) rows, with the β grid {0.1, 0.5, 1, 2, 5} for H-UCL
-and H-SCL(β), eq. (4)'s start × end τ grid for H-SCL(τ) and the queue runs where asked;
-each run's config and directory follow from a setting and a seed (launch/sweep.py's
-training commands read the same settings). Each run is trained (or resumed, or reused
-when finished), linear-evaluated and recorded beside the report
-(experiments/run_records); a run whose workdir another process holds is skipped, so
-several processes can share one grid. A sweep is several comparisons of one config that
+table's (hscl_jax/config/methods.py) compared rows, with the β grid {0.1, 0.5, 1, 2, 5}
+for H-UCL and H-SCL(β), eq. (4)'s start × end τ grid for H-SCL(τ), the queue runs and the
+supervised sigmoid rows (`sigmoid`: Sig-SCL, Sig-H-SCL(β)) where asked; each run's config
+and directory follow from a setting and a seed (launch/sweep.py's training commands read
+the same settings). Each run is trained (or resumed, or reused when finished),
+linear-evaluated and recorded (experiments/run_records: beside the report, or where the
+records are asked for); a run whose workdir another process holds is skipped, so several
+processes can share one grid. A sweep is several comparisons of one config that
 differ in one field (`samples_per_class`, `num_epochs`): its points (`VALUE=REPORT_DIR`)
 are read back from their records alone. The reports are experiments/reports, with the
 paired differences (experiments/paired) and the plots (experiments/plots).
@@ -39,6 +40,7 @@ from hscl_jax.training import loop
 from hscl_jax.training import preemption
 
 METHODS = methods.COMPARED_LABELS  # the paper labels of the table's compared rows, in its order
+LABELS = methods.LABELS  # every row's paper label in the table's order: a report's row order
 
 
 INSPECT_DIR = 'inspect'  # RUN/inspect: where the report looks for a run's inspect figures
@@ -110,8 +112,26 @@ def method_points(
   return row.grid(betas, list(itertools.product(tau_starts, tau_ends)))
 
 
+def sigmoid_rows() -> list[methods.Method]:
+  """The methods table's supervised sigmoid rows, which `--grid=sigmoid` adds."""
+  return [row for row in methods.ROWS if row.family == 'sigmoid' and row.supervised]
+
+
+def compared_rows(grids: set[str]) -> list[methods.Method]:
+  """The rows a comparison runs: the table's compared rows, with `sigmoid_rows` where asked."""
+  extra = sigmoid_rows() if 'sigmoid' in grids else []
+  return [row for row in methods.ROWS if row.compared or row in extra]
+
+
+def report_pairs(grids: set[str]) -> tuple[tuple[str, str], ...]:
+  """The pairs a comparison's report tests: the sigmoid family's question with
+  `--grid=sigmoid`, the paper's claims otherwise."""
+  return methods.SIGMOID_PAIRS if 'sigmoid' in grids else methods.PAIRS
+
+
 def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting]:
-  """The methods of Table I, with the β / τ grids where asked and the config's values otherwise."""
+  """The methods of Table I (with the supervised sigmoid rows for `--grid=sigmoid`), with
+  the β / τ grids where asked and the config's values otherwise."""
   betas = methods.BETA_GRID if 'beta' in grids else (config.beta,)
   if 'tau' in grids:
     starts, ends = methods.TAU_STARTS, methods.TAU_ENDS
@@ -119,14 +139,13 @@ def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting
     starts, ends = (config.tau_start,), (config.tau_end,)
   out = [
     Setting(row.label, row.overrides + point)
-    for row in methods.ROWS
-    if row.compared
+    for row in compared_rows(grids)
     for point in method_points(row, betas, starts, ends)
   ]
   if 'queue' in grids:
     queue = (('queue_size', queue_size_for(config)), ('queue_momentum', QUEUE_MOMENTUM))
     out += [Setting(s.method, s.overrides + queue) for s in out if methods.by_label(s.method).queue]
-  return sorted(out, key=lambda s: METHODS.index(s.method))  # stable: a queue run after its own
+  return sorted(out, key=lambda s: LABELS.index(s.method))  # stable: a queue run after its own
 
 
 def run_config(base: ml_collections.ConfigDict, setting: Setting, seed: int, protocol=None):
@@ -151,7 +170,7 @@ def dataset_label(config) -> str:
   return config.dataset
 
 
-GRIDS = ('beta', 'tau', 'queue')
+GRIDS = ('beta', 'tau', 'queue', 'sigmoid')
 
 
 def method_slug(method: str) -> str:
@@ -161,15 +180,14 @@ def method_slug(method: str) -> str:
 
 def plan_runs(config, seeds: list[int], grids: set[str], seeds_for: dict[str, int] | None = None):
   """(setting, seed) pairs, seed by seed (seed 0 of every setting first). `seeds_for` maps
-  a method's slug (the methods table's: ucl, hucl, scl, hscl_beta, hscl_tau) to its own
-  number of seeds (0, 1, ...), e.g. more seeds for the pair a claim rests on; others get
-  `seeds`."""
+  a method's slug (the methods table's: ucl, hucl, scl, hscl_beta, hscl_tau; sig_scl,
+  sig_hscl_beta with --grid=sigmoid) to its own number of seeds (0, 1, ...), e.g. more
+  seeds for the pair a claim rests on, 0 for a method left out; others get `seeds`."""
   seeds_for = seeds_for or {}
-  unknown = sorted(set(seeds_for) - {method_slug(m) for m in METHODS})
+  known = [row.slug for row in compared_rows(grids)]
+  unknown = sorted(set(seeds_for) - set(known))
   if unknown:
-    raise ValueError(
-      f'--seeds_for names unknown methods {unknown}; use {", ".join(map(method_slug, METHODS))}'
-    )
+    raise ValueError(f'--seeds_for names unknown methods {unknown}; use {", ".join(known)}')
   count = lambda s: seeds_for.get(method_slug(s.method), len(seeds))
   last = max([len(seeds), *seeds_for.values()])
   return [(s, seed) for seed in range(last) for s in settings(config, grids) if seed < count(s)]

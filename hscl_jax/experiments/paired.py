@@ -184,12 +184,13 @@ def row(cells: Sequence[str], differences: dict[int, float], measure: str):
   return ' | '.join([*cells, seeds, measure]), list(differences.values())
 
 
-def pair_rows(points) -> list[tuple[str, list[float]]]:
-  """PAIRS' per-seed differences at each point of `points`, (cells, summary, best) with
-  `best` a comparison's Table I setting per method: for each pair, each point where both
-  methods finished, linear then kNN, a row ('PAIR | CELLS | seeds | measure', differences)."""
+def pair_rows(points, pairs=PAIRS) -> list[tuple[str, list[float]]]:
+  """The per-seed differences of `pairs` (paper labels; the paper's PAIRS by default) at
+  each point of `points`, (cells, summary, best) with `best` a comparison's Table I setting
+  per method: for each pair, each point where both methods finished, linear then kNN, a
+  row ('PAIR | CELLS | seeds | measure', differences)."""
   rows = []
-  for first, second in PAIRS:
+  for first, second in pairs:
     for cells, summary, best in points:
       if first not in best or second not in best:
         continue
