@@ -52,6 +52,20 @@ same seeds (docs/results/tiny_imagenet_density/budgets/):
 9=docs/results/tiny_imagenet_density/m4_e9 \
         --report_dir=docs/results/tiny_imagenet_density/budgets
 
+The sigmoid family asked the same question (does hardening help a supervised loss?) on
+that 9-epoch protocol: Sig-SCL and Sig-H-SCL(beta) (the config's beta, 1), seeds 0-2,
+their runs recorded beside the softmax ones in m4_e9/runs/ (--records), and their report
+beside H-UCL, SCL and H-SCL(beta) of the same seeds, paired by seed
+(docs/results/tiny_imagenet_sigmoid/). --seeds=3 with ucl=0,hscl_tau=0 puts every row
+on seeds 0-2, so Table I compares the same seeds (the softmax rows' seeds 3-4 are in
+m4_e9's report); a larger --seeds takes more seeds of every row, paired where both exist:
+
+    python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
+        --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 \
+        --config.num_epochs=9 --grid=sigmoid --seeds=3 --seeds_for=ucl=0,hscl_tau=0 \
+        --workdir=ROOT_SIG --records=docs/results/tiny_imagenet_density/m4_e9 \
+        --report_dir=docs/results/tiny_imagenet_sigmoid
+
   * 32 px (a run costs what a CIFAR-10 run costs; 64 px costs about four times as much);
   * model small_cnn (a ResNet-18 step costs ~20x as much on a CPU);
   * train_examples 20,000: a class-balanced subset, 100 images per class (the kNN bank

@@ -170,4 +170,4 @@ def test_compare_refuses_unknown_grids_naming_them_in_order():
     cwd=REPO, capture_output=True, text=True, timeout=300,
   )  # fmt: skip
   assert out.returncode != 0
-  assert "--grid takes beta, tau and/or queue, got ['alpha', 'zeta']." in out.stderr
+  assert "--grid takes beta, tau, queue and/or sigmoid, got ['alpha', 'zeta']." in out.stderr

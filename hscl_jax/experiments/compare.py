@@ -1,8 +1,9 @@
 r"""The paper's comparison (Table I, Figs. 1, 4, 5) on any config, as a Markdown report.
 
     python -m hscl_jax.experiments.compare --config=configs/digits.py --seeds=3 \
-        --workdir=/tmp/hscl_compare [--seeds_for=scl=5,hscl_beta=5] [--grid=beta,tau,queue] \
-        [--protocol=features] [--report_dir=docs/results/digits] [--report_only]
+        --workdir=/tmp/hscl_compare [--seeds_for=scl=5,hscl_beta=5] \
+        [--grid=beta,tau,queue,sigmoid] [--protocol=features] [--report_dir=docs/results/digits] \
+        [--records=DIR] [--report_only]
 
 Trains UCL, H-UCL, SCL, H-SCL(β) and H-SCL(τ) with the same budget (the config's), runs
 the linear evaluation on each, and writes DIR/report.md (mean ± std over seeds, the best
@@ -13,12 +14,18 @@ and the first epoch at which each method reaches SCL's final kNN accuracy. `--gr
 searches β ∈ {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); `--grid=tau` searches eq. (4)'s
 start × end grid for H-SCL(τ); `--grid=queue` adds SCL and H-SCL(β) with a queue of about
 4,096 negatives from a momentum key encoder (their table beside the same runs without
-it). Runs already finished in DIR are reused (each run resumes from its checkpoints), so
+it); `--grid=sigmoid` adds the methods table's supervised sigmoid rows (Sig-SCL,
+Sig-H-SCL(β) at the config's β) and pairs them, in place of the paper's pairs, by
+methods.SIGMOID_PAIRS (does hardening help the sigmoid loss as it helps the softmax one?).
+Runs already finished in DIR are reused (each run resumes from its checkpoints), so
 an interrupted grid resumes by running the same command. Each finished run is also
-recorded in the report's directory (REPORT_DIR/runs/<setting>/seed<k>/: its config,
-metrics and linear evaluation, a few KB): from those records alone, e.g. a committed
-docs/results/<experiment>/, the report is rewritten and the grid goes on where it
-stopped, on any machine, without the runs' checkpoints.
+recorded (RECORDS/runs/<setting>/seed<k>/: its config, metrics and linear evaluation, a
+few KB; RECORDS is --records, by default the report's directory): from those records
+alone, e.g. a committed docs/results/<experiment>/, the report is rewritten and the grid
+goes on where it stopped, on any machine, without the runs' checkpoints. A report whose
+--records is another comparison's directory reads that comparison's records where they
+are (one record per run) and adds its own runs' records there; its header names them
+and the command.
 Several processes may run the same command on one DIR (e.g. one per core, under
 `taskset`): a run another process holds is skipped; `--report_only` then writes the
 report from the finished runs.
@@ -69,16 +76,26 @@ _SEEDS_FOR = flags.DEFINE_list(
   'seeds_for',
   [],
   'METHOD=N pairs giving a method its own number of seeds, e.g. scl=5,hscl_beta=5 '
-  f'(methods: {", ".join(map(grid.method_slug, grid.METHODS))}).',
+  f'(methods: {", ".join(map(grid.method_slug, grid.METHODS))}; with --grid=sigmoid also '
+  f'{", ".join(row.slug for row in grid.sigmoid_rows())}).',
 )
 _GRID = flags.DEFINE_list(
-  'grid', [], 'Grids to search: beta, tau (paper grids); queue (SCL, H-SCL(β) with a queue).'
+  'grid',
+  [],
+  'Grids to search: beta, tau (paper grids); queue (SCL, H-SCL(β) with a queue); sigmoid '
+  '(Sig-SCL, Sig-H-SCL(β) beside them, paired with them).',
 )
 _PROTOCOL = flags.DEFINE_enum(
   'protocol', 'features', linear_probe.PROTOCOLS, 'Linear evaluation protocol.'
 )
 _REPORT_DIR = flags.DEFINE_string(
   'report_dir', None, 'Where report.md and its plots go (default: --workdir).'
+)
+_RECORDS = flags.DEFINE_string(
+  'records',
+  None,
+  'Where the run records are read from and written to (RECORDS/runs/<setting>/seed<k>/; '
+  'default: --report_dir, else --workdir).',
 )
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only write the report from finished runs.')
 _SWEEP = flags.DEFINE_enum(
@@ -99,7 +116,8 @@ def main(argv):
   grids = set(_GRID.value)
   if grids - set(grid.GRIDS):
     unknown = sorted(grids - set(grid.GRIDS))
-    raise app.UsageError(f'--grid takes beta, tau and/or queue, got {unknown}.')
+    takes = f'{", ".join(grid.GRIDS[:-1])} and/or {grid.GRIDS[-1]}'
+    raise app.UsageError(f'--grid takes {takes}, got {unknown}.')
   metrics.show_only_own_info_logs()
   if _SWEEP.value is not None:
     return _sweep_report(reports.SWEEPS[_SWEEP.value])
@@ -110,9 +128,11 @@ def main(argv):
     raise app.UsageError(
       f'--seeds_for={",".join(_SEEDS_FOR.value)}: {error} (e.g. --seeds_for=scl=5,hscl_beta=5)'
     )
-  records = _REPORT_DIR.value or _WORKDIR.value
+  records = _RECORDS.value or _REPORT_DIR.value or _WORKDIR.value
   run_args = (_CONFIG.value, _WORKDIR.value, plan, _PROTOCOL.value, records)
   report_args = (_CONFIG.value, _WORKDIR.value, plan, grids, _PROTOCOL.value)
+  command = reports.stated_command(sys.argv)
+  where = dict(report_dir=_REPORT_DIR.value, records=records, command=command)
   errors.exit_on_user_error(plots.require_pyplot)
   if not _REPORT_ONLY.value:
     try:
@@ -120,7 +140,7 @@ def main(argv):
     except grid.Preempted as stop:  # the run in progress saved: the same command resumes
       sys.exit(errors.signal_exit_status(stop.signum))
   report = errors.exit_on_user_error(
-    lambda: reports.write_report(*report_args, report_dir=_REPORT_DIR.value), workdir=_WORKDIR.value
+    lambda: reports.write_report(*report_args, **where), workdir=_WORKDIR.value
   )
   print(report or f'No finished run in {_WORKDIR.value} yet.')
 

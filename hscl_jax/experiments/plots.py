@@ -37,7 +37,7 @@ def plot_report(summary, best, out_dir: str) -> list[str]:
 
   files = []
   fig, ax = plt.subplots(figsize=(6, 4))
-  for method in grid.METHODS:
+  for method in grid.LABELS:
     if method in best:
       ax.plot(*curves(summary[best[method]]['runs'], 'knn_top1'), label=best[method].label)
   ax.set(xlabel='epoch', ylabel='kNN top-1 (test)', title='kNN accuracy per epoch (Fig. 1)')

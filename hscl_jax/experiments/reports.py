@@ -30,6 +30,7 @@ from hscl_jax.evaluation import knn
 from hscl_jax.experiments import grid
 from hscl_jax.experiments import paired
 from hscl_jax.experiments import plots
+from hscl_jax.experiments import run_records
 from hscl_jax.rundir import atomic
 
 REPORT_FILE = 'report.md'
@@ -107,7 +108,7 @@ def speed_table(summary, best) -> list[str]:
     '| Method | setting | first epoch reaching it |',
     '|---|---|---|',
   ]
-  for method in grid.METHODS:
+  for method in grid.LABELS:
     if method in best:
       epoch = first_epoch_reaching(summary[best[method]]['runs'], target)
       cell = 'not reached' if epoch is None else f'{epoch} of {num_epochs}'
@@ -171,7 +172,7 @@ def inspect_links(root: str, best, seed: int, out_dir: str) -> list[str]:
   rows = []
   figures = [f for f in inspection.FILES if f.endswith('.png')]
   complete = lambda folder: all(os.path.isfile(os.path.join(folder, f)) for f in figures)
-  for method in grid.METHODS:
+  for method in grid.LABELS:
     if method not in best:
       continue
     folder = os.path.join(out_dir, grid.INSPECT_DIR, f'{best[method].slug}_seed{seed}')
@@ -198,8 +199,9 @@ def inspect_links(root: str, best, seed: int, out_dir: str) -> list[str]:
 
 
 def markdown_report(
-  summary, best, config, seeds, protocol, grids, plots, raw=None, inspected=()
+  summary, best, config, seeds, protocol, grids, plots, raw=None, inspected=(), source=()
 ) -> str:
+  """The report's text; `source`: lines on where its runs were read from, after the header."""
   dataset = grid.dataset_label(config)
   subset = (
     f'a class-balanced subset of {config.train_examples} training examples (bank of the kNN '
@@ -217,12 +219,13 @@ def markdown_report(
     f'Grids searched: {", ".join(sorted(grids)) or "none"} (best setting by mean linear '
     'top-1; ties go to the first in grid order).',
     '',
+    *source,
     '## Table I (top-1 %, linear; mean ± std over seeds)',
     '',
     f'| Method | setting | {dataset} linear top-1 | linear top-5 | kNN top-1 (last epoch) |',
     '|---|---|---|---|---|',
   ]
-  for method in grid.METHODS:
+  for method in grid.LABELS:
     if method in best:
       stats = summary[best[method]]
       lines.append(
@@ -234,10 +237,10 @@ def markdown_report(
       f'| raw pixels | weighted kNN, k={config.knn.k} | — | — | {100 * raw["top1"]:.2f} |'
     )
   ranking = _ranking(
-    [m for m in grid.METHODS if m in best], lambda m: np.mean(summary[best[m]]['top1'])
+    [m for m in grid.LABELS if m in best], lambda m: np.mean(summary[best[m]]['top1'])
   )
   lines += ['', f'Ranking by mean linear top-1: {ranking}.', '']
-  lines += paired_table(summary, best)
+  lines += paired_table(summary, best, grid.report_pairs(grids))
   lines += speed_table(summary, best)
   lines += queue_table(summary)
   if len(summary) > len(best):
@@ -251,15 +254,20 @@ def markdown_report(
   return '\n'.join(lines) + '\n'
 
 
-def write_report(config, root: str, plan, grids, protocol: str, report_dir: str | None = None):
+def write_report(
+  config, root: str, plan, grids, protocol: str, report_dir=None, records=None, command=None
+):
   """ROOT/report.md (or REPORT_DIR/report.md) and its plots from the finished runs of
-  `plan` (grid.plan_runs), in ROOT or recorded in the report's directory (each finished run in
-  ROOT is recorded there); returns the report's text (None while no run has finished)."""
+  `plan` (grid.plan_runs), in ROOT or recorded in RECORDS (default: the report's
+  directory; each finished run in ROOT is recorded there), which also caches the raw
+  pixels' kNN; returns the report's text (None while no run has finished). A report
+  whose records lie elsewhere says where, and the `command` that writes it."""
   out_dir = report_dir or root
+  records = records or out_dir
   runs = [
     run
     for s, seed in plan
-    if (run := grid.completed_run(config, s, seed, root, protocol, out_dir)) is not None
+    if (run := grid.completed_run(config, s, seed, root, protocol, records)) is not None
   ]
   if not runs:
     return None
@@ -267,12 +275,13 @@ def write_report(config, root: str, plan, grids, protocol: str, report_dir: str 
   summary = summarise(runs)
   best = best_per_method(summary)
   plot_files = plots.plot_report(summary, best, out_dir)
-  raw = raw_pixel_knn(config, out_dir)
+  raw = raw_pixel_knn(config, records)
   seeds = sorted({seed for _, seed in plan})
   inspected = inspect_links(root, best, seeds[0], out_dir)
   described = grid.describe_seeds(plan)
+  source = records_source(records, out_dir, command)
   report = markdown_report(
-    summary, best, config, described, protocol, grids, plot_files, raw, inspected
+    summary, best, config, described, protocol, grids, plot_files, raw, inspected, source
   )
   report += '\n' + '\n'.join(batch_composition(config, plan))
   missing = len(plan) - len(runs)
@@ -281,10 +290,42 @@ def write_report(config, root: str, plan, grids, protocol: str, report_dir: str 
   return report
 
 
-def paired_table(summary, best) -> list[str]:
-  """Per-seed paired differences of linear and kNN top-1 for paired.PAIRS with their tests
-  of significance (Holm over this table's rows)."""
-  rows = paired.pair_rows([((), summary, best)])
+def records_source(records: str, out_dir: str, command: str | None) -> list[str]:
+  """The report's lines on its runs read from records elsewhere (none when they lie
+  beside it): where, and the command that writes the report."""
+  if os.path.abspath(records) == os.path.abspath(out_dir):
+    return []
+  where = os.path.relpath(records, out_dir)
+  by = f'; written by `{command}`' if command else ''
+  return [
+    f'The runs are read from their records in {where}/{run_records.RECORDS_DIR}/ (one record '
+    f'per run, which [the report there]({where}/{REPORT_FILE}) reads too){by}.',
+    '',
+  ]
+
+
+def stated_command(argv: list[str]) -> str:
+  """The command as a report states it: `python -m hscl_jax.experiments.compare` with the
+  flags of its `argv` as given, less those of this machine (--workdir; a dataset's
+  location as DIR/<its name>) and --report_only (the same command trains what is
+  missing, then reports)."""
+  kept, args = [], iter(argv[1:])
+  for arg in args:
+    name, _, value = arg.partition('=')
+    if arg == '--workdir':
+      next(args, None)  # its value, given apart
+    if name in ('--workdir', '--report_only', '--noreport_only'):
+      continue
+    if name in [f'--config.{field}' for field in run_records.LOCATION_FIELDS]:
+      arg = f'{name}=DIR/{os.path.basename(os.path.normpath(value))}'
+    kept.append(arg)
+  return ' '.join(['python -m hscl_jax.experiments.compare', *kept])
+
+
+def paired_table(summary, best, pairs=paired.PAIRS) -> list[str]:
+  """Per-seed paired differences of linear and kNN top-1 for `pairs` (the paper's
+  paired.PAIRS by default) with their tests of significance (Holm over this table's rows)."""
+  rows = paired.pair_rows([((), summary, best)], pairs)
   if not rows:
     return []
   (table,), tests = paired.tables([(['pair'], rows)])
