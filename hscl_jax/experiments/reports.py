@@ -198,6 +198,14 @@ def inspect_links(root: str, best, seed: int, out_dir: str) -> list[str]:
   ]
 
 
+SIGMOID_QUESTION = [
+  "With the methods table's supervised sigmoid rows (`--grid=sigmoid`), paired by seed with "
+  'the softmax rows: does hardening help the supervised sigmoid loss as it helps the softmax '
+  'one?',
+  '',
+]
+
+
 def markdown_report(
   summary, best, config, seeds, protocol, grids, plots, raw=None, inspected=(), source=()
 ) -> str:
@@ -220,6 +228,7 @@ def markdown_report(
     'top-1; ties go to the first in grid order).',
     '',
     *source,
+    *(SIGMOID_QUESTION if 'sigmoid' in grids else []),
     '## Table I (top-1 %, linear; mean ± std over seeds)',
     '',
     f'| Method | setting | {dataset} linear top-1 | linear top-5 | kNN top-1 (last epoch) |',

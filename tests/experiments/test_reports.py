@@ -182,6 +182,7 @@ def test_sigmoid_report_sets_the_sigmoid_rows_beside_the_softmax_ones(tmp_path, 
   np.testing.assert_allclose(sig.get_ydata(), np.mean([values['Sig-SCL'][k][2] for k in SEEDS], 0))
   assert [line.get_label() for line in fig4.axes[0].lines] == ['H-SCL(β) (beta=1.0)']
   assert report.endswith('\n15 runs finished.\n')
+  assert reports.SIGMOID_QUESTION[0] in report.splitlines()
 
 
 def test_records_are_read_where_given_and_the_report_written_apart(tmp_path, monkeypatch):
