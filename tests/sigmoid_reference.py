@@ -1,6 +1,6 @@
 """The float64 reference of the sigmoid (SigLIP) losses, written from the definition
 (docs/method.md) with explicit sets: tests/losses/test_sigmoid.py and the transformation
-matrix (tests/test_loss_transforms.py) check the losses against it."""
+matrix (tests/losses/test_transforms.py) check the losses against it."""
 
 from __future__ import annotations
 

@@ -19,10 +19,10 @@ import sys
 
 import jax
 import jax.numpy as jnp
+from losses.test_kernel import normalized
+from losses.test_kernel import random_batch
 import numpy as np
 import pytest
-from test_losses import normalized
-from test_losses import random_batch
 
 from hscl_jax import losses
 from hscl_jax import testing
@@ -108,7 +108,7 @@ NOT_LOSSES = {
   'SIGLIP_B': 'a constant',
   'SIGLIP_T': 'a constant',
   'assumption1': 'a per-anchor diagnostic',
-  'batch_diagnostics': 'a diagnostic (tests/test_losses.py checks it across devices)',
+  'batch_diagnostics': 'a diagnostic (tests/losses/test_diagnostics.py checks it across devices)',
   'beta_schedule': 'a schedule',
   'exponential': 'a hardening',
   'l2_normalize': 'a normalisation',

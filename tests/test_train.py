@@ -32,8 +32,8 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
+from losses.test_kernel import reference_loss  # noqa: E402
 import tensorboard_events  # noqa: E402
-from test_losses import reference_loss  # noqa: E402
 from test_models import jit_apply  # noqa: E402
 from transfer_guard import no_implicit_transfers  # noqa: E402
 
@@ -161,7 +161,7 @@ def step_projections(config, variables, state, batch, num_devices=None):
 
 def step_loss_reference(config, state, batch, num_devices=None):
   """The loss of a step from `state` (empty queue, key encoder = online: a first step)
-  by eq. (3)'s float64 reference (tests/test_losses.py), H-SCL(β) as the digits config."""
+  by eq. (3)'s float64 reference (tests/losses/test_kernel.py), H-SCL(β) as the digits config."""
   assert (config.method, config.hardening, config.M) == ('hscl', 'exp', None)
   variables = {'params': state.params, 'batch_stats': state.batch_stats}
   return reference_loss(

@@ -1,4 +1,4 @@
-"""The losses composed as users compose them, beyond tests/test_loss_transforms.py's
+"""The losses composed as users compose them, beyond tests/losses/test_transforms.py's
 matrix: many devices (shard_map, pmap), eval_shape, forward mode, jax.export, half
 precision, gradients with respect to every traced option, and the graph losses,
 diagnostics and schedules under the same transformations."""
@@ -12,20 +12,20 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 import numpy as np
 import pytest
-from test_loss_transforms import FEATURES
-from test_loss_transforms import LABELS
-from test_loss_transforms import LOSSES
-from test_loss_transforms import PARAMS
-from test_loss_transforms import SIGMOID
-from test_loss_transforms import applies
-from test_loss_transforms import eager
-from test_loss_transforms import loss_fn
-from test_loss_transforms import params
-from test_loss_transforms import value_and_grads
-from test_losses import normalized
-from test_losses import random_batch
 
 from hscl_jax import losses
+from losses.test_kernel import normalized
+from losses.test_kernel import random_batch
+from losses.test_transforms import FEATURES
+from losses.test_transforms import LABELS
+from losses.test_transforms import LOSSES
+from losses.test_transforms import PARAMS
+from losses.test_transforms import SIGMOID
+from losses.test_transforms import applies
+from losses.test_transforms import eager
+from losses.test_transforms import loss_fn
+from losses.test_transforms import params
+from losses.test_transforms import value_and_grads
 
 DIRECTION = np.random.default_rng(1).normal(size=FEATURES.shape).astype(np.float32)
 

@@ -252,72 +252,6 @@ class IdentityTest(parameterized.TestCase):
       float(jnp.abs(jax.grad(fn)(features, True) - jax.grad(fn)(features, False)).max()), 1e-4
     )
 
-  def test_proposition_2(self):
-    """α_HUCL = α_HSCL + α_Hcol per anchor, for any hardening."""
-    features, labels = random_batch(7, batch=10)
-    for hardening in (losses.exponential(1.3), losses.threshold(np.exp(-0.3))):
-      alphas = losses.log_alphas(features, labels, hardening=hardening)
-      np.testing.assert_allclose(
-        jnp.logaddexp(alphas['hscl'], alphas['hcol']), alphas['hucl'], rtol=1e-5
-      )
-
-  def test_alphas_match_reference(self):
-    features, labels = random_batch(8)
-    z = np.asarray(features, np.float64).reshape(12, -1)
-    g = z @ z.T / 0.5
-    sample, label = np.arange(12) // 2, np.asarray(labels)[np.arange(12) // 2]
-    alphas = losses.log_alphas(features, labels, hardening=losses.exponential(1.0))
-    for i in range(12):
-      others = sample != sample[i]
-      hscl = (np.exp(g[i]) * (others & (label != label[i]))).sum() / others.sum()
-      np.testing.assert_allclose(np.exp(alphas['hscl'][i]), hscl, rtol=1e-5)
-
-  @parameterized.parameters(0, 1, 2, 3)
-  def test_lemma_1(self, seed):
-    """Where Assumption 1 holds for every anchor, L_HSCL <= L_HUCL with the same positives."""
-    key_centres, key_noise, key_labels = jax.random.split(jax.random.key(seed), 3)
-    labels = jax.random.randint(key_labels, (16,), 0, 4)
-    centres = jax.random.normal(key_centres, (4, 1, 16)) * 3.0
-    features = normalized(centres[labels] + jax.random.normal(key_noise, (16, 2, 16)))
-    for hardening in (losses.exponential(1.0), losses.threshold(np.exp(-0.5))):
-      diag = losses.batch_diagnostics(features, labels, hardening=hardening)
-      satisfied = losses.assumption1(features, labels, hardening=hardening)
-      self.assertEqual(float(diag['assumption1_fraction']), 1.0)
-      self.assertTrue(bool(satisfied.all()))
-      self.assertLessEqual(float(diag['loss_hscl']), float(diag['loss_hucl']) + 1e-6)
-
-  def test_lemma_1_per_anchor_whenever_assumption_holds(self):
-    """On random (unclustered) features: every anchor satisfying Assumption 1 has
-    E_HSCL <= E_HUCL, checked through single-anchor losses."""
-    features, labels = random_batch(9, batch=12, num_classes=3)
-    hardening = losses.exponential(1.0)
-    satisfied = np.asarray(losses.assumption1(features, labels, hardening=hardening))
-    self.assertTrue(0 < satisfied.mean() < 1)  # the test must see both cases
-    z = np.asarray(features, np.float64).reshape(24, -1)
-    g = z @ z.T / 0.5
-    sample, label = np.arange(24) // 2, np.asarray(labels)[np.arange(24) // 2]
-    for i in np.flatnonzero(satisfied):
-      ucl_neg = sample != sample[i]
-      hscl_neg = label != label[i]
-      w = np.exp(g[i])
-      e_hucl = (w * np.exp(g[i]) * ucl_neg).sum() / (w * ucl_neg).sum()
-      e_hscl = (w * np.exp(g[i]) * hscl_neg).sum() / (w * hscl_neg).sum()
-      self.assertGreaterEqual(e_hucl, e_hscl * (1 - 1e-9))
-
-  def test_diagnostics_match_public_losses(self):
-    """With their defaults (the temperature's is the paper's 0.5 in both)."""
-    features, labels = random_batch(10)
-    hardening = losses.exponential(1.0)
-    with accepted('batch_diagnostics with its default temperature'):
-      diag = losses.batch_diagnostics(features, labels, hardening=hardening)
-    np.testing.assert_allclose(diag['loss_ucl'], losses.ucl(features), rtol=1e-6)
-    np.testing.assert_allclose(diag['loss_hucl'], losses.hucl(features, beta=1.0), rtol=1e-6)
-    by_label = losses.batch_diagnostics(features, labels, hardening=hardening, positives='label')
-    np.testing.assert_allclose(by_label['loss_scl'], losses.scl(features, labels), rtol=1e-6)
-    np.testing.assert_allclose(
-      by_label['loss_hscl'], losses.hscl(features, labels, hardening=hardening), rtol=1e-6
-    )
-
   @parameterized.parameters(*sorted(LOSSES))
   def test_permutation_invariance(self, name):
     kernel, _ = LOSSES[name]
@@ -725,86 +659,6 @@ class NoRecompileTest(parameterized.TestCase):
       step(features, beta, tau)
 
 
-class ScheduleTest(parameterized.TestCase):
-  def test_tau_schedule_eq_4(self):
-    taus = [
-      float(losses.tau_schedule(e, start=-0.5, end=0.1, num_epochs=200, temperature=0.5))
-      for e in (1, 100, 200)
-    ]
-    np.testing.assert_allclose(
-      taus, np.exp(np.array([-0.5, -0.5 + 99 / 199 * 0.6, 0.1]) / 0.5), rtol=1e-6
-    )
-    np.testing.assert_allclose(
-      losses.tau_schedule(1, start=-0.3, end=0.0, num_epochs=1), np.exp(-0.6), rtol=1e-6
-    )
-
-  def test_host_epochs_give_numpy_without_device_work(self):
-    """The training loop's path: a Python epoch gives a NumPy float32 computed on the host
-    (under the transfer guard), equal to the JAX path's value within float32 rounding."""
-    for epoch in (1, 2, 5):
-      with jax.transfer_guard('disallow'):
-        tau = losses.tau_schedule(epoch, start=-0.5, end=0.1, num_epochs=5, temperature=0.1)
-        beta = losses.beta_schedule(epoch, beta=2.0, num_epochs=5, num_steps=2)
-      self.assertIsInstance(tau, np.float32)
-      self.assertIsInstance(beta, np.float32)
-      # The precision claimed: float64 arithmetic, rounded once to float32 (bit for bit).
-      level = -0.5 + (epoch - 1) / 4 * (0.1 - -0.5)
-      self.assertEqual(tau, np.float32(np.exp(np.float64(level) / 0.1)))
-      self.assertEqual(beta, np.float32(2.0 * (1.0 - np.floor(epoch * 2 / 5) / 2)))
-      on_device = jnp.int32(epoch)
-      self.assertIsInstance(
-        losses.tau_schedule(on_device, start=-0.5, end=0.1, num_epochs=5), jax.Array
-      )
-      np.testing.assert_allclose(
-        tau,
-        losses.tau_schedule(on_device, start=-0.5, end=0.1, num_epochs=5, temperature=0.1),
-        rtol=1e-6,
-      )
-      np.testing.assert_allclose(
-        beta, losses.beta_schedule(on_device, beta=2.0, num_epochs=5, num_steps=2), rtol=1e-6
-      )
-
-  def test_schedules_take_1_based_epochs_up_to_num_epochs(self):
-    """Epoch 1 is start's level and epoch num_epochs end's (eq. (4)); a concrete epoch
-    outside [1, num_epochs] (Python, NumPy or a non-traced JAX number) is refused in one
-    line, a traced one is not checked (jit computes the formula); num_epochs is an int
-    >= 1. The issue's example: τ at epoch 10 of 200 lies between e^{start/γ} and
-    e^{end/γ}, not between start and end."""
-    tau = functools.partial(losses.tau_schedule, start=-0.5, end=0.1, num_epochs=200)
-    beta = functools.partial(losses.beta_schedule, beta=2.0, num_epochs=200, num_steps=4)
-    np.testing.assert_allclose(
-      [tau(1), tau(10), tau(200)], np.exp(np.array([-0.5, -0.5 + 9 / 199 * 0.6, 0.1]) / 0.5)
-    )
-    self.assertAlmostEqual(float(tau(10)), 0.388, places=3)
-    range_message = re.escape(
-      'epoch must be 1-based, in [1, num_epochs = 200] (epoch 1 is the first), got'
-    )
-    for bad in (0, 201, np.int64(0), jnp.int32(201), -1.5):
-      for schedule in (tau, beta):
-        with self.assertRaisesRegex(ValueError, f'^{range_message} {bad}.$'):
-          schedule(bad)
-    traced = jax.jit(lambda e: tau(e))(jnp.int32(0))
-    np.testing.assert_allclose(traced, np.exp((-0.5 - 0.6 / 199) / 0.5), rtol=1e-6)
-    for schedule in (losses.tau_schedule, losses.beta_schedule):
-      kwargs = (
-        dict(start=0.0, end=0.1) if schedule is losses.tau_schedule else dict(beta=1.0, num_steps=2)
-      )
-      with self.assertRaisesRegex(
-        ValueError, "^num_epochs must be >= 1 \\(the run's epochs\\), got 0.$"
-      ):
-        schedule(1, num_epochs=0, **kwargs)
-      for bad in (2.5, True):
-        with self.assertRaisesRegex(TypeError, f'^num_epochs must be an int .*got {bad}.$'):
-          schedule(1, num_epochs=bad, **kwargs)
-
-  def test_beta_annealing(self):
-    betas = [
-      float(losses.beta_schedule(e, beta=2.0, num_epochs=8, num_steps=4)) for e in range(1, 9)
-    ]
-    # switch from β_i to β_{i+1} at epoch i·e/ℓ = 2, 4, 6, 8
-    np.testing.assert_allclose(betas, [2.0, 1.5, 1.5, 1.0, 1.0, 0.5, 0.5, 0.0], atol=1e-6)
-
-
 # --------------------------------------------------------------------------------------
 # Cross-device: 4 fake CPU devices (tests/conftest.py).
 
@@ -864,21 +718,6 @@ class CrossDeviceTest(parameterized.TestCase):
     values = loss(features.reshape(4, 2, 2, 8), self.labels.reshape(4, 2))
     expected = losses.hscl(features, self.labels, hardening=losses.exponential(1.0))
     np.testing.assert_allclose(values, jnp.full(4, expected), rtol=1e-5)
-
-  def test_diagnostics_across_devices(self):
-    features = normalized(self.x)
-    hardening = losses.exponential(1.0)
-    sharded = jax.jit(
-      jax.shard_map(
-        lambda f, y: losses.batch_diagnostics(f, y, hardening=hardening, axis_name='data'),
-        mesh=_mesh(),
-        in_specs=(P('data'), P('data')),
-        out_specs=P(),
-      )
-    )
-    got = sharded(features, self.labels)
-    expected = losses.batch_diagnostics(features, self.labels, hardening=hardening)
-    chex.assert_trees_all_close(got, expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize('n', [4096])

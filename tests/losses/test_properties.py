@@ -2,7 +2,7 @@
 
 Hypothesis draws the batch (n, views, d), the labels (all equal, all distinct or random),
 γ, β, τ⁺ and the block size; every example is checked against the float64 reference of
-tests/test_losses.py: finite, equal to it, and invariant to the order of the samples.
+tests/losses/test_kernel.py: finite, equal to it, and invariant to the order of the samples.
 Derandomised (the same examples on every run) and small, so CI stays deterministic.
 """
 
@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_losses import reference_hucl
-from test_losses import reference_loss
 
 from hscl_jax import losses
+from losses.test_kernel import reference_hucl
+from losses.test_kernel import reference_loss
 
 PROPERTY_SETTINGS = settings(
   max_examples=4,

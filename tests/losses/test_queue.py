@@ -12,19 +12,19 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 import numpy as np
 import pytest
-from test_losses import LOSSES  # tests/ is on sys.path (pytest)
-from test_losses import SETTINGS
-from test_losses import _mesh
-from test_losses import _projected_loss
-from test_losses import assert_gradient_matches
-from test_losses import assert_value_matches
-from test_losses import normalized
 
 from hscl_jax import losses
 from hscl_jax.losses import kernel as loss_kernel
+from losses.test_kernel import LOSSES  # tests/ is on sys.path (pytest)
+from losses.test_kernel import SETTINGS
+from losses.test_kernel import _mesh
+from losses.test_kernel import _projected_loss
+from losses.test_kernel import assert_gradient_matches
+from losses.test_kernel import assert_value_matches
+from losses.test_kernel import normalized
 
 # --------------------------------------------------------------------------------------
-# The float64 reference (test_losses.reference_loss) counts the queue's filled slots as
+# The float64 reference (losses.test_kernel.reference_loss) counts the queue's filled slots as
 # negatives (label-filtered for SCL/H-SCL), never as positives, and M = n - 2 + filled.
 
 

@@ -3,9 +3,9 @@
 Each image loss × option set × transformation nesting gives the value and the gradient
 (with respect to the features and to every option that may be traced: temperature, β, τ,
 τ⁺, M) of the eager call, which is itself pinned to the float64 reference of
-tests/test_losses.py (value, and gradient by central differences). The options are
+tests/losses/test_kernel.py (value, and gradient by central differences). The options are
 arguments of the outermost function, so under jit they are traced. The graph losses and
-the diagnostics get the transformations that apply to them (tests/test_loss_composition.py
+the diagnostics get the transformations that apply to them (tests/losses/test_composition.py
 has the rest: forward mode, jax.export, half precision, devices).
 """
 
@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from sigmoid_reference import reference_one_tower
 from sigmoid_reference import reference_siglip
-from test_losses import normalized
-from test_losses import random_batch
-from test_losses import reference_hucl
-from test_losses import reference_loss
 
 from hscl_jax import losses
+from losses.test_kernel import normalized
+from losses.test_kernel import random_batch
+from losses.test_kernel import reference_hucl
+from losses.test_kernel import reference_loss
 
 FEATURES, LABELS = random_batch(50, batch=8, views=2, dim=8, num_classes=3)
 PERMUTATION = np.array([3, 0, 7, 5, 1, 6, 2, 4])  # the losses are invariant to it

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from losses.test_kernel import reference_loss
 import numpy as np
 import optax
 import pytest
-from test_losses import reference_loss
 
 from hscl_jax import losses
 from hscl_jax import models
