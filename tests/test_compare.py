@@ -550,8 +550,8 @@ def test_a_run_of_another_config_is_refused_with_the_comparisons_own_flags(tmp_p
   """A grid's run directory holding a run of another config (the stored digits run): the
   refusal names the run and --workdir, a flag of compare, not training's
   --allow_config_change, which compare lacks (its runs follow its config)."""
-  from test_main_errors import is_a_flag_of
-  from test_main_errors import named_flags
+  from test_main import is_a_flag_of
+  from test_main import named_flags
 
   config = digits.get_config()
   setting = image_grid.settings(config, set())[0]

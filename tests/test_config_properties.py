@@ -27,10 +27,10 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
-from test_main_errors import ENV  # noqa: E402
-from test_main_errors import assert_one_line  # noqa: E402
-from test_main_errors import error_lines  # noqa: E402
-from test_main_errors import run  # noqa: E402
+from test_main import ENV  # noqa: E402
+from test_main import assert_one_line  # noqa: E402
+from test_main import error_lines  # noqa: E402
+from test_main import run  # noqa: E402
 import xla_flags  # noqa: E402
 
 from configs import default  # noqa: E402
