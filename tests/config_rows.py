@@ -5,7 +5,7 @@ that is None until set), the types inside a tuple, and whether a resumed run may
 tests/fixtures/default_config.json holds configs/default.py's rows from commit e5a6e14,
 before the fields were declared in hscl_jax/config/fields.py, as `rows` wrote them then
 (with that commit's schema.FREE_FIELDS). `python tests/config_rows.py` prints today's;
-tests/test_config_fields.py checks that they are the same.
+tests/config/test_fields.py checks that they are the same.
 """
 
 from __future__ import annotations

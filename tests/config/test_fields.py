@@ -11,7 +11,7 @@ from config_rows import rows
 from ml_collections import config_dict
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
 from configs import default  # noqa: E402

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import numpy as np
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
 
 from test_main import ENV  # noqa: E402
