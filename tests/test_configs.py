@@ -6,17 +6,17 @@ import json
 import os
 import pathlib
 import re
-import shlex
-import subprocess
 import sys
 
 from absl import flags
-from ml_collections import config_flags
 import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
+
+from config.test_command_line import _LOAD_MODULE_WARNING  # noqa: E402
+from config.test_command_line import _parse  # noqa: E402
 
 from configs import cifar10  # noqa: E402
 from configs import cifar100  # noqa: E402
@@ -24,9 +24,7 @@ from configs import default  # noqa: E402
 from configs import digits  # noqa: E402
 from configs import stl10  # noqa: E402
 from hscl_jax import data  # noqa: E402
-from hscl_jax import errors  # noqa: E402
 from hscl_jax import optimizers  # noqa: E402
-from hscl_jax.config import command_line  # noqa: E402
 from hscl_jax.config import fields  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.evaluation import retrieval  # noqa: E402
@@ -34,18 +32,6 @@ from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
 
 ALL_CONFIGS = {'digits': digits, 'cifar10': cifar10, 'cifar100': cifar100, 'stl10': stl10}
-
-
-def _parse(*args):
-  """Loads a config file with overrides exactly as hscl_jax.main does."""
-  argv = ['prog', *args]
-  flag_values = flags.FlagValues()
-  # sys_argv: the override flags (--config.x) are defined from the --config file named there.
-  config_flags.DEFINE_config_file(
-    'config', None, flag_values=flag_values, lock_config=True, sys_argv=argv
-  )
-  flag_values(argv)
-  return flag_values.config
 
 
 def _assert_valid(config, devices=4):
@@ -90,10 +76,6 @@ def test_paper_protocol_defaults(name):
   assert config.augment.crop_scale == (0.08, 1.0) and config.augment.flip_prob == 0.5
   size, blur = (96, 0.5) if name == 'stl10' else (32, 0.0)
   assert (config.augment.image_size, config.augment.blur_prob) == (size, blur)
-
-
-# ml_collections loads config files with importlib's deprecated load_module().
-_LOAD_MODULE_WARNING = 'ignore:the load_module:DeprecationWarning'
 
 
 def test_digits_gives_several_per_step_rows_an_epoch():
@@ -381,20 +363,6 @@ def test_config_json_round_trips(tmp_path):
   assert saved['model']['name'] == 'resnet50'
 
 
-def test_the_config_file_argument_is_found_in_both_flag_forms(tmp_path):
-  """--config=PATH and --config PATH; a PATH:ARG suffix dropped unless the whole value is a
-  file; a trailing --config without a value, or none, is no path."""
-  find = command_line.config_file_argument
-  assert find(['prog', '--config=configs/digits.py', '--workdir=w']) == 'configs/digits.py'
-  assert find(['prog', '--workdir', 'w', '--config', 'configs/digits.py']) == 'configs/digits.py'
-  assert find(['prog', '--config=configs/tiny_imagenet.py:cpu']) == 'configs/tiny_imagenet.py'
-  odd = tmp_path / 'a:b.py'  # a file whose name holds a colon is taken whole
-  odd.write_text('')
-  assert find(['prog', f'--config={odd}']) == str(odd)
-  assert find(['prog', '--workdir=w', '--config']) is None
-  assert find(['prog', '--workdir=w']) is None
-
-
 def test_an_image_folder_without_its_root_is_refused():
   def mutate(config):
     config.dataset = ''.join(list('image_folder'))  # a fresh string, as parsed from a flag
@@ -402,21 +370,6 @@ def test_an_image_folder_without_its_root_is_refused():
 
   message = _invalid(mutate)
   assert message.startswith('config.folder: image_folder needs a root directory. Fix: pass')
-
-
-def test_a_config_file_elsewhere_imports_its_own_configs_package(tmp_path, monkeypatch):
-  """make_config_importable puts the config's package first on sys.path: its
-  `configs` wins over another one already on the path (here the repository's)."""
-  package = tmp_path / 'elsewhere' / 'configs'
-  package.mkdir(parents=True)
-  (package / '__init__.py').write_text('WHERE = "elsewhere"\n')
-  (package / 'mine.py').write_text('')
-  monkeypatch.setattr(sys, 'path', [str(REPO), *sys.path])
-  monkeypatch.delitem(sys.modules, 'configs')
-  command_line.make_config_importable(['prog', f'--config={package / "mine.py"}'])
-  import configs
-
-  assert getattr(configs, 'WHERE', None) == 'elsewhere'
 
 
 def test_the_monitors_retrieval_metrics_are_checked_by_name():
@@ -433,84 +386,3 @@ def test_the_monitors_retrieval_metrics_are_checked_by_name():
     schema.validate_config(config, num_devices=4)
   assert retrieval.metric_names(' map_at_r , recall_at_1,map_at_r,') == ('map_at_r', 'recall_at_1')
   assert retrieval.metric_names('') == ()
-
-
-def _listed(listing: str) -> dict[str, tuple[str, str]]:
-  """{field: (its override as a shell reads it, the rest of its lines)} of a --config_help
-  listing: `  --config.FIELD=VALUE  (notes)` then the meaning, indented further."""
-  entries, name = {}, None
-  for line in listing.splitlines()[1:]:
-    if line.startswith('  --config.'):
-      override, *notes = shlex.split(line)
-      name = override.split('=', 1)[0].removeprefix('--config.')
-      entries[name] = (override, ' '.join(notes))
-    else:
-      entries[name] = (entries[name][0], f'{entries[name][1]} {line.strip()}'.strip())
-  return entries
-
-
-def test_the_config_help_lists_every_field_with_its_default_and_meaning():
-  """--config_help without a file: every field of config/fields, in order, at its default,
-  with its meaning (its doc, rewrapped) and, for a field unset by default, its type."""
-  listed = _listed(command_line.config_help(''))
-  assert list(listed) == list(fields.FIELDS)
-  for name, field in fields.FIELDS.items():
-    override, notes = listed[name]
-    unset = isinstance(field.default, type(fields.unset(int)))
-    default = None if unset else field.default
-    assert override == f'--config.{name}={default}', name
-    assert ' '.join(field.doc.split()) in notes, name
-    assert ('default ' in notes) is False, name  # the value is the default
-    if unset:
-      assert f'None = unset; type {field.default.type.__name__}' in notes
-
-
-@pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
-def test_the_config_help_of_a_file_gives_its_values_as_overrides_that_rebuild_it():
-  """With configs/digits.py: every field at digits' value, the default named where they
-  differ; the listed overrides, applied to cifar10.py by the program's flag parser, give
-  digits' config (every field that is set)."""
-  config = digits.get_config()
-  listed = _listed(command_line.config_help('', config, 'configs/digits.py'))
-  overrides = []
-  for name, (override, notes) in listed.items():
-    value, default = fields.value_of(config, name), fields.FIELDS[name].initial()
-    assert ('default ' in notes) == (value != default and value is not None), (name, notes)
-    if value is not None:
-      overrides.append(override)
-  assert '--config.augment.image_size=8' in overrides and '--config.batch_size=256' in overrides
-  rebuilt = _parse(f'--config={REPO}/configs/cifar10.py', *overrides)
-  assert rebuilt.to_dict() == config.to_dict()
-
-
-def test_the_config_help_lists_a_section_or_a_field_and_refuses_other_names():
-  section = _listed(command_line.config_help('augment'))
-  assert list(section) == [n for n in fields.FIELDS if n.startswith('augment.')]
-  assert list(_listed(command_line.config_help('config.knn'))) == [
-    n for n in fields.FIELDS if n.startswith('knn.')
-  ]
-  assert list(_listed(command_line.config_help('keep_best'))) == ['keep_best']
-  with pytest.raises(errors.UserError) as refused:
-    command_line.config_help('augmnt')
-  assert str(refused.value) == (
-    '--config_help=augmnt: no config section or field of that name. Fix: pass a section '
-    '(model, augment, optimizer, knn, probe, linear_eval) or a field (e.g. batch_size), or '
-    '--config_help alone for all.'
-  )
-  assert command_line.config_help_argument(['p', '--config_help', '--config=x.py']) == ''
-  assert command_line.config_help_argument(['p', '--config_help=model']) == 'model'
-  assert command_line.config_help_argument(['p', '--config=x.py']) is None
-
-
-def test_hscl_train_lists_the_fields_of_its_config_file_before_any_flag_is_required():
-  """As a user types it: no --workdir, exit 0, the listing on stdout."""
-  result = subprocess.run(
-    [sys.executable, '-m', 'hscl_jax.main', '--config=configs/digits.py', '--config_help=augment'],
-    cwd=REPO, env={**os.environ, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'},
-    capture_output=True, text=True, timeout=300,
-  )  # fmt: skip
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert (
-    result.stdout
-    == command_line.config_help('augment', digits.get_config(), 'configs/digits.py') + '\n'
-  )
