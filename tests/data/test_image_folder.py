@@ -16,7 +16,7 @@ import pytest
 
 from hscl_jax import data
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 SHARED_ZIP = REPO.parent / 'shared' / 'data' / 'tiny_imagenet' / 'tiny-imagenet-200.zip'
 
 # Not in sorted order: the classes must follow wnids.txt, not the folder names.

@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import functools
 import logging
-import pathlib
 import re
-import sys
 
+from acceptance import accepted
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from acceptance import accepted  # noqa: E402
-from test_data_loaders import loader  # noqa: E402
-from test_data_loaders import take  # noqa: E402
-
-from hscl_jax import data  # noqa: E402
-from hscl_jax.config import schema  # noqa: E402
-from hscl_jax.data import sampling  # noqa: E402
-from hscl_jax.experiments import reports as image_batches  # noqa: E402
+from data.test_loaders import loader
+from data.test_loaders import take
+from hscl_jax import data
+from hscl_jax.config import schema
+from hscl_jax.data import sampling
+from hscl_jax.experiments import reports as image_batches
 
 
 def unbalanced_labels(seed=0, num_classes=9):

@@ -1,7 +1,7 @@
 """Dataset preparation: the program's one-line errors before any work, and the library's
 checks (hscl_jax.data.tfds_prepare).
 
-(The offline end-to-end preparation with TensorFlow is tests/test_prepare_offline.py.)
+(The offline end-to-end preparation with TensorFlow is tests/test_prepare.py.)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from hscl_jax.data import tfds_prepare
 from hscl_jax.data.errors import PreparationError
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _prepare(*args):
