@@ -1,15 +1,19 @@
-"""`python -m hscl_jax.prepare` end to end, offline: TFDS's own CIFAR-10 builder and download
-manager turn an archive in CIFAR-10's real binary format into array_record files, which
-training then reads without TensorFlow.
+"""The `python -m hscl_jax.prepare` program: its one-line errors before any work, and the
+program end to end, offline: TFDS's own CIFAR-10 builder and download manager turn an
+archive in CIFAR-10's real binary format into array_record files, which training then reads
+without TensorFlow. (The library's checks: tests/data/test_tfds_prepare.py; the graph
+datasets' download: tests/graphs/test_prepare.py.)
 
-Needs the [prepare] extra (TensorFlow); skipped, saying so, without it. The only thing
-faked is the archive's registered checksum (ours is a small archive, not the official one).
+The end-to-end test needs the [prepare] extra (TensorFlow); skipped, saying so, without it.
+The only thing faked is the archive's registered checksum (ours is a small archive, not the
+official one).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import pathlib
 import subprocess
 import sys
@@ -26,7 +30,7 @@ from hscl_jax import data  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
+needs_tensorflow = pytest.mark.skipif(
   importlib.util.find_spec('tensorflow') is None,
   reason="TensorFlow is not installed (pip install -e '.[prepare]'): offline prepare not run",
 )
@@ -81,6 +85,7 @@ def write_archive(path):
   }
 
 
+@needs_tensorflow
 def test_prepare_cifar10_offline_then_train_without_tensorflow(tmp_path):
   manual_dir, data_dir = tmp_path / 'manual', tmp_path / 'tfds'
   manual_dir.mkdir()
@@ -119,3 +124,26 @@ def test_prepare_cifar10_offline_then_train_without_tensorflow(tmp_path):
   loop.train_and_evaluate(config, str(tmp_path / 'run'))
   (record,) = metrics.read_metrics(str(tmp_path / 'run'))
   assert record['step'] == 1 and np.isfinite(record['train_loss']) and 0 <= record['knn_top1'] <= 1
+
+
+def _prepare(*args):
+  return subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.prepare', *args],
+    cwd=REPO,
+    env={**os.environ, 'PYTHONPATH': str(REPO)},
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+
+
+def test_program_errors_are_one_line_before_any_work(tmp_path):
+  no_work = _prepare('--dataset=digits')
+  assert no_work.returncode == 1 and 'Traceback' not in no_work.stderr
+  assert no_work.stderr.strip().splitlines()[-1] == '--dataset=digits needs no preparation'
+  # --manual_dir reaches the library: its missing archive is one logged line, nothing written.
+  no_archive = _prepare('--dataset=cifar10', f'--manual_dir={tmp_path}', f'--data_dir={tmp_path}')
+  assert no_archive.returncode == 1 and 'Traceback' not in no_archive.stderr
+  (line,) = [line for line in no_archive.stderr.splitlines() if line.startswith('E')]
+  assert f'--manual_dir={tmp_path} has no cifar-10-binary.tar.gz' in line
+  assert os.listdir(tmp_path) == []

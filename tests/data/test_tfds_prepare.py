@@ -1,16 +1,11 @@
-"""Dataset preparation: the program's one-line errors before any work, and the library's
-checks (hscl_jax.data.tfds_prepare).
-
-(The offline end-to-end preparation with TensorFlow is tests/test_prepare.py.)
-"""
+"""data/tfds_prepare: the library's checks: the manual archive, and TensorFlow required
+only where it is missing, said in one line with how to install it. (The program:
+tests/test_prepare.py.)"""
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import pathlib
 import re
-import subprocess
 import sys
 import types
 
@@ -19,31 +14,6 @@ import pytest
 
 from hscl_jax.data import tfds_prepare
 from hscl_jax.data.errors import PreparationError
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def _prepare(*args):
-  return subprocess.run(
-    [sys.executable, '-m', 'hscl_jax.prepare', *args],
-    cwd=REPO,
-    env={**os.environ, 'PYTHONPATH': str(REPO)},
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
-
-
-def test_program_errors_are_one_line_before_any_work(tmp_path):
-  no_work = _prepare('--dataset=digits')
-  assert no_work.returncode == 1 and 'Traceback' not in no_work.stderr
-  assert no_work.stderr.strip().splitlines()[-1] == '--dataset=digits needs no preparation'
-  # --manual_dir reaches the library: its missing archive is one logged line, nothing written.
-  no_archive = _prepare('--dataset=cifar10', f'--manual_dir={tmp_path}', f'--data_dir={tmp_path}')
-  assert no_archive.returncode == 1 and 'Traceback' not in no_archive.stderr
-  (line,) = [line for line in no_archive.stderr.splitlines() if line.startswith('E')]
-  assert f'--manual_dir={tmp_path} has no cifar-10-binary.tar.gz' in line
-  assert os.listdir(tmp_path) == []
 
 
 def test_prepare_checks_the_manual_archive(tmp_path):
