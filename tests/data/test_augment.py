@@ -1,4 +1,7 @@
-"""Properties of the JAX augmentations (small images: every distinct params is one compile)."""
+"""data/augment: properties of the JAX augmentations (small images: every distinct params is
+one compile), each step against its direct computation from the draws, and the colour
+jitter's factors at strengths above 1 (torchvision's ColorJitter: a factor drawn from
+U(max(0, 1 - s), 1 + s), never negative)."""
 
 from __future__ import annotations
 
@@ -6,13 +9,13 @@ import colorsys
 import dataclasses
 import functools
 
+from acceptance import accepted
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from hscl_jax.data import augment
-from hscl_jax.data import image_ops
 
 SIZE = 8
 # Params are traced, so every test with this batch shape shares one compile.
@@ -250,32 +253,6 @@ def test_crop_and_resize_picks_the_box():
   np.testing.assert_allclose(out[0, :, 0], np.arange(4.0, 12.0), atol=1e-5)
 
 
-@jax.jit
-def _hsv_checks(pixels):
-  hsv = image_ops.rgb_to_hsv(pixels)
-  return jnp.stack(hsv, -1), image_ops.hsv_to_rgb(*hsv), image_ops.adjust_hue(pixels, 1 / 3)
-
-
-def test_hsv_round_trip_and_reference():
-  pixels = jax.random.uniform(jax.random.key(8), (200, 3))
-  pixels = pixels.at[0].set(jnp.array([1.0, 0.0, 0.0]))  # Pure red.
-  hsv, round_trip, shifted = _hsv_checks(pixels)
-  reference = np.array([colorsys.rgb_to_hsv(*p) for p in np.asarray(pixels, np.float64)])
-  np.testing.assert_allclose(hsv, reference, atol=1e-5)
-  np.testing.assert_allclose(round_trip, pixels, atol=1e-5)
-  np.testing.assert_allclose(shifted[0], [0.0, 1.0, 0.0], atol=1e-5)  # Red -> green.
-
-
-def test_gaussian_blur_keeps_constants_and_smooths():
-  blur = jax.jit(jax.vmap(image_ops.gaussian_blur, in_axes=(0, 0, None)), static_argnums=2)
-  noise = jax.random.uniform(jax.random.key(9), (12, 12, 3))
-  images = jnp.stack([jnp.full((12, 12, 3), 0.3), noise, noise])
-  constant, blurred, barely = blur(images, jnp.array([1.5, 2.0, 0.1]), 5)
-  np.testing.assert_allclose(constant, images[0], atol=1e-6)
-  assert float(blurred.std()) < 0.6 * float(noise.std())
-  np.testing.assert_allclose(barely, noise, atol=1e-4)
-
-
 def test_blur_kernel_size_and_the_small_image_rule():
   assert augment.AugmentParams(image_size=96).blur_kernel_size == 9
   assert augment.AugmentParams(image_size=224).blur_kernel_size == 23
@@ -494,3 +471,29 @@ def test_the_params_defaults_are_the_configs():
   for field in dataclasses.fields(augment.AugmentParams):
     if field.name != 'image_size':
       assert field.default == fields.FIELDS[f'augment.{field.name}'].default, field.name
+
+
+UNIFORMS = jnp.array([0.0, 0.25, 0.5, 1.0])
+
+
+def _factors(brightness, contrast, saturation, hue):
+  with accepted(f'strengths {brightness}, {contrast}, {saturation}'):
+    params = augment.AugmentParams(
+      image_size=8, brightness=brightness, contrast=contrast, saturation=saturation, hue=hue
+    )
+  return [np.asarray(f) for f in augment.jitter_factors(params, [UNIFORMS] * 4)]
+
+
+@pytest.mark.parametrize('strength', [1.0, 1.5, 3.0])
+def test_a_strength_of_1_or_more_draws_from_0_to_1_plus_it(strength):
+  for factor in _factors(strength, strength, strength, 0.25)[:3]:
+    np.testing.assert_allclose(factor, np.asarray(UNIFORMS) * (1 + strength), rtol=1e-6)
+    assert factor.min() == 0.0
+
+
+def test_a_strength_below_1_draws_around_1_and_the_hue_around_0():
+  brightness, contrast, saturation, hue = _factors(0.4, 0.8, 0.0, 0.5)
+  np.testing.assert_allclose(brightness, 0.6 + 0.8 * np.asarray(UNIFORMS), rtol=1e-6)
+  np.testing.assert_allclose(contrast, 0.2 + 1.6 * np.asarray(UNIFORMS), rtol=1e-6)
+  np.testing.assert_array_equal(saturation, np.ones(4))
+  np.testing.assert_allclose(hue, [-0.5, -0.25, 0.0, 0.5], atol=1e-7)
