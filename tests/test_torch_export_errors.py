@@ -21,7 +21,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from acceptance import accepted  # noqa: E402
-from test_models import host_variables  # noqa: E402
+from models.test_factory import host_variables  # noqa: E402
 
 from configs import default  # noqa: E402
 from hscl_jax import errors  # noqa: E402
