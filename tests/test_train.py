@@ -33,8 +33,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from losses.test_kernel import reference_loss  # noqa: E402
-import tensorboard_events  # noqa: E402
 from models.test_factory import jit_apply  # noqa: E402
+import tensorboard_events  # noqa: E402
 from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
