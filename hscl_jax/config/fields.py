@@ -139,7 +139,7 @@ METHOD = (
     doc='H-SCL(tau), eq. (4): tau = exp(l / temperature), l linear in the epoch from start '
     '(tau_start) to end (tau_end).',
   ),
-  Field('tau_end', 0.0),
+  Field('tau_end', 0.0, doc="H-SCL(tau), eq. (4): the level l at the last epoch (tau_start's)"),
   Field(
     'tau_plus',
     0.0,
@@ -205,10 +205,10 @@ MODEL = (
   Field(
     'model.stem', 'cifar', doc='cifar (3x3, stride 1, no max-pool) | imagenet (7x7/2 + max-pool)'
   ),
-  Field('model.head_hidden', 512),
-  Field('model.head_out', 128),
+  Field('model.head_hidden', 512, doc="width of the projection head's hidden layer"),
+  Field('model.head_out', 128, doc='dimension of the projections the loss compares'),
   Field('model.dtype', 'float32', doc='compute dtype: float32 | bfloat16 (the loss is always f32)'),
-  Field('model.bn_momentum', 0.9),
+  Field('model.bn_momentum', 0.9, doc="BatchNorm's running-average momentum, in [0, 1)"),
   Field(
     'model.norm',
     'batch',
@@ -233,23 +233,45 @@ MODEL = (
 # Augmentation: the fields of hscl_jax.data.augment.AugmentParams, which checks them
 # (SimCLR's recipe).
 AUGMENT = (
-  Field('augment.image_size', 32),
-  Field('augment.crop_scale', (0.08, 1.0)),
-  Field('augment.crop_ratio', (3 / 4, 4 / 3)),
-  Field('augment.flip_prob', 0.5),
-  Field('augment.jitter_prob', 0.8),
-  Field('augment.brightness', 0.4),
-  Field('augment.contrast', 0.4),
-  Field('augment.saturation', 0.4),
-  Field('augment.hue', 0.1),
+  Field('augment.image_size', 32, doc='side of the crops, in pixels'),
+  Field(
+    'augment.crop_scale',
+    (0.08, 1.0),
+    doc="random resized crop: range of the crop's area, a fraction of the image's",
+  ),
+  Field(
+    'augment.crop_ratio', (3 / 4, 4 / 3), doc="range of the crop's aspect ratio (width / height)"
+  ),
+  Field('augment.flip_prob', 0.5, doc='probability of a horizontal flip'),
+  Field(
+    'augment.jitter_prob', 0.8, doc='probability of the colour jitter (its four parts together)'
+  ),
+  Field('augment.brightness', 0.4, doc='colour jitter: brightness factor from U(1 - b, 1 + b)'),
+  Field('augment.contrast', 0.4, doc='colour jitter: contrast factor from U(1 - c, 1 + c)'),
+  Field('augment.saturation', 0.4, doc='colour jitter: saturation factor from U(1 - s, 1 + s)'),
+  Field('augment.hue', 0.1, doc='colour jitter: hue shift from U(-hue, hue), in turns (<= 0.5)'),
   Field('augment.jitter_random_order', True, doc="torchvision's ColorJitter order"),
-  Field('augment.grayscale_prob', 0.2),
+  Field('augment.grayscale_prob', 0.2, doc='probability of converting to grayscale'),
   Field('augment.blur_prob', 0.0, doc='SimCLR leaves blur off at 32 pixels (on at 96)'),
   Field('augment.blur_min_size', 0, doc='blur whenever blur_prob > 0'),
-  Field('augment.blur_sigma', (0.1, 2.0)),
-  Field('augment.blur_kernel_frac', 0.1),
-  Field('augment.mean', NORMALIZATION['cifar10'][0]),
-  Field('augment.std', NORMALIZATION['cifar10'][1]),
+  Field(
+    'augment.blur_sigma',
+    (0.1, 2.0),
+    doc="range of the Gaussian blur's standard deviation, in pixels",
+  ),
+  Field(
+    'augment.blur_kernel_frac', 0.1, doc='blur kernel side as a fraction of image_size (odd, >= 3)'
+  ),
+  Field(
+    'augment.mean',
+    NORMALIZATION['cifar10'][0],
+    doc='per-channel mean subtracted from [0, 1] pixels',
+  ),
+  Field(
+    'augment.std',
+    NORMALIZATION['cifar10'][1],
+    doc='per-channel standard deviation the pixels are divided by',
+  ),
 )
 
 OPTIMIZER = (
@@ -260,7 +282,12 @@ OPTIMIZER = (
     doc='adam (coupled L2, as torch.optim.Adam) | adamw | sgd | lars',
   ),
   Field('optimizer.learning_rate', 1e-3, positive('use e.g. 1e-3'), doc='peak learning rate'),
-  Field('optimizer.weight_decay', 1e-6, at_least(0, 'use e.g. 1e-6')),
+  Field(
+    'optimizer.weight_decay',
+    1e-6,
+    at_least(0, 'use e.g. 1e-6'),
+    doc='L2 coefficient (coupled for adam, decoupled for adamw)',
+  ),
   Field(
     'optimizer.schedule',
     'constant',
@@ -308,8 +335,8 @@ TRAINING = (
     'in loop bodies slowly) ~1.2x the unchunked step instead of ~15-30x; compile time and '
     'memory then grow with the number of chunks, so keep False on GPUs and TPUs.',
   ),
-  Field('num_epochs', 200, at_least(1, 'use e.g. 200')),
-  Field('seed', 0),
+  Field('num_epochs', 200, at_least(1, 'use e.g. 200'), doc='passes over the training split'),
+  Field('seed', 0, doc="the run's one seed: initialisation, visiting order, augmentations"),
   Field(
     'steps_per_epoch_limit',
     unset(int),
@@ -329,8 +356,13 @@ def _retrieval_metrics(field, value):
 # kNN monitor: weights exp(sim / temperature), normalised backbone features.
 KNN = (
   Field('knn.every_epochs', 1, at_least(0, 'use 1, or 0 to disable'), doc='0 = never'),
-  Field('knn.k', 200, at_least(1, 'use e.g. 200')),
-  Field('knn.temperature', 0.5, positive('use e.g. 0.5')),
+  Field('knn.k', 200, at_least(1, 'use e.g. 200'), doc='neighbours that vote'),
+  Field(
+    'knn.temperature',
+    0.5,
+    positive('use e.g. 0.5'),
+    doc="a neighbour's vote is exp(sim / temperature)",
+  ),
   Field(
     'knn.batch_size',
     512,  # config/schema checks it against the devices
@@ -370,7 +402,7 @@ PROBE = (
     positive('use e.g. 1e-3'),
     doc="Adam with coupled L2, constant, as linear evaluation's",
   ),
-  Field('probe.weight_decay', 1e-6, at_least(0, 'use e.g. 1e-6')),
+  Field('probe.weight_decay', 1e-6, at_least(0, 'use e.g. 1e-6'), doc='coupled L2, as Adam'),
 )
 
 # Linear evaluation: python -m hscl_jax.linear_eval --workdir=DIR, after training; it reads
@@ -383,7 +415,13 @@ LINEAR_EVAL = (
     free=True,
     doc="features (extracted once) | augmented (the paper's)",
   ),
-  Field('linear_eval.num_epochs', 100, at_least(1, 'use e.g. 100'), free=True),
+  Field(
+    'linear_eval.num_epochs',
+    100,
+    at_least(1, 'use e.g. 100'),
+    free=True,
+    doc="the classifier's epochs",
+  ),
   Field(
     'linear_eval.learning_rate',
     1e-3,
@@ -391,13 +429,27 @@ LINEAR_EVAL = (
     free=True,
     doc='Adam, as the paper',
   ),
-  Field('linear_eval.weight_decay', 1e-6, at_least(0, 'use e.g. 1e-6'), free=True),
-  Field('linear_eval.batch_size', 512, at_least(1, 'use e.g. 100'), free=True),
+  Field(
+    'linear_eval.weight_decay', 1e-6, at_least(0, 'use e.g. 1e-6'), free=True, doc='coupled L2'
+  ),
+  Field('linear_eval.batch_size', 512, at_least(1, 'use e.g. 100'), free=True, doc='global batch'),
 )
 
 CHECKPOINTS = (
-  Field('checkpoint_every_epochs', 1, _AT_LEAST_1, free=True),
-  Field('keep_checkpoints', 3, _AT_LEAST_1, free=True),
+  Field(
+    'checkpoint_every_epochs',
+    1,
+    _AT_LEAST_1,
+    free=True,
+    doc='save every this many epochs (the last and the best epoch are saved whatever it says)',
+  ),
+  Field(
+    'keep_checkpoints',
+    3,
+    _AT_LEAST_1,
+    free=True,
+    doc='newest checkpoints kept (the best one besides)',
+  ),
   Field(
     'keep_best',
     'auto',
