@@ -1,241 +1,569 @@
-"""experiments/reports for `compare --grid=sigmoid`, from synthetic run records: Table I
-with the sigmoid rows beside the softmax ones, Fig. 1 with them, and the paired
-differences of methods.SIGMOID_PAIRS recomputed here in float64 (numpy, scipy) from the
-records, on values where a wrong seed, method, measure or epoch changes every row; the
-records read from and the raw pixels cached in RECORDS, the report written apart."""
+"""The comparison report (hscl_jax.experiments.grid and its program `compare`): settings,
+summary, table, plots."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import math
 import os
 import pathlib
+import shutil
+import signal
+import subprocess
 import sys
 
 import numpy as np
-from scipy import stats
+import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax.experiments import grid  # noqa: E402
-from hscl_jax.experiments import plots  # noqa: E402
-from hscl_jax.experiments import reports  # noqa: E402
-from hscl_jax.experiments import run_records  # noqa: E402
-from hscl_jax.rundir import metrics  # noqa: E402
-
-EPOCHS, STEPS = 3, 7  # per run: its epochs, steps an epoch
-# Seeds recorded per row: the softmax rows 0-4 (as m4_e9), UCL 0-2 (not in the plan), the
-# sigmoid rows 0-3 (seed 3 not in the plan).
-RECORDED = {'UCL': 3, 'H-UCL': 5, 'SCL': 5, 'H-SCL(β)': 5, 'Sig-SCL': 4, 'Sig-H-SCL(β)': 4}
-PLANNED = ('H-UCL', 'SCL', 'H-SCL(β)', 'Sig-SCL', 'Sig-H-SCL(β)')  # in the table's order
-SEEDS = (0, 1, 2)
-# The question and its neighbours, spelt here: (first, second).
-PAIRS = (
-  ('Sig-H-SCL(β)', 'Sig-SCL'),
-  ('Sig-H-SCL(β)', 'H-SCL(β)'),
-  ('Sig-SCL', 'SCL'),
-  ('Sig-H-SCL(β)', 'H-UCL'),
-)
+from hscl_jax.config import methods  # noqa: E402
+from hscl_jax.config import schema  # noqa: E402
+from hscl_jax.experiments import grid as image_grid  # noqa: E402
+from hscl_jax.experiments import grid as image_runs  # noqa: E402
+from hscl_jax.experiments import plots as image_plots  # noqa: E402
+from hscl_jax.experiments import reports as image_report  # noqa: E402
+from hscl_jax.experiments import reports as raw_pixels  # noqa: E402
+from hscl_jax.rundir import stored_config  # noqa: E402
+from hscl_jax.training import loop  # noqa: E402
 
 
-def _values():
-  """method -> seed -> (linear top-1, top-5, the kNN top-1 of each epoch), all distinct."""
-  rng = np.random.default_rng(79)
-  return {
-    m: {
-      k: (rng.uniform(0.1, 0.2), rng.uniform(0.3, 0.4), rng.uniform(0.05, 0.15, EPOCHS))
-      for k in range(n)
+def test_settings_cover_the_paper_grids():
+  config = digits.get_config()
+  plain = image_grid.settings(config, set())
+  assert [s.method for s in plain] == list(image_grid.METHODS)
+  grid = image_grid.settings(config, {'beta', 'tau'})
+  by_method = {m: [s for s in grid if s.method == m] for m in image_grid.METHODS}
+  assert len(by_method['H-SCL(β)']) == len(by_method['H-UCL']) == 5
+  assert len(by_method['H-SCL(τ)']) == 9
+  assert len({s.slug for s in grid}) == len(grid)  # one workdir per setting
+  for setting in grid:  # every setting is a valid training config
+    schema.validate_config(
+      image_grid.run_config(config, setting, seed=1), num_devices=1, num_processes=1
+    )
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT], ids=['sigterm', 'sigint'])
+def test_a_run_stopped_by_a_signal_stops_the_grid_with_it(tmp_path, monkeypatch, signum):
+  """A run that saved and stopped at a SIGTERM or Ctrl-C stops the grid, which carries the
+  signal for `compare`'s exit status (143 or 130), and nothing is linear-evaluated."""
+  config = digits.get_config()
+  stopped = loop.TrainResult(state=None, stop_signal=signum, last_record=None)
+  monkeypatch.setattr(loop, 'train_and_evaluate', lambda *args: stopped)
+  monkeypatch.setattr(image_runs.linear_probe, 'linear_evaluate', pytest.fail)
+  setting = image_grid.settings(config, set())[0]
+  with pytest.raises(image_runs.Preempted) as stop:
+    image_runs.run_one(config, setting, 0, str(tmp_path), config.linear_eval.protocol)
+  assert stop.value.signum == signum
+
+
+def test_a_runs_config_is_the_base_with_its_settings_overrides_seed_and_protocol():
+  config = digits.get_config()
+  base = config.to_dict()
+  grid = image_grid.settings(config, {'beta', 'tau', 'queue'})
+  assert all(s.overrides for s in grid)
+  for setting in grid:
+    run = image_grid.run_config(config, setting, 3, protocol='augmented')
+    for key, value in setting.overrides:
+      assert run[key] == value, (setting.label, key)
+    assert (run.seed, run.linear_eval.protocol) == (3, 'augmented')
+    untouched = {k for k, _ in setting.overrides} | {'seed', 'linear_eval'}
+    assert {k: v for k, v in run.to_dict().items() if k not in untouched} == {
+      k: v for k, v in base.items() if k not in untouched
     }
-    for m, n in RECORDED.items()
+  assert config.to_dict() == base  # the base is not modified
+  kept = image_grid.run_config(config, grid[0], 0)
+  assert kept.linear_eval.protocol == config.linear_eval.protocol
+
+
+def test_queue_grid_adds_scl_and_hscl_with_a_queue():
+  """--grid=queue: SCL and H-SCL(β) again with a queue (a multiple of a step's rows), in
+  their own workdirs, valid configs, and never Table I's best setting."""
+  config = digits.get_config()
+  config.batch_size = 96  # 192 rows: 4096 is not a multiple; the grid rounds to 4032
+  plain = image_grid.settings(config, set())
+  grid = image_grid.settings(config, {'queue'})
+  queued = [s for s in grid if s.queue_size]
+  assert [s.method for s in queued] == ['SCL', 'H-SCL(β)']
+  assert {s.queue_size for s in queued} == {4032}
+  assert [s.without_queue() for s in queued] == [
+    s for s in plain if s.method in ('SCL', 'H-SCL(β)')
+  ]
+  assert len({s.slug for s in grid}) == len(grid) == 7
+  assert [s.slug for s in plain] == [s.slug for s in grid if not s.queue_size]  # unchanged dirs
+  for setting in queued:
+    schema.validate_config(image_grid.run_config(config, setting, 0), num_devices=1)
+  runs = [_fake_run(s, seed, 0.9 if s.queue_size else 0.5) for s in grid for seed in (0, 1)]
+  summary = image_report.summarise(runs)
+  best = image_report.best_per_method(summary)
+  assert not any(s.queue_size for s in best.values())
+  table = '\n'.join(image_report.queue_table(summary))
+  assert '| SCL (queue 4032, m=0.99) | 0, 1 | 50.00 ± 0.00 | 90.00 ± 0.00 |' in table
+
+
+def _fake_run(setting, seed, top1):
+  history = [
+    {
+      'epoch': e,
+      'knn_top1': 0.5 + 0.1 * e,
+      'assumption1_fraction': 0.9,
+      'loss_ucl': 3.0,
+      'loss_hucl': 2.9,
+      'loss_scl': 2.5,
+      'loss_hscl': 2.4,
+    }
+    for e in (1, 2)
+  ]
+  return {
+    'setting': setting,
+    'seed': seed,
+    'history': history,
+    'linear': {'top1': top1, 'top5': 1.0},
   }
 
 
-def _config():
-  config = digits.get_config()
-  config.num_epochs = EPOCHS
-  return config
+def test_figs_4_and_5_show_the_methods_tables_supervised_hardened_rows(monkeypatch):
+  """Figs. 4 and 5's methods are read from the methods table: H-SCL(β) and H-SCL(τ) (not
+  H-UCL, hardened but unsupervised, nor SCL), and a new supervised hardened row with them."""
+  assert image_plots.hardened_supervised_labels() == ['H-SCL(β)', 'H-SCL(τ)']
+  new = dataclasses.replace(
+    methods.by_label('H-SCL(β)'), label='H-SCL(new)', slug='hscl_new', sweep_name='hscl-new'
+  )
+  monkeypatch.setattr(methods, 'ROWS', (*methods.ROWS, new))
+  assert image_plots.hardened_supervised_labels() == ['H-SCL(β)', 'H-SCL(τ)', 'H-SCL(new)']
 
 
-def _write_records(records: pathlib.Path, config, values) -> None:
-  """Each run's record as run_records writes one: its config, metrics and linear eval."""
-  settings = {s.method: s for s in grid.settings(config, {'sigmoid'})}
-  for method, seeds in values.items():
-    for seed, (top1, top5, knn) in seeds.items():
-      run = grid.run_config(config, settings[method], seed, 'features')
-      directory = run_records.record_dir(str(records), settings[method].slug, seed)
-      metrics.write_config(directory, run)
-      history = [
-        {'step': STEPS * e, 'epoch': e, 'knn_top1': float(v)} for e, v in enumerate(knn, 1)
-      ]
-      text = ''.join(json.dumps(row) + '\n' for row in history)
-      pathlib.Path(directory, 'metrics.jsonl').write_text(text)
-      linear = {key: run.linear_eval[key] for key in grid.LINEAR_EVAL_KEYS}
-      linear.update(top1=float(top1), top5=float(top5), checkpoint_step=STEPS * EPOCHS)
-      pathlib.Path(directory, 'linear_eval.json').write_text(json.dumps(linear))
-
-
-def _holm(p):
-  """Holm's step-down adjustment, by hand."""
-  order = np.argsort(p)
-  adjusted, running = np.empty(len(p)), 0.0
-  for rank, i in enumerate(order):
-    running = max(running, min(1.0, (len(p) - rank) * p[i]))
-    adjusted[i] = running
-  return adjusted
-
-
-def _expected_rows(values, pairs=PAIRS, seeds=SEEDS, figure=None):
-  """The paired table's rows, from the values: per pair linear then kNN (last epoch), the
-  differences over `seeds`, their mean ± std, CI, t-test, sign test and Holm over all."""
-  figure = figure or {'linear': lambda v: v[0], 'kNN': lambda v: v[2][-1]}
-  rows = []
-  for first, second in pairs:
-    for measure, of in figure.items():
-      d = np.array([of(values[first][k]) - of(values[second][k]) for k in seeds], np.float64)
-      rows.append((f'{first} − {second}', measure, d))
-  t_p = np.array([stats.ttest_1samp(d, 0.0).pvalue for _, _, d in rows])
-  holm = _holm(t_p)
-  lines = []
-  for (pair, measure, d), p, adjusted in zip(rows, t_p, holm):
-    n, mean, std = len(d), d.mean(), d.std(ddof=1)
-    half = stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)
-    sign = stats.binomtest(int((d > 0).sum()), n, 0.5).pvalue
-    lines.append(
-      f'| {pair} | {", ".join(map(str, seeds))} | {measure} | {n} | {100 * mean:+.2f} ± '
-      f'{100 * std:.2f} | {int((d > 0).sum())} of {n} | [{100 * (mean - half):+.2f}, '
-      f'{100 * (mean + half):+.2f}] | {p:.3g} | {sign:.3g} | {adjusted:.3g} |'
-    )
-  return lines
-
-
-def _write(tmp_path, monkeypatch, **where):
-  """The sigmoid report of seeds 0-2 from records in tmp/records; (report, Fig. 1, Fig. 4)."""
+def test_report_table_and_plots(tmp_path, monkeypatch):
   figures = {}
-  save = plots._save
+  original_save = image_plots._save
+
+  def keep(fig, out_dir, name):
+    figures[name] = fig
+    return original_save(fig, out_dir, name)
+
+  monkeypatch.setattr(image_plots, '_save', keep)
+  config = digits.get_config()
+  plan = image_grid.settings(config, {'beta'})
+  runs = [
+    _fake_run(s, seed, 0.5 + 0.01 * i + 0.001 * seed) for i, s in enumerate(plan) for seed in (0, 1)
+  ]
+  summary = image_report.summarise(runs)
+  best = image_report.best_per_method(summary)
+  assert best['H-SCL(β)'].overrides[-1] == ('beta', 5.0)  # the highest top-1 of the grid
+  plots = image_plots.plot_report(summary, best, str(tmp_path))
+  assert all((tmp_path / p).stat().st_size > 1000 for p in plots)
+  # Fig. 1: a curve per method; Fig. 4: per H-SCL setting; Fig. 5: one row, a panel per
+  # H-SCL setting, each with the four losses.
+  assert plots == ['fig1_knn.png', 'fig4_assumption1.png', 'fig5_losses.png']
+  (fig1,) = figures['fig1_knn.png'].axes
+  assert [line.get_label() for line in fig1.lines] == [best[m].label for m in image_grid.METHODS]
+  (fig4,) = figures['fig4_assumption1.png'].axes
+  hard = [best['H-SCL(β)'], best['H-SCL(τ)']]
+  assert [line.get_label() for line in fig4.lines] == [s.label for s in hard]
+  panels = figures['fig5_losses.png'].axes
+  assert tuple(figures['fig5_losses.png'].get_size_inches()) == (12, 4)  # 6 x 4 a panel
+  assert [ax.get_subplotspec().get_geometry()[:2] for ax in panels] == [(1, 2)] * 2
+  assert [ax.get_title() for ax in panels] == [f'{s.label} (Fig. 5)' for s in hard]
+  for ax in panels:
+    assert [line.get_label() for line in ax.lines] == ['UCL', 'HUCL', 'SCL', 'HSCL']
+  report = image_report.markdown_report(summary, best, config, [0, 1], 'features', {'beta'}, plots)
+  values = 100 * np.array([0.5, 0.501])
+  assert f'{values.mean():.2f} ± {values.std(ddof=1):.2f}' in _cells(report, 'UCL')
+  assert 'Ranking by mean linear top-1: H-SCL(τ) > H-SCL(β) > SCL > H-UCL > UCL.' in report
+  raw = {'top1': 0.4321, 'bank': 1438, 'queries': 359}
+  with_raw = image_report.markdown_report(
+    summary, best, config, [0, 1], 'features', {'beta'}, plots, raw
+  )
+  row = f'| raw pixels | weighted kNN, k={config.knn.k} | — | — | 43.21 |'
+  assert row in with_raw.splitlines() and row not in report
+
+
+def test_the_grids_are_the_papers():
+  """β ∈ {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); τ schedules from start ∈ {−0.5, −0.3,
+  −0.1} to end ∈ {−0.1, 0, 0.1} for H-SCL(τ) (written out, not read from the module)."""
+  grid = image_grid.settings(digits.get_config(), {'beta', 'tau'})
+  overrides = {m: [dict(s.overrides) for s in grid if s.method == m] for m in image_grid.METHODS}
+  for method in ('H-UCL', 'H-SCL(β)'):
+    assert sorted(o['beta'] for o in overrides[method]) == [0.1, 0.5, 1.0, 2.0, 5.0]
+  taus = sorted((o['tau_start'], o['tau_end']) for o in overrides['H-SCL(τ)'])
+  assert taus == [(s, e) for s in (-0.5, -0.3, -0.1) for e in (-0.1, 0.0, 0.1)]
+
+
+@pytest.mark.slow  # the fast tests above cover each piece; this runs them end to end
+def test_compare_end_to_end(tmp_path):
+  out = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.experiments.compare',
+      '--config=configs/digits.py',
+      '--config.num_epochs=1',
+      '--config.optimizer.warmup_epochs=0',
+      '--config.steps_per_epoch_limit=2',
+      '--config.linear_eval.num_epochs=2',
+      '--seeds=1',
+      f'--workdir={tmp_path}',
+    ],
+    cwd=REPO,
+    env={**os.environ, 'JAX_TRANSFER_GUARD': 'disallow'},  # every transfer explicit
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  report = (tmp_path / 'report.md').read_text()
+  for method in image_grid.METHODS:
+    assert f'| {method} |' in report
+  assert out.stdout == report + '\n'  # the program prints the report it wrote
+
+
+def test_compare_with_no_finished_run_says_so(tmp_path):
+  out = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.experiments.compare',
+      '--config=configs/digits.py',
+      '--report_only',
+      f'--workdir={tmp_path}',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert (out.returncode, out.stdout) == (0, f'No finished run in {tmp_path} yet.\n')
+  assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_compare_without_matplotlib_stops_before_its_first_run(tmp_path):
+  """The report always draws: a missing matplotlib is one line before any training."""
+  program = (
+    "import runpy, sys; sys.modules['matplotlib'] = None; "
+    f"sys.argv = ['compare', '--config=configs/digits.py', '--workdir={tmp_path}']; "
+    "runpy.run_module('hscl_jax.experiments.compare', run_name='__main__')"
+  )
+  out = subprocess.run(
+    [sys.executable, '-c', program], cwd=REPO, capture_output=True, text=True, timeout=300
+  )
+  assert out.returncode == 1, out.stderr[-3000:]
+  assert 'python -m hscl_jax.experiments.compare draws with matplotlib' in out.stderr
+  assert "Fix: pip install -e '.[train]'" in out.stderr
+  assert list(tmp_path.iterdir()) == []  # no run started
+
+
+def test_ranking_marks_ties():
+  scores = {'UCL': 0.90, 'SCL': 0.95, 'H-UCL': 0.90}
+  assert image_report._ranking(list(scores), scores.get) == 'SCL > UCL = H-UCL'
+
+
+def _write_inspect_figures(folder: pathlib.Path, fraction: float) -> dict:
+  """What `python -m hscl_jax.inspect` writes: the three figures and the statistic."""
+  folder.mkdir(parents=True)
+  for name in ('tsne.png', 'neighbours.png', 'hardest_negatives.png'):
+    (folder / name).write_bytes(b'png')
+  statistic = {'hucl_false_negative_fraction': fraction, 'k': 8}
+  (folder / 'false_negatives.json').write_text(json.dumps(statistic))
+  return statistic
+
+
+def test_report_links_the_inspect_figures_of_runs_that_have_them(tmp_path):
+  """The best H-SCL(β) run of seed 0 has every inspect figure: linked (relative to the
+  report) with its false-negative fraction; UCL's has only one figure: not linked."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, {'beta'})
+  runs = [_fake_run(s, 0, 0.5 + 0.01 * i) for i, s in enumerate(plan)]
+  best = image_report.best_per_method(image_report.summarise(runs))
+  root, report_dir = tmp_path / 'root', tmp_path / 'report'
+  hscl = pathlib.Path(image_grid.run_dir(str(root), best['H-SCL(β)'], 0)) / 'inspect'
+  statistic = _write_inspect_figures(hscl, 0.4567)
+  ucl = pathlib.Path(image_grid.run_dir(str(root), best['UCL'], 0)) / 'inspect'
+  ucl.mkdir(parents=True)
+  (ucl / 'tsne.png').write_bytes(b'png')
+  lines = image_report.inspect_links(str(root), best, 0, str(report_dir))
+  rows = [line for line in lines if line.startswith('| ') and 'setting' not in line]
+  relative = f'inspect/{best["H-SCL(β)"].slug}_seed0'  # copied beside the report
+  assert (report_dir / relative / 'false_negatives.json').read_text() == json.dumps(statistic)
+  assert rows == [
+    f'| {best["H-SCL(β)"].label} | [tsne]({relative}/tsne.png) · '
+    f'[neighbours]({relative}/neighbours.png) · '
+    f'[hardest_negatives]({relative}/hardest_negatives.png) | 45.7 % (k = 8) |'
+  ]
+  report = image_report.markdown_report(
+    image_report.summarise(runs), best, config, [0], 'features', {'beta'}, [], inspected=lines
+  )
+  assert rows[0] in report
+  # The copies serve once the runs' workdirs are gone; a report elsewhere has none.
+  assert image_report.inspect_links(str(tmp_path / 'gone'), best, 0, str(report_dir)) == lines
+  assert image_report.inspect_links(str(tmp_path / 'gone'), best, 0, str(tmp_path / 'new')) == []
+
+
+def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monkeypatch):
+  """write_report links the inspect figures of the plan's lowest seed (here seed 0 has
+  them and seed 1 does not), whatever order the plan lists its seeds in."""
+  config = digits.get_config()
+  plan = [(s, seed) for seed in (1, 0) for s in image_grid.settings(config, set())]
+  fake = lambda base, s, seed, *_: _fake_run(s, seed, 0.5 + 0.001 * seed)
+  monkeypatch.setattr(image_runs, 'completed_run', fake)
+  monkeypatch.setattr(raw_pixels, 'raw_pixel_knn', lambda *_: None)
+  monkeypatch.setattr(image_plots, 'plot_report', lambda *_: [])
+  root = tmp_path / 'root'
+  for s, _ in plan[: len(plan) // 2]:  # each setting's seed-0 run has every figure
+    _write_inspect_figures(pathlib.Path(image_grid.run_dir(str(root), s, 0)) / 'inspect', 0.25)
+  report = image_report.write_report(config, str(root), plan, set(), 'features')
+  assert '## What the encoders learned (seed 0;' in report
+  assert report.endswith(f'\n{len(plan)} runs finished.\n')
+  # Two settings' seed-1 runs not finished: the footer counts them.
+  unfinished = set(plan[:2])
   monkeypatch.setattr(
-    plots, '_save', lambda fig, d, name: figures.setdefault(name, fig) and save(fig, d, name)
+    image_runs,
+    'completed_run',
+    lambda b, s, seed, *a: None if (s, seed) in unfinished else fake(b, s, seed),
   )
-  config, values = _config(), _values()
-  _write_records(tmp_path / 'records', config, values)
-  plan = grid.plan_runs(config, list(SEEDS), {'sigmoid'}, {'ucl': 0, 'hscl_tau': 0})
-  report = reports.write_report(
-    config, str(tmp_path / 'root'), plan, {'sigmoid'}, 'features', **where
-  )
-  return report, figures['fig1_knn.png'], figures['fig4_assumption1.png'], values
+  report = image_report.write_report(config, str(root), plan, set(), 'features')
+  assert report.endswith(f'\n{len(plan) - 2} runs finished, 2 missing.\n')
 
 
-def _cells(report, first_cell):
-  rows = [line for line in report.splitlines() if line.startswith(f'| {first_cell} |')]
-  assert rows, f'no row {first_cell!r} in:\n{report}'
+# --------------------------------------------------------------------------------------
+# Every figure of the report recomputed from the runs, on runs whose seeds differ (so a
+# mean, a std, a wrong seed or a wrong epoch each show).
+
+from test_knn import reference_predict  # noqa: E402 (tests/ is on sys.path under pytest)
+
+from hscl_jax import data  # noqa: E402
+
+
+def _history(knn_curve, epoch_time=10.4, knn_time=3.3):
+  return [
+    {'epoch': e, 'knn_top1': value, 'epoch_time': epoch_time * e, 'knn_time': knn_time + e}
+    for e, value in enumerate(knn_curve, start=1)
+  ]
+
+
+def _run(setting, seed, top1, top5, knn_curve, seconds=7.0):
+  linear = {'top1': top1, 'top5': top5, 'seconds': seconds}
+  return {'setting': setting, 'seed': seed, 'history': _history(knn_curve), 'linear': linear}
+
+
+def _cells(text, first_cell, after=''):
+  """The cells of the first table row starting with `first_cell` (after line `after`)."""
+  lines = text.splitlines()
+  assert not after or after in lines, f'no line {after!r} in:\n{text}'
+  start = lines.index(after) if after else 0
+  rows = [line for line in lines[start:] if line.startswith(f'| {first_cell} |')]
+  assert rows, f'no row {first_cell!r} in:\n{text}'
   return [cell.strip() for cell in rows[0].strip('|').split('|')]
 
 
-def test_sigmoid_reports_paired_differences_are_recomputed_from_the_records(tmp_path, monkeypatch):
-  report, *_ = _write(
-    tmp_path, monkeypatch, report_dir=str(tmp_path / 'report'), records=str(tmp_path / 'records')
-  )
-  values = _values()
-  table = [line for line in report.splitlines() if line.startswith('| Sig-') and ' − ' in line]
-  assert table == _expected_rows(values)
-  assert 'over the 8 t-tests of this report' in report
-  # The values tell every wrong pairing apart: Sig-SCL's runs of other seeds or another
-  # method's runs change its rows; the other measure or the first epoch's kNN every row.
-  other_seeds = {k: values['Sig-SCL'][(k + 1) % 3] for k in SEEDS}
-  for sig_scl in (other_seeds, values['UCL']):
-    rows = _expected_rows({**values, 'Sig-SCL': sig_scl})
-    assert all(a != b for a, b in zip(rows, table) if 'Sig-SCL |' in b)
-  swapped = {'linear': lambda v: v[2][-1], 'kNN': lambda v: v[0]}
-  first_epoch = {'linear': lambda v: v[0], 'kNN': lambda v: v[2][0]}
-  for figure in (swapped, first_epoch):
-    rows = _expected_rows(values, figure=figure)
-    assert all(a != b for a, b in zip(rows, table) if figure is swapped or 'kNN' in b)
+def _mean_std_cell(values):
+  """'mean ± std' (std with ddof 1) in %, computed directly."""
+  percent = 100 * np.asarray(values, np.float64)
+  mean = percent.sum() / len(percent)
+  std = np.sqrt(((percent - mean) ** 2).sum() / (len(percent) - 1))
+  return f'{mean:.2f} ± {std:.2f}'
 
 
-def test_sigmoid_report_sets_the_sigmoid_rows_beside_the_softmax_ones(tmp_path, monkeypatch):
-  """Table I and Fig. 1: the five planned rows in the table's order over seeds 0-2 only
-  (UCL, recorded but not planned, absent; seeds 3-4 of recorded rows left out); Fig. 4
-  the compared H-SCL row alone."""
-  report, fig1, fig4, values = _write(
-    tmp_path, monkeypatch, report_dir=str(tmp_path / 'report'), records=str(tmp_path / 'records')
-  )
-  table_i = report.split('## Table I')[1].split('Ranking')[0]
-  rows = [line.split('|')[1].strip() for line in table_i.splitlines() if line.startswith('| ')]
-  assert rows == ['Method', *PLANNED, 'raw pixels']
-  for method in PLANNED:
-    runs = [values[method][k] for k in SEEDS]
-    cell = lambda xs: f'{100 * np.mean(xs):.2f} ± {100 * np.std(xs, ddof=1):.2f}'
-    assert _cells(report, method)[2:] == [
-      cell([r[0] for r in runs]),
-      cell([r[1] for r in runs]),
-      cell([r[2][-1] for r in runs]),
+SEEDS = (0, 1, 2)
+
+
+def _grid_runs(settings):
+  """Three seeds per setting; top-1, top-5 and the kNN curve differ by setting and seed,
+  non-linearly in the seed, and the kNN's last epoch differs from its first and its best."""
+  runs = []
+  for i, s in enumerate(settings):
+    for seed in SEEDS:
+      top1 = 0.40 + 0.013 * i + 0.011 * seed**2
+      curve = [0.30 + 0.01 * i + 0.02 * seed, 0.70 - 0.005 * seed, 0.55 + 0.01 * i + 0.031 * seed]
+      runs.append(_run(s, seed, top1, top1 + 0.2 + 0.017 * seed, curve, seconds=5.0 + seed))
+  return runs
+
+
+def test_table_cells_are_recomputed_from_the_runs():
+  """Table I: per method the setting with the best mean linear top-1, its top-1, top-5 and
+  last-epoch kNN as mean ± std (ddof 1) over seeds; the 'Every setting' table likewise."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, {'beta'})
+  runs = _grid_runs(plan)
+  summary = image_report.summarise(runs)
+  best = image_report.best_per_method(summary)
+  report = image_report.markdown_report(summary, best, config, SEEDS, 'features', {'beta'}, [])
+  for method in image_grid.METHODS:
+    own = [s for s in plan if s.method == method]
+    mean_top1 = [np.mean([r['linear']['top1'] for r in runs if r['setting'] == s]) for s in own]
+    chosen = own[int(np.argmax(mean_top1))]
+    chosen_runs = [r for r in runs if r['setting'] == chosen]
+    expected = [
+      method,
+      chosen.label,
+      _mean_std_cell([r['linear']['top1'] for r in chosen_runs]),
+      _mean_std_cell([r['linear']['top5'] for r in chosen_runs]),
+      _mean_std_cell([r['history'][-1]['knn_top1'] for r in chosen_runs]),
     ]
-  (ax,) = fig1.axes
-  assert [line.get_label() for line in ax.lines][-2:] == ['Sig-SCL', 'Sig-H-SCL(β) (beta=1.0)']
-  assert [line.get_label() for line in ax.lines][:3] == [
-    'H-UCL (beta=1.0)',
-    'SCL',
-    'H-SCL(β) (beta=1.0)',
+    assert _cells(report, method) == expected
+  for s in plan:
+    own = [r for r in runs if r['setting'] == s]
+    assert _cells(report, s.label, after='## Every setting') == [
+      s.label,
+      _mean_std_cell([r['linear']['top1'] for r in own]),
+      _mean_std_cell([r['history'][-1]['knn_top1'] for r in own]),
+    ]
+
+
+def test_the_report_header_names_the_training_subset_and_the_grids():
+  """The header names `train_examples` (not another count) when a subset was trained on,
+  no subset without one, and the grids searched in alphabetical order."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, set())
+  summary = image_report.summarise(_grid_runs(plan))
+  best = image_report.best_per_method(summary)
+  report = lambda: image_report.markdown_report(summary, best, config, SEEDS, 'features', set(), [])
+  config.train_examples, config.num_epochs = None, 7
+  assert 'Seeds: 0, 1, 2; 7 epochs, batch' in report()
+  grids = image_report.markdown_report(
+    summary, best, config, SEEDS, 'features', {'tau', 'beta'}, []
+  )
+  assert 'Grids searched: beta, tau (best setting' in grids  # in alphabetical order
+  config.train_examples = 500
+  subset = 'Seeds: 0, 1, 2; a class-balanced subset of 500 training examples (bank of the kNN'
+  with_subset = report()
+  assert subset in with_subset and 'the test split whole), 7 epochs, batch' in with_subset
+
+
+def _first_epoch_reaching(curves, target):
+  mean_curve = np.mean(np.asarray(curves, np.float64), axis=0)
+  reached = np.flatnonzero(mean_curve >= target)
+  return int(reached[0]) + 1 if len(reached) else None
+
+
+def test_speed_table_is_recomputed_from_the_knn_curves():
+  """Fig. 1's table: SCL's final kNN (mean over seeds) is the target; each method's row is
+  the first epoch its mean curve reaches it (SCL itself at its last epoch, equal to it)."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, set())
+  curves = {  # per method, one curve per seed: the mean, the best seed and > vs >= differ
+    'UCL': [[0.50, 0.62, 0.71], [0.50, 0.70, 0.71]],
+    'H-UCL': [[0.20, 0.30, 0.40], [0.25, 0.35, 0.45]],
+    'SCL': [[0.40, 0.50, 0.60], [0.50, 0.60, 0.70]],
+    'H-SCL(β)': [[0.65, 0.66, 0.72], [0.66, 0.67, 0.72]],
+    'H-SCL(τ)': [[0.60, 0.70, 0.70], [0.60, 0.60, 0.70]],
+  }
+  runs = [
+    _run(s, seed, 0.5, 0.9, curve) for s in plan for seed, curve in enumerate(curves[s.method])
   ]
-  sig = ax.lines[3]
-  np.testing.assert_allclose(sig.get_ydata(), np.mean([values['Sig-SCL'][k][2] for k in SEEDS], 0))
-  assert [line.get_label() for line in fig4.axes[0].lines] == ['H-SCL(β) (beta=1.0)']
-  assert report.endswith('\n15 runs finished.\n')
-  assert reports.SIGMOID_QUESTION[0] in report.splitlines()
+  summary = image_report.summarise(runs)
+  report = '\n'.join(image_report.speed_table(summary, image_report.best_per_method(summary)))
+  target = np.mean([curve[-1] for curve in curves['SCL']])
+  assert f"SCL's final {100 * target:.2f} % (epoch 3)" in report
+  reached = {m: _first_epoch_reaching(c, target) for m, c in curves.items()}
+  assert reached == {'UCL': 2, 'H-UCL': None, 'SCL': 3, 'H-SCL(β)': 1, 'H-SCL(τ)': 2}
+  for s in plan:
+    epoch = reached[s.method]
+    assert _cells(report, s.method) == [
+      s.method,
+      s.label,
+      'not reached' if epoch is None else f'{epoch} of 3',
+    ]
 
 
-def test_records_are_read_where_given_and_the_report_written_apart(tmp_path, monkeypatch):
-  """With records elsewhere the report directory holds the report and its plots only,
-  the raw pixels' kNN is cached beside the records, and the header names the records and
-  the command; by default (records = the report's directory) the same report, no such line."""
-  command = 'python -m hscl_jax.experiments.compare --grid=sigmoid --records=x'
-  report, *_ = _write(
-    tmp_path,
-    monkeypatch,
-    report_dir=str(tmp_path / 'report'),
-    records=str(tmp_path / 'records'),
-    command=command,
-  )
-  assert sorted(os.listdir(tmp_path / 'report')) == [
-    'fig1_knn.png',
-    'fig4_assumption1.png',
-    'fig5_losses.png',
-    'report.md',
+def test_queue_table_pairs_runs_by_seed():
+  """Each queue run beside its plain setting over the queue run's seeds only (here 1 and 2
+  of the plain 0, 1, 2): linear top-1 and last-epoch kNN, each column from its own runs."""
+  config = digits.get_config()
+  plan = image_grid.settings(config, {'queue'})
+  runs = [
+    _run(s, seed, 0.3 + 0.07 * seed**2 + (0.2 if s.queue_size else 0), 0.9, [0.1, 0.2 + f])
+    for s in plan
+    for seed in (SEEDS[1:] if s.queue_size else SEEDS)
+    for f in [0.05 * seed**2 + (0.1 if s.queue_size else 0)]
   ]
-  assert (tmp_path / 'records' / reports.RAW_PIXELS_FILE).is_file()
-  source = (
-    'The runs are read from their records in ../records/runs/ (one record per run, which '
-    f'[the report there](../records/report.md) reads too); written by `{command}`.'
-  )
-  assert source in report.splitlines()
-  beside = reports.write_report(
-    _config(),
-    str(tmp_path / 'root'),
-    grid.plan_runs(_config(), list(SEEDS), {'sigmoid'}, {'ucl': 0, 'hscl_tau': 0}),
-    {'sigmoid'},
-    'features',
-    report_dir=str(tmp_path / 'records'),
-    command=command,
-  )
-  assert report.replace('\n' + source + '\n\n', '\n') == beside
-  assert (tmp_path / 'records' / 'report.md').read_text() == beside
+  table = '\n'.join(image_report.queue_table(image_report.summarise(runs)))
+  for queued in (s for s in plan if s.queue_size):
+    pick = lambda setting: [r for r in runs if r['setting'] == setting and r['seed'] in (1, 2)]
+    plain_runs, queue_runs = pick(queued.without_queue()), pick(queued)
+    top1 = lambda rs: _mean_std_cell([r['linear']['top1'] for r in rs])
+    knn_final = lambda rs: _mean_std_cell([r['history'][-1]['knn_top1'] for r in rs])
+    assert _cells(table, queued.label) == [
+      queued.label,
+      '1, 2',
+      top1(plain_runs),
+      top1(queue_runs),
+      knn_final(plain_runs),
+      knn_final(queue_runs),
+    ]
 
 
-def test_the_stated_command_leaves_out_this_machines_paths():
-  argv = [
-    'compare.py',
-    '--config=configs/tiny_imagenet.py:cpu',
-    '--config.folder=/data/x/tiny-imagenet-200/',
-    '--workdir=/tmp/a',
-    '--grid=sigmoid',
-    '--workdir',
-    '/tmp/b',
-    '--report_only',
-    '--seeds=3',
-    '--records=docs/results/m4_e9',
-  ]
-  assert reports.stated_command(argv) == (
-    'python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu '
-    '--config.folder=DIR/tiny-imagenet-200 --grid=sigmoid --seeds=3 --records=docs/results/m4_e9'
+def test_time_table_sums_each_runs_epochs():
+  config = digits.get_config()
+  plan = image_grid.settings(config, set())
+  summary = image_report.summarise(_grid_runs(plan))
+  lines = image_report.run_times(summary)
+  for setting, stats in summary.items():
+    runs = stats['runs']
+    train_s = np.mean([sum(r['epoch_time'] for r in run['history']) for run in runs])
+    knn_s = np.mean([sum(r['knn_time'] for r in run['history']) for run in runs])
+    eval_s = np.mean([run['linear']['seconds'] for run in runs])
+    expected = [setting.label, '3', f'{train_s:.0f}', f'{knn_s:.0f}', f'{eval_s:.0f}']
+    assert _cells('\n'.join(lines), setting.label) == expected
+    assert len(set(expected[2:])) == 3  # three different figures
+
+
+def _pixel_split(seed, num, shift):
+  """3 classes of 4x4 colour patterns around grey, plus noise and a brightness `shift`."""
+  rng = np.random.default_rng(seed)
+  patterns = np.random.default_rng(99).uniform(-1, 1, (3, 4, 4, 3))
+  labels = rng.integers(0, 3, num)
+  images = 0.5 + shift + 0.12 * patterns[labels] + 0.12 * rng.normal(size=(num, 4, 4, 3))
+  return np.clip(np.round(255 * images), 0, 255).astype(np.uint8), labels
+
+
+def test_raw_pixel_knn_is_recomputed(tmp_path, monkeypatch):
+  """The raw-pixel row: weighted kNN (config.knn's k, temperature) of the test split's
+  pixels against the train split's, both centred by the bank's mean image; recomputed in
+  float64 on splits where centring the queries by their own mean, or not at all, scores
+  differently."""
+  (bank, bank_labels), (queries, query_labels) = _pixel_split(0, 60, 0.0), _pixel_split(1, 40, 0.15)
+  sources = (data.ArraySource(bank, bank_labels, 3), data.ArraySource(queries, query_labels, 3))
+  monkeypatch.setattr(data, 'run_sources', lambda config: sources)
+  config = digits.get_config()
+  config.knn.k, config.knn.temperature = 20, 0.5
+  result = raw_pixels.raw_pixel_knn(config, str(tmp_path))
+  bank_x = bank.reshape(60, -1) / 255.0
+  query_x = queries.reshape(40, -1) / 255.0
+
+  def accuracy(bank_centred, queries_centred):
+    predictions = reference_predict(bank_centred, bank_labels, queries_centred, 3, 20, 0.5)
+    return np.mean(predictions == query_labels)
+
+  expected = accuracy(bank_x - bank_x.mean(0), query_x - bank_x.mean(0))
+  wrong = (
+    accuracy(bank_x - query_x.mean(0), query_x - query_x.mean(0)),
+    accuracy(bank_x - bank_x.mean(0), query_x),
   )
+  assert expected not in wrong  # the data tell the centrings apart
+  assert result['top1'] == pytest.approx(expected, abs=1e-6)  # float32: < 1 query of 40
+  assert (result['bank'], result['queries']) == (60, 40)
+
+
+def test_a_run_of_another_config_is_refused_with_the_comparisons_own_flags(tmp_path):
+  """A grid's run directory holding a run of another config (the stored digits run): the
+  refusal names the run and --workdir, a flag of compare, not training's
+  --allow_config_change, which compare lacks (its runs follow its config)."""
+  from test_main import is_a_flag_of
+  from test_main import named_flags
+
+  config = digits.get_config()
+  setting = image_grid.settings(config, set())[0]
+  workdir = image_grid.run_dir(str(tmp_path), setting, 0)
+  shutil.copytree(REPO / 'tests' / 'fixtures' / 'digits_workdir', workdir)
+  with pytest.raises(stored_config.ConfigChangedError) as refused:
+    image_runs.run_one(config, setting, 0, str(tmp_path), 'features')
+  message = str(refused.value)
+  assert message.startswith(f'workdir {workdir} holds a run trained '), message
+  assert message.endswith(
+    f'Fix: use a new --workdir for the comparison, or remove {workdir} to train that run again'
+  )
+  flags = named_flags(message, 'hscl_jax.experiments.compare')
+  assert flags == [('hscl_jax.experiments.compare', 'workdir')]
+  assert all(is_a_flag_of(*flag) for flag in flags)
