@@ -76,15 +76,16 @@ def reversed_within_files(items):
 # SLURM jobs first also overlap their waits for the scheduler with the other worker's work).
 LONGEST_FIRST = (
   'test_slurm.py',
-  'test_train.py',
+  'end_to_end/test_train.py',
   'losses/test_queue.py',
-  'test_queue_training.py',
+  'training/test_queue.py',
   'losses/test_kernel.py',
   'losses/test_composition.py',
   'losses/test_transforms.py',
   'graphs/test_train.py',
   'models/test_resnet.py',
-  'test_multiprocess.py',
+  'end_to_end/test_multiprocess.py',
+  'losses/test_processes.py',
   'test_benchmarks.py',
   'digits_run',
 )
@@ -125,7 +126,7 @@ def pytest_xdist_auto_num_workers(config):
   compiling a program on one core: one process keeps 2 cores 60 % busy, 2 workers 85 %,
   and 3 workers on 2 cores took 10 % longer than 2 (the times:
   docs/results/test_suite/measurements.md). Each worker holds its own JAX (1-5 GB), and
-  beyond 4 the longest file (tests/test_train.py, ~4 min) sets the wall time anyway."""
+  beyond 4 the longest file (tests/end_to_end/test_train.py, ~4 min) sets the wall time anyway."""
   del config
   cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
   return max(1, min(4, cores or 1))

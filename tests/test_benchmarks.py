@@ -20,11 +20,11 @@ import subprocess
 import sys
 
 from absl import flags
+from end_to_end.test_image_folder_run import write_folder
 import jax
 from ml_collections import config_flags
 import numpy as np
 import pytest
-from test_image_folder_run import write_folder
 
 from hscl_jax.config import schema
 

@@ -20,7 +20,7 @@ from hscl_jax.experiments import reports as image_batches  # noqa: E402
 from hscl_jax.experiments import reports as image_report  # noqa: E402
 
 sys.path.insert(0, str(REPO / 'tests'))
-from test_significance import expected_rows  # noqa: E402
+from experiments.test_paired import expected_rows  # noqa: E402
 
 
 def test_plan_gives_the_named_methods_their_own_seeds_seed_by_seed():

@@ -43,7 +43,7 @@ def _probed_session(tmp_path, **env_extra):
     **env_extra,
   )
   selected = [  # two files, so two groups: one per worker
-    'tests/test_readme_setup.py::test_the_test_command_says_it_runs_in_parallel_and_how_long_it_takes',
+    'tests/end_to_end/test_readme_setup.py::test_the_test_command_says_it_runs_in_parallel_and_how_long_it_takes',
     'tests/test_launch.py::test_extra_overrides_and_label_positives',
   ]
   result = subprocess.run(

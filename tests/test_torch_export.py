@@ -26,9 +26,9 @@ import xla_flags
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
-from test_torch_export_errors import STEP  # noqa: E402
-from test_torch_export_errors import export_config as _config  # noqa: E402
-from test_torch_export_errors import write_run  # noqa: E402
+from evaluation.test_torch_export import STEP  # noqa: E402
+from evaluation.test_torch_export import export_config as _config  # noqa: E402
+from evaluation.test_torch_export import write_run  # noqa: E402
 
 from hscl_jax import models  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402

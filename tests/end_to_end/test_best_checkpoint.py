@@ -28,7 +28,7 @@ from hscl_jax.rundir import metrics
 from hscl_jax.rundir import resume
 from hscl_jax.rundir import trained_run
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = REPO / 'tests' / 'fixtures' / 'digits_workdir'
 KNN = checkpoints.KeepBest('knn_top1', 'max')
 

@@ -28,7 +28,7 @@ import requirements
 from hscl_jax.config import schema
 from hscl_jax.graphs import train as graph_train
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # configs/<name>.py imports `configs.default`
 ABSL_FLAGS = {'help', 'helpfull', 'helpshort', 'flagfile', 'logtostderr', 'v', 'verbosity'}
 # Console script -> the module `python -m` runs.

@@ -20,7 +20,7 @@ from progress_lines import LINE
 from progress_lines import progress_lines
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import cifar10_folder  # noqa: E402

@@ -7,7 +7,7 @@ import pathlib
 import re
 import sys
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / 'tests'))
 
 import conftest  # noqa: E402
@@ -36,7 +36,7 @@ def test_a_run_whose_output_is_not_a_terminal_says_bringing_up_nodes_once():
   stops the second (CI's output is a pipe, as here)."""
   import subprocess
 
-  selected = 'tests/test_readme_setup.py::test_the_test_command_says_it_runs_in_parallel'
+  selected = 'tests/end_to_end/test_readme_setup.py::test_the_test_command_says_it_runs_in_parallel'
   result = subprocess.run(
     [sys.executable, '-m', 'pytest', '-q', '-n', '2', selected + '_and_how_long_it_takes'],
     cwd=REPO,
@@ -51,7 +51,8 @@ def test_a_run_whose_output_is_not_a_terminal_says_bringing_up_nodes_once():
 def test_the_longest_groups_named_first_exist_and_come_first():
   """conftest's scheduling hint names real groups (a renamed file would silently drop out
   of it), and collection hands them out in that order, each file's tests in theirs."""
-  files = {path.name for path in (REPO / 'tests').glob('test_*.py')}
+  tests = REPO / 'tests'
+  files = {path.relative_to(tests).as_posix() for path in tests.rglob('test_*.py')}
   assert set(conftest.LONGEST_FIRST) <= files | {'digits_run'}
   option = type('Option', (), {'loadscopereorder': True})()
   conftest.keep_the_group_order(type('Config', (), {'option': option})())
@@ -77,7 +78,7 @@ def test_the_longest_groups_named_first_exist_and_come_first():
   ]
   no_options = type('Config', (), {'getoption': lambda self, name: False})()
   conftest.pytest_collection_modifyitems(no_options, items)
-  assert [item.nodeid.split('/')[-1] for item in items] == [
+  assert [item.nodeid.removeprefix('tests/') for item in items] == [
     f'{conftest.LONGEST_FIRST[0]}::only',
     f'{conftest.LONGEST_FIRST[1]}::first',
     f'{conftest.LONGEST_FIRST[1]}::second',

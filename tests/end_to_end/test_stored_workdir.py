@@ -6,7 +6,7 @@ runs as a user runs it (`python -m hscl_jax.X`) on a copy of the workdir, on one
 with XLA's default compiler settings (as the workdir was written), so the stored figures
 are reproduced to float32 rounding.
 
-    python tests/test_stored_workdir.py  # prints what this tree's programs give on it
+    python tests/end_to_end/test_stored_workdir.py  # prints what this tree's programs give on it
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 
 from hscl_jax.evaluation import retrieval
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = REPO / 'tests' / 'fixtures' / 'digits_workdir'
 EXPECTED = FIXTURE.with_name('digits_workdir.expected.json')
 RESUME = [

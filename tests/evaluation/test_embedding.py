@@ -28,7 +28,7 @@ from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _direct_features(config, variables, images, *, projections=False):

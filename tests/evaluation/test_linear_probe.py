@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import xla_flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from acceptance import accepted  # noqa: E402

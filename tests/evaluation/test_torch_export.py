@@ -17,7 +17,7 @@ import pytest
 import safetensors
 import safetensors.numpy
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from acceptance import accepted  # noqa: E402

@@ -19,7 +19,7 @@ from hscl_jax.evaluation import retrieval
 from hscl_jax.evaluation import trained_retrieval
 from hscl_jax.rundir import trained_run
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = REPO / 'tests' / 'fixtures' / 'digits_workdir'
 pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason=f'no {FIXTURE}')
 

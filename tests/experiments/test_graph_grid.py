@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 import pytest
-from test_significance import expected_rows
+from experiments.test_paired import expected_rows
 
 from configs import graphs as graphs_config
 from hscl_jax.experiments import graph_grid

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
@@ -330,7 +330,7 @@ def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monke
 # Every figure of the report recomputed from the runs, on runs whose seeds differ (so a
 # mean, a std, a wrong seed or a wrong epoch each show).
 
-from test_knn import reference_predict  # noqa: E402 (tests/ is on sys.path under pytest)
+from evaluation.test_knn import reference_predict  # noqa: E402 (tests/ is on sys.path under pytest)
 
 from hscl_jax import data  # noqa: E402
 

@@ -11,17 +11,17 @@ import sys
 import numpy as np
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / 'tests'))
 
 from acceptance import accepted  # noqa: E402
 from acceptance import refused  # noqa: E402
-from test_compare_densities import PROTOCOL  # noqa: E402
-from test_compare_densities import base_config  # noqa: E402
-from test_compare_densities import write_grid  # noqa: E402
-from test_significance import expected_rows  # noqa: E402
 
+from experiments.test_paired import expected_rows  # noqa: E402
+from experiments.test_reports_densities import PROTOCOL  # noqa: E402
+from experiments.test_reports_densities import base_config  # noqa: E402
+from experiments.test_reports_densities import write_grid  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.experiments import reports as budget_grid  # noqa: E402
 

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from configs import digits  # noqa: E402
@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO / 'tests'))
 from acceptance import accepted  # noqa: E402
 from acceptance import refused  # noqa: E402
 from test_compare_paired import counted_in_loader  # noqa: E402
-from test_significance import expected_rows  # noqa: E402
+
+from experiments.test_paired import expected_rows  # noqa: E402
 
 PROTOCOL = 'features'
 

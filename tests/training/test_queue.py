@@ -8,21 +8,21 @@ import dataclasses
 import functools
 import logging
 
+from end_to_end.test_train import _assert_trees_equal  # tests/ is on sys.path (pytest)
+from end_to_end.test_train import _leaves
+from end_to_end.test_train import _random_batch
+from end_to_end.test_train import _sgd_config
+from end_to_end.test_train import _signal_at
+from end_to_end.test_train import assert_first_step_pinned
+from end_to_end.test_train import record_first_step
+from end_to_end.test_train import run_steps
+from end_to_end.test_train import step_loss_reference
+from end_to_end.test_train import step_projections
+from end_to_end.test_train import tiny_config
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_train import _assert_trees_equal  # tests/ is on sys.path (pytest)
-from test_train import _leaves
-from test_train import _random_batch
-from test_train import _sgd_config
-from test_train import _signal_at
-from test_train import assert_first_step_pinned
-from test_train import record_first_step
-from test_train import run_steps
-from test_train import step_loss_reference
-from test_train import step_projections
-from test_train import tiny_config
 
 from hscl_jax.config import schema
 from hscl_jax.training import loop
