@@ -17,10 +17,10 @@ import subprocess
 import sys
 
 import pytest
+from rundir.test_lock import _holder
 from test_entry_points import CONSOLE_SCRIPTS
 from test_entry_points import ENTRY_POINTS
 from test_entry_points import program_flags
-from test_workdir_lock import _holder
 
 from hscl_jax.config import fields
 
