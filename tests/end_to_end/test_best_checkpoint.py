@@ -299,7 +299,7 @@ def test_embed_of_the_best_checkpoint(ranked_workdir, tmp_path):
 
 
 def test_export_of_the_best_and_the_latest_checkpoint(tmp_path):
-  """A ResNet run (random variables, as tests/test_torch_export_errors.py writes one) whose
+  """A ResNet run (random variables, as tests/evaluation/test_torch_export.py writes one) whose
   best checkpoint, step 7, is older than its latest, step 8."""
   sys.path.insert(0, str(REPO))  # `from configs import default`, as from the repo root
   from configs import default

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import xla_flags
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from evaluation.test_torch_export import STEP  # noqa: E402
@@ -170,7 +170,7 @@ def test_run_stored_before_strided_padding_exports_with_the_hook(tmp_path):
   as trained, and the docs' hook matches JAX's features where stock torchvision does not
   (32 px: every strided convolution sees an even size). The hook's code is the same for
   every ResNet; which convolutions it pads (ResNet-50's conv2) is checked without PyTorch
-  (test_torch_export_errors)."""
+  (tests/evaluation/test_torch_export.py)."""
   name = 'resnet18'
   workdir, raw, jax_features = _run(tmp_path, name, 'cifar', 32, stored_before=True)
   torch_export.export_torch(str(workdir), str(tmp_path / 'backbone.safetensors'))

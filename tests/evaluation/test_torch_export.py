@@ -1,7 +1,8 @@
 """`python -m hscl_jax.export --format=torch` without PyTorch: the exported state dict's
 values against a hand-written NumPy reference (names, HWIO -> OIHW, BatchNorm's
 statistics, the metadata's momentum), and what torchvision cannot load refused before any
-work, in one line (the round trip through torchvision is test_torch_export)."""
+work, in one line (the round trip through torchvision is
+tests/end_to_end/test_torch_export_round_trip.py)."""
 
 from __future__ import annotations
 
