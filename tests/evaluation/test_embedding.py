@@ -1,12 +1,9 @@
-"""`python -m hscl_jax.embed`: the kNN monitor's features of a split or a folder, as .npz."""
+"""evaluation/embedding, the work of `python -m hscl_jax.embed` (the program itself:
+tests/test_embed.py): the kNN monitor's features of a split or a folder, as .npz."""
 
 from __future__ import annotations
 
-import os
 import pathlib
-import shutil
-import subprocess
-import sys
 import types
 
 from acceptance import accepted
@@ -15,7 +12,6 @@ import numpy as np
 from PIL import Image
 from progress_lines import progress_lines
 import pytest
-import xla_flags
 
 from hscl_jax import data
 from hscl_jax import models
@@ -219,33 +215,3 @@ def test_each_split_of_the_run_is_accepted_and_is_that_split(digits_run, split, 
   with accepted(f'--split={split}'):
     source = embedding.split_source(config, split)
   assert len(source) == size
-
-
-def _embed_program(*args):
-  env = {**os.environ, 'XLA_FLAGS': xla_flags.with_devices(None)}
-  return subprocess.run(
-    [sys.executable, '-m', 'hscl_jax.embed', *args],
-    cwd=REPO,
-    env={**env, 'PYTHONPATH': str(REPO), 'JAX_PLATFORMS': 'cpu'},
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
-
-
-def test_program_writes_the_file_and_refuses_a_workdir_without_checkpoint(digits_run, tmp_path):
-  workdir, _, _ = digits_run
-  out = _embed_program(f'--workdir={workdir}', '--split=test', f'--out={tmp_path}/t.npz')
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert out.stdout.startswith('embedded 359 images (backbone features, dim 128')
-  assert np.load(tmp_path / 't.npz')['features'].shape == (359, 128)
-  untrained = tmp_path / 'untrained'
-  untrained.mkdir()
-  shutil.copy(workdir / 'config.json', untrained / 'config.json')
-  out = _embed_program(f'--workdir={untrained}', '--split=test', f'--out={tmp_path}/u.npz')
-  assert out.returncode == 1
-  lines = [line for line in out.stderr.splitlines() if line.startswith('E')]
-  assert len(lines) == 1 and 'Traceback' not in out.stderr
-  assert (
-    f'no checkpoint in {untrained}/checkpoints: train first (python -m hscl_jax.main)' in (lines[0])
-  )

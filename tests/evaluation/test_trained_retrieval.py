@@ -1,13 +1,13 @@
-"""`python -m hscl_jax.retrieval` and `trained_retrieval.retrieval_over_trained_run` on a
-stored trained run (tests/fixtures/digits_workdir): the figures are those of the retrieval
-metrics over the run's own features of its splits, written beside the run."""
+"""evaluation/trained_retrieval's `retrieval_over_trained_run` (the program
+`python -m hscl_jax.retrieval` itself: tests/test_retrieval.py) on a stored trained run
+(tests/fixtures/digits_workdir): the figures are those of the retrieval metrics over the
+run's own features of its splits, written beside the run."""
 
 from __future__ import annotations
 
 import json
 import pathlib
 import shutil
-import subprocess
 import sys
 
 from acceptance import refused
@@ -24,8 +24,7 @@ FIXTURE = REPO / 'tests' / 'fixtures' / 'digits_workdir'
 pytestmark = pytest.mark.skipif(not FIXTURE.is_dir(), reason=f'no {FIXTURE}')
 
 
-@pytest.fixture(scope='module')
-def run(tmp_path_factory):
+def stored_run(tmp_path_factory):
   """(a copy of the stored run, its test and train features and labels)."""
   workdir = pathlib.Path(shutil.copytree(FIXTURE, tmp_path_factory.mktemp('run') / 'run'))
   config = trained_run.load_run_config(str(workdir))
@@ -36,6 +35,11 @@ def run(tmp_path_factory):
     embedding.compute_features(encoder, test),
     embedding.compute_features(encoder, train),
   )
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory):
+  return stored_run(tmp_path_factory)
 
 
 def test_the_figures_are_the_metrics_of_the_runs_splits(run):
@@ -56,25 +60,6 @@ def test_the_figures_are_the_metrics_of_the_runs_splits(run):
     assert 0.3 < result['precision_at_1'] < 1.0
     results[reference] = expected
   assert results['train'] != results['test']
-
-
-def test_the_program_prints_and_writes_the_figures(run, tmp_path):
-  """In its own process, on the session's devices: the library's figures, printed."""
-  workdir, (test_x, test_y), _ = run
-  copy = pathlib.Path(shutil.copytree(workdir, tmp_path / 'copy'))
-  out = subprocess.run(
-    [sys.executable, '-m', 'hscl_jax.retrieval', f'--workdir={copy}', '--reference=test'],
-    cwd=REPO,
-    capture_output=True,
-    text=True,
-    timeout=600,
-  )
-  assert out.returncode == 0, out.stderr[-3000:]
-  stored = json.loads((copy / 'retrieval_test.json').read_text())
-  expected = retrieval.retrieval_metrics(test_x, test_y)
-  assert {name: stored[name] for name in expected} == expected
-  assert f'precision_at_1 {stored["precision_at_1"]:.4f}' in out.stdout
-  assert str(copy / 'retrieval_test.json') in out.stdout
 
 
 def test_a_reference_that_is_no_split_is_refused(run):
