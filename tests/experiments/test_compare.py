@@ -1,23 +1,125 @@
-"""The `compare` program's --records: a finished run of its workdir is recorded in
-RECORDS/runs/ and the report, written to --report_dir, reads it from there and says so;
-without --records the records live in --report_dir as before. The finished run is made
-of files (the stored digits workdir's metrics), so nothing trains."""
+"""`python -m hscl_jax.experiments.compare`, the program: a grid run and reported end to
+end, and what it refuses in one line (no finished run, no matplotlib, bad --seeds_for,
+unknown grids)."""
 
 from __future__ import annotations
 
-import json
+import os
 import pathlib
-import shutil
 import subprocess
 import sys
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
+import json
+import shutil
+
 from configs import digits  # noqa: E402
 from hscl_jax.experiments import grid  # noqa: E402
+from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.experiments import run_records  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
+
+
+@pytest.mark.slow  # the fast tests above cover each piece; this runs them end to end
+def test_compare_end_to_end(tmp_path):
+  out = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.experiments.compare',
+      '--config=configs/digits.py',
+      '--config.num_epochs=1',
+      '--config.optimizer.warmup_epochs=0',
+      '--config.steps_per_epoch_limit=2',
+      '--config.linear_eval.num_epochs=2',
+      '--seeds=1',
+      f'--workdir={tmp_path}',
+    ],
+    cwd=REPO,
+    env={**os.environ, 'JAX_TRANSFER_GUARD': 'disallow'},  # every transfer explicit
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
+  assert out.returncode == 0, out.stderr[-3000:]
+  report = (tmp_path / 'report.md').read_text()
+  for method in image_grid.METHODS:
+    assert f'| {method} |' in report
+  assert out.stdout == report + '\n'  # the program prints the report it wrote
+
+
+def test_compare_with_no_finished_run_says_so(tmp_path):
+  out = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.experiments.compare',
+      '--config=configs/digits.py',
+      '--report_only',
+      f'--workdir={tmp_path}',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert (out.returncode, out.stdout) == (0, f'No finished run in {tmp_path} yet.\n')
+  assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_compare_without_matplotlib_stops_before_its_first_run(tmp_path):
+  """The report always draws: a missing matplotlib is one line before any training."""
+  program = (
+    "import runpy, sys; sys.modules['matplotlib'] = None; "
+    f"sys.argv = ['compare', '--config=configs/digits.py', '--workdir={tmp_path}']; "
+    "runpy.run_module('hscl_jax.experiments.compare', run_name='__main__')"
+  )
+  out = subprocess.run(
+    [sys.executable, '-c', program], cwd=REPO, capture_output=True, text=True, timeout=300
+  )
+  assert out.returncode == 1, out.stderr[-3000:]
+  assert 'python -m hscl_jax.experiments.compare draws with matplotlib' in out.stderr
+  assert "Fix: pip install -e '.[train]'" in out.stderr
+  assert list(tmp_path.iterdir()) == []  # no run started
+
+
+def test_compare_refuses_a_bad_seeds_for_in_one_line():
+  out = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'hscl_jax.experiments.compare',
+      '--config=configs/digits.py',
+      '--seeds_for=scl:5',
+      '--report_only',
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert out.returncode != 0
+  assert '--seeds_for=scl:5' in out.stderr and 'e.g. --seeds_for=scl=5,hscl_beta=5' in out.stderr
+
+
+def test_compare_refuses_unknown_grids_naming_them_in_order():
+  out = subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.experiments.compare', '--config=configs/digits.py',
+     '--grid=zeta,beta,alpha', '--report_only'],
+    cwd=REPO, capture_output=True, text=True, timeout=300,
+  )  # fmt: skip
+  assert out.returncode != 0
+  assert "--grid takes beta, tau, queue and/or sigmoid, got ['alpha', 'zeta']." in out.stderr
+
+
+# The `compare` program's --records: a finished run of its workdir is recorded in
+# RECORDS/runs/ and the report, written to --report_dir, reads it from there and says so;
+# without --records the records live in --report_dir as before. The finished run is made
+# of files (the stored digits workdir's metrics), so nothing trains.
 
 SLUG = 'hscl_beta_beta1.0'  # the stored workdir's method: H-SCL(β) at β = 1 (digits.py's)
 EPOCHS = 2

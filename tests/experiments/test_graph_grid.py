@@ -9,9 +9,9 @@ import os
 
 import numpy as np
 import pytest
-from experiments.test_paired import expected_rows
 
 from configs import graphs as graphs_config
+from experiments.test_paired import expected_rows
 from hscl_jax.experiments import graph_grid
 from hscl_jax.graphs import train
 

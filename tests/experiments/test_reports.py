@@ -1,15 +1,13 @@
-"""The comparison report (hscl_jax.experiments.grid and its program `compare`): settings,
-summary, table, plots."""
+"""experiments/reports: the comparison report's summary, ranking and tables (Table I, the
+queue, speed and time tables, the paired differences, labels in a batch), with its plots and
+the inspect figures it links, and the raw-pixel baseline, each recomputed from the runs (the
+grid: test_grid; the program: test_compare; the sweeps: test_reports_densities,
+test_reports_budgets)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import pathlib
-import shutil
-import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -19,63 +17,13 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax.config import methods  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.experiments import grid as image_runs  # noqa: E402
 from hscl_jax.experiments import plots as image_plots  # noqa: E402
+from hscl_jax.experiments import reports as image_batches  # noqa: E402
 from hscl_jax.experiments import reports as image_report  # noqa: E402
 from hscl_jax.experiments import reports as raw_pixels  # noqa: E402
-from hscl_jax.rundir import stored_config  # noqa: E402
-from hscl_jax.training import loop  # noqa: E402
-
-
-def test_settings_cover_the_paper_grids():
-  config = digits.get_config()
-  plain = image_grid.settings(config, set())
-  assert [s.method for s in plain] == list(image_grid.METHODS)
-  grid = image_grid.settings(config, {'beta', 'tau'})
-  by_method = {m: [s for s in grid if s.method == m] for m in image_grid.METHODS}
-  assert len(by_method['H-SCL(β)']) == len(by_method['H-UCL']) == 5
-  assert len(by_method['H-SCL(τ)']) == 9
-  assert len({s.slug for s in grid}) == len(grid)  # one workdir per setting
-  for setting in grid:  # every setting is a valid training config
-    schema.validate_config(
-      image_grid.run_config(config, setting, seed=1), num_devices=1, num_processes=1
-    )
-
-
-@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT], ids=['sigterm', 'sigint'])
-def test_a_run_stopped_by_a_signal_stops_the_grid_with_it(tmp_path, monkeypatch, signum):
-  """A run that saved and stopped at a SIGTERM or Ctrl-C stops the grid, which carries the
-  signal for `compare`'s exit status (143 or 130), and nothing is linear-evaluated."""
-  config = digits.get_config()
-  stopped = loop.TrainResult(state=None, stop_signal=signum, last_record=None)
-  monkeypatch.setattr(loop, 'train_and_evaluate', lambda *args: stopped)
-  monkeypatch.setattr(image_runs.linear_probe, 'linear_evaluate', pytest.fail)
-  setting = image_grid.settings(config, set())[0]
-  with pytest.raises(image_runs.Preempted) as stop:
-    image_runs.run_one(config, setting, 0, str(tmp_path), config.linear_eval.protocol)
-  assert stop.value.signum == signum
-
-
-def test_a_runs_config_is_the_base_with_its_settings_overrides_seed_and_protocol():
-  config = digits.get_config()
-  base = config.to_dict()
-  grid = image_grid.settings(config, {'beta', 'tau', 'queue'})
-  assert all(s.overrides for s in grid)
-  for setting in grid:
-    run = image_grid.run_config(config, setting, 3, protocol='augmented')
-    for key, value in setting.overrides:
-      assert run[key] == value, (setting.label, key)
-    assert (run.seed, run.linear_eval.protocol) == (3, 'augmented')
-    untouched = {k for k, _ in setting.overrides} | {'seed', 'linear_eval'}
-    assert {k: v for k, v in run.to_dict().items() if k not in untouched} == {
-      k: v for k, v in base.items() if k not in untouched
-    }
-  assert config.to_dict() == base  # the base is not modified
-  kept = image_grid.run_config(config, grid[0], 0)
-  assert kept.linear_eval.protocol == config.linear_eval.protocol
 
 
 def test_queue_grid_adds_scl_and_hscl_with_a_queue():
@@ -124,17 +72,6 @@ def _fake_run(setting, seed, top1):
   }
 
 
-def test_figs_4_and_5_show_the_methods_tables_supervised_hardened_rows(monkeypatch):
-  """Figs. 4 and 5's methods are read from the methods table: H-SCL(β) and H-SCL(τ) (not
-  H-UCL, hardened but unsupervised, nor SCL), and a new supervised hardened row with them."""
-  assert image_plots.hardened_supervised_labels() == ['H-SCL(β)', 'H-SCL(τ)']
-  new = dataclasses.replace(
-    methods.by_label('H-SCL(β)'), label='H-SCL(new)', slug='hscl_new', sweep_name='hscl-new'
-  )
-  monkeypatch.setattr(methods, 'ROWS', (*methods.ROWS, new))
-  assert image_plots.hardened_supervised_labels() == ['H-SCL(β)', 'H-SCL(τ)', 'H-SCL(new)']
-
-
 def test_report_table_and_plots(tmp_path, monkeypatch):
   figures = {}
   original_save = image_plots._save
@@ -178,80 +115,6 @@ def test_report_table_and_plots(tmp_path, monkeypatch):
   )
   row = f'| raw pixels | weighted kNN, k={config.knn.k} | — | — | 43.21 |'
   assert row in with_raw.splitlines() and row not in report
-
-
-def test_the_grids_are_the_papers():
-  """β ∈ {0.1, 0.5, 1, 2, 5} for H-UCL and H-SCL(β); τ schedules from start ∈ {−0.5, −0.3,
-  −0.1} to end ∈ {−0.1, 0, 0.1} for H-SCL(τ) (written out, not read from the module)."""
-  grid = image_grid.settings(digits.get_config(), {'beta', 'tau'})
-  overrides = {m: [dict(s.overrides) for s in grid if s.method == m] for m in image_grid.METHODS}
-  for method in ('H-UCL', 'H-SCL(β)'):
-    assert sorted(o['beta'] for o in overrides[method]) == [0.1, 0.5, 1.0, 2.0, 5.0]
-  taus = sorted((o['tau_start'], o['tau_end']) for o in overrides['H-SCL(τ)'])
-  assert taus == [(s, e) for s in (-0.5, -0.3, -0.1) for e in (-0.1, 0.0, 0.1)]
-
-
-@pytest.mark.slow  # the fast tests above cover each piece; this runs them end to end
-def test_compare_end_to_end(tmp_path):
-  out = subprocess.run(
-    [
-      sys.executable,
-      '-m',
-      'hscl_jax.experiments.compare',
-      '--config=configs/digits.py',
-      '--config.num_epochs=1',
-      '--config.optimizer.warmup_epochs=0',
-      '--config.steps_per_epoch_limit=2',
-      '--config.linear_eval.num_epochs=2',
-      '--seeds=1',
-      f'--workdir={tmp_path}',
-    ],
-    cwd=REPO,
-    env={**os.environ, 'JAX_TRANSFER_GUARD': 'disallow'},  # every transfer explicit
-    capture_output=True,
-    text=True,
-    timeout=900,
-  )
-  assert out.returncode == 0, out.stderr[-3000:]
-  report = (tmp_path / 'report.md').read_text()
-  for method in image_grid.METHODS:
-    assert f'| {method} |' in report
-  assert out.stdout == report + '\n'  # the program prints the report it wrote
-
-
-def test_compare_with_no_finished_run_says_so(tmp_path):
-  out = subprocess.run(
-    [
-      sys.executable,
-      '-m',
-      'hscl_jax.experiments.compare',
-      '--config=configs/digits.py',
-      '--report_only',
-      f'--workdir={tmp_path}',
-    ],
-    cwd=REPO,
-    capture_output=True,
-    text=True,
-    timeout=300,
-  )
-  assert (out.returncode, out.stdout) == (0, f'No finished run in {tmp_path} yet.\n')
-  assert list(tmp_path.iterdir()) == []  # nothing written
-
-
-def test_compare_without_matplotlib_stops_before_its_first_run(tmp_path):
-  """The report always draws: a missing matplotlib is one line before any training."""
-  program = (
-    "import runpy, sys; sys.modules['matplotlib'] = None; "
-    f"sys.argv = ['compare', '--config=configs/digits.py', '--workdir={tmp_path}']; "
-    "runpy.run_module('hscl_jax.experiments.compare', run_name='__main__')"
-  )
-  out = subprocess.run(
-    [sys.executable, '-c', program], cwd=REPO, capture_output=True, text=True, timeout=300
-  )
-  assert out.returncode == 1, out.stderr[-3000:]
-  assert 'python -m hscl_jax.experiments.compare draws with matplotlib' in out.stderr
-  assert "Fix: pip install -e '.[train]'" in out.stderr
-  assert list(tmp_path.iterdir()) == []  # no run started
 
 
 def test_ranking_marks_ties():
@@ -332,6 +195,7 @@ def test_the_written_report_links_the_figures_of_the_lowest_seed(tmp_path, monke
 
 from evaluation.test_knn import reference_predict  # noqa: E402 (tests/ is on sys.path under pytest)
 
+from experiments.test_paired import expected_rows  # noqa: E402
 from hscl_jax import data  # noqa: E402
 
 
@@ -546,24 +410,110 @@ def test_raw_pixel_knn_is_recomputed(tmp_path, monkeypatch):
   assert (result['bank'], result['queries']) == (60, 40)
 
 
-def test_a_run_of_another_config_is_refused_with_the_comparisons_own_flags(tmp_path):
-  """A grid's run directory holding a run of another config (the stored digits run): the
-  refusal names the run and --workdir, a flag of compare, not training's
-  --allow_config_change, which compare lacks (its runs follow its config)."""
-  from test_main import is_a_flag_of
-  from test_main import named_flags
+# The comparison's paired differences and its count of same-class samples per batch, each
+# against a computation by hand.
 
+
+def _paired_run(setting, seed, top1, knn):
+  return {
+    'setting': setting,
+    'seed': seed,
+    'history': [{'epoch': 1, 'knn_top1': knn}],
+    'linear': {'top1': top1, 'top5': 1.0},
+  }
+
+
+# linear top-1, kNN top-1 per method and seed; SCL and H-SCL(β) have 4. H-UCL lacks seed
+# 0, not the last: its runs sit at positions 0, 1 with seeds 1, 2, so pairing runs by
+# position instead of by seed gives other differences.
+GRID = {
+  'UCL': {0: (0.40, 0.30), 1: (0.42, 0.33), 2: (0.41, 0.31)},
+  'H-UCL': {1: (0.44, 0.32), 2: (0.40, 0.36)},
+  'SCL': {0: (0.45, 0.35), 1: (0.44, 0.34), 2: (0.47, 0.38), 3: (0.46, 0.36)},
+  'H-SCL(β)': {0: (0.47, 0.36), 1: (0.43, 0.37), 2: (0.50, 0.38), 3: (0.49, 0.39)},
+}
+
+
+def test_paired_table_matches_a_hand_computation():
   config = digits.get_config()
-  setting = image_grid.settings(config, set())[0]
-  workdir = image_grid.run_dir(str(tmp_path), setting, 0)
-  shutil.copytree(REPO / 'tests' / 'fixtures' / 'digits_workdir', workdir)
-  with pytest.raises(stored_config.ConfigChangedError) as refused:
-    image_runs.run_one(config, setting, 0, str(tmp_path), 'features')
-  message = str(refused.value)
-  assert message.startswith(f'workdir {workdir} holds a run trained '), message
-  assert message.endswith(
-    f'Fix: use a new --workdir for the comparison, or remove {workdir} to train that run again'
-  )
-  flags = named_flags(message, 'hscl_jax.experiments.compare')
-  assert flags == [('hscl_jax.experiments.compare', 'workdir')]
-  assert all(is_a_flag_of(*flag) for flag in flags)
+  by_method = {s.method: s for s in image_grid.settings(config, set())}
+  runs = [
+    _paired_run(by_method[m], seed, *values)
+    for m, seeds in GRID.items()
+    for seed, values in seeds.items()
+  ]
+  summary = image_report.summarise(runs)
+  best = image_report.best_per_method(summary)
+  table = image_report.paired_table(summary, best)
+  # Per seed, first − second over the seeds both finished (by position instead, H-UCL's
+  # seeds 1, 2 would pair with 0, 1): linear then kNN, Holm over the table's 8 rows.
+  rows = [
+    ('H-SCL(β) − SCL | 0, 1, 2, 3 | linear', [0.02, -0.01, 0.03, 0.03]),
+    ('H-SCL(β) − SCL | 0, 1, 2, 3 | kNN', [0.01, 0.03, 0.0, 0.03]),  # the zero is dropped
+    ('H-SCL(β) − H-UCL | 1, 2 | linear', [-0.01, 0.10]),
+    ('H-SCL(β) − H-UCL | 1, 2 | kNN', [0.05, 0.02]),
+    ('SCL − UCL | 0, 1, 2 | linear', [0.05, 0.02, 0.06]),
+    ('SCL − UCL | 0, 1, 2 | kNN', [0.05, 0.01, 0.07]),
+    ('H-UCL − UCL | 1, 2 | linear', [0.02, -0.01]),
+    ('H-UCL − UCL | 1, 2 | kNN', [-0.01, 0.05]),
+  ]
+  want = expected_rows(rows)
+  assert [line for line in table if line.startswith('| H-') or line.startswith('| SCL')] == [
+    want[prefix] for prefix, _ in rows
+  ]
+  assert 'over the 8 t-tests of this report' in table[-2]
+
+
+def test_same_class_count_is_that_of_the_loaders_batches():
+  """Counted in the batches the training loader really gives, per seed and epoch."""
+  labels = np.random.default_rng(0).integers(0, 7, size=50).astype(np.int32)
+  source = data.ArraySource(np.zeros((50, 2, 2, 3), np.uint8), labels, 7)
+  for seed in (0, 3):
+    loader = data.TrainLoader(source, global_batch_size=16, seed=seed, shard_index=0, shard_count=1)
+    others = []
+    for _ in range(2 * 3):  # 2 epochs of 3 batches (2 of the 50 examples dropped per epoch)
+      batch = next(loader)['label']
+      others += [int((batch == label).sum()) - 1 for label in batch]
+    mean, with_one = image_batches.same_class_per_anchor(labels, 16, seed, num_epochs=2)
+    assert mean == pytest.approx(np.mean(others)) and 0 < mean < 15
+    assert with_one == pytest.approx(np.mean(np.array(others) > 0)) and 0 < with_one < 1
+
+
+def counted_in_loader(labels, batch_size, seeds, num_epochs, samples_per_class=0):
+  """(Same-class samples per anchor, fraction of anchors with one), counted in the training
+  loader's own batches of every seed and epoch."""
+  source = data.ArraySource(np.zeros((len(labels), 1, 1, 3), np.uint8), labels, labels.max() + 1)
+  others = []
+  for seed in seeds:
+    loader = data.TrainLoader(
+      source,
+      global_batch_size=batch_size,
+      seed=seed,
+      samples_per_class=samples_per_class,
+      shard_index=0,
+      shard_count=1,
+    )
+    for _ in range(num_epochs * loader.steps_per_epoch):
+      batch = next(loader)['label']
+      others += [int((batch == label).sum()) - 1 for label in batch]
+  return np.mean(others), np.mean(np.array(others) > 0)
+
+
+def test_labels_in_a_batch_table_has_every_setting_from_its_own_runs():
+  """One row per setting over its own seeds, from the run's config (batch, sampling): a
+  setting counted over another's seeds, or the uniform order for a class-aware run, shows."""
+  config = digits.get_config()
+  config.batch_size, config.num_epochs = 64, 2
+  by_method = {s.method: s for s in image_grid.settings(config, set())}
+  plan = [(by_method['UCL'], 0), (by_method['UCL'], 1), (by_method['SCL'], 2)]
+  labels = data.run_sources(config)[0].labels()
+
+  counted = lambda seeds: counted_in_loader(labels, 64, seeds, num_epochs=2)
+  table = '\n'.join(image_batches.batch_composition(config, plan))
+  ucl, scl = counted([0, 1]), counted([2])
+  assert f'| UCL | 0, 1 | 64 | uniform | {ucl[0]:.2f} | {100 * ucl[1]:.1f} % |' in table
+  assert f'| SCL | 2 | 64 | uniform | {scl[0]:.2f} | {100 * scl[1]:.1f} % |' in table
+  assert f'{ucl[0]:.2f}' != f'{counted([0])[0]:.2f}'  # both seeds count
+  config.samples_per_class = 16
+  table = '\n'.join(image_batches.batch_composition(config, plan[:1]))
+  assert '| UCL | 0 | 64 | class-aware, 16 per class | 15.00 | 100.0 % |' in table

@@ -32,9 +32,9 @@ from hscl_jax.rundir import metrics  # noqa: E402
 sys.path.insert(0, str(REPO / 'tests'))
 from acceptance import accepted  # noqa: E402
 from acceptance import refused  # noqa: E402
-from test_compare_paired import counted_in_loader  # noqa: E402
 
 from experiments.test_paired import expected_rows  # noqa: E402
+from experiments.test_reports import counted_in_loader  # noqa: E402
 
 PROTOCOL = 'features'
 
