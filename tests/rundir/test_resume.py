@@ -167,3 +167,24 @@ def test_a_run_resumed_with_another_keep_best_ranks_by_the_new_figure(tmp_path):
     18, 'train_loss', 'min', 0.4
   )
   assert checkpoints.finished_steps(str(tmp_path)) == [12, 18, 24]
+
+
+def test_a_run_record_ranks_each_checkpoint_by_the_record_of_its_step(tmp_path):
+  """Training's bookkeeping (rundir/resume) with keep_best, across a resume: a save
+  mid-epoch follows the last epoch's record and is ranked by none."""
+  tree, loader = {'w': jnp.zeros((3,), jnp.float32)}, Loader()
+  book = resume.RunRecord(str(tmp_path), keep=1, keep_best='knn_top1')
+  assert book.restore(tree, loader).step == 0
+  for step, knn in ((5, 0.9), (10, 0.5)):
+    book.write_record(step, {'epoch': step // 5, 'knn_top1': knn})
+    book.save(step, tree, loader, resume.EpochPosition())
+  book.save(12, tree, loader, resume.EpochPosition())  # a SIGTERM mid-epoch 3
+  book.close()
+  assert checkpoints.finished_steps(str(tmp_path)) == [5, 12]
+  book = resume.RunRecord(str(tmp_path), keep=1, keep_best='knn_top1')
+  assert book.restore(tree, loader).step == 12
+  book.write_record(15, {'epoch': 3, 'knn_top1': 0.7})
+  book.save(15, tree, loader, resume.EpochPosition())
+  book.close()
+  assert checkpoints.finished_steps(str(tmp_path)) == [5, 15]
+  assert checkpoints.best_checkpoint(str(tmp_path)) == checkpoints.Best(5, 'knn_top1', 'max', 0.9)

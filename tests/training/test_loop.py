@@ -14,9 +14,11 @@ import sys
 
 import requirements
 
+from hscl_jax.config import choices
 from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import inspection
 from hscl_jax.evaluation import linear_probe
+from hscl_jax.rundir import checkpoints
 from hscl_jax.training import loop
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -79,3 +81,22 @@ def test_every_next_command_of_the_closing_line_runs_after_the_readme_install(di
   cache = figures.font_cache_file(str(fonts))
   assert os.path.isfile(cache)  # the file named is the one matplotlib built
   assert f"Building matplotlib's font cache ({cache})" in out.stderr
+
+
+def test_keep_best_auto_is_the_knn_top1_where_the_monitor_runs_and_none_without():
+  """The default, resolved by training: the kNN top-1 with the kNN monitor on; none
+  without it (no record would have the figure); any other value as given. Read alone
+  (unresolved), 'auto' keeps none."""
+  sys.path.insert(0, str(REPO))
+  from configs import digits
+  from hscl_jax.config import fields
+  from hscl_jax.training import loop
+
+  config = digits.get_config()
+  assert config.keep_best == fields.FIELDS['keep_best'].default == choices.KEEP_BEST_AUTO
+  assert loop.keep_best(config) == 'knn_top1'
+  config.knn.every_epochs = 0
+  assert loop.keep_best(config) == ''
+  config.keep_best = 'probe_loss'
+  assert loop.keep_best(config) == 'probe_loss'
+  assert checkpoints.KeepBest.parse(choices.KEEP_BEST_AUTO) is None
