@@ -7,6 +7,7 @@ saved so far."""
 from __future__ import annotations
 
 import math
+import pathlib
 
 import jax.numpy as jnp
 import numpy as np
@@ -184,3 +185,10 @@ def test_keep_best_is_parsed_from_the_configs_text():
   for bad in ('knn_top1:up', ':max'):
     with pytest.raises(errors.ConfigError, match=r'^config\.keep_best: .* Fix: .*\.$'):
       checkpoints.KeepBest.parse(bad)
+
+
+def test_wiring_finished_steps_in_increasing_order(tmp_path):
+  directory = checkpoints.directory(str(tmp_path))
+  for name in ('10', '3', '7', '12.orbax-checkpoint-tmp', 'other'):
+    (pathlib.Path(str(directory)) / name).mkdir(parents=True)
+  assert checkpoints.finished_steps(str(tmp_path)) == [3, 7, 10]

@@ -12,8 +12,16 @@ import shutil
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+import numpy as np
+import pytest
 import requirements
 
+from hscl_jax import models
+from hscl_jax import optimizers
+from hscl_jax import parallel
 from hscl_jax.config import choices
 from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import inspection
@@ -22,6 +30,9 @@ from hscl_jax.rundir import checkpoints
 from hscl_jax.training import loop
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import digits  # noqa: E402
 
 # `python -m MODULE ARGS` (argv[1:]) under requirements.hiding.
 _RUN_MODULE = """
@@ -100,3 +111,53 @@ def test_keep_best_auto_is_the_knn_top1_where_the_monitor_runs_and_none_without(
   config.keep_best = 'probe_loss'
   assert loop.keep_best(config) == 'probe_loss'
   assert checkpoints.KeepBest.parse(choices.KEEP_BEST_AUTO) is None
+
+
+class _Built(Exception):
+  pass
+
+
+def _program_model(config, workdir, monkeypatch):
+  """The model train_and_evaluate builds (the run stops right after building it)."""
+  built = []
+  create = models.create_model
+
+  def record(*args, **kwargs):
+    built.append(create(*args, **kwargs))
+    return built[-1]
+
+  def stop(*args, **kwargs):
+    raise _Built
+
+  monkeypatch.setattr(models, 'create_model', record)
+  monkeypatch.setattr(optimizers, 'create_optimizer', stop)
+  with pytest.raises(_Built):
+    loop.train_and_evaluate(config, str(workdir))
+  return built[-1]  # the last one built (schema validation builds one first)
+
+
+def test_wiring_program_model_batchnorm_statistics_are_global(tmp_path, monkeypatch):
+  """On 4 devices with different shards, every device's BatchNorm statistics after a
+  training-mode pass equal the statistics of the whole batch on one device."""
+  config = digits.get_config()
+  config.batch_size, config.knn.batch_size = 32, 256
+  model = _program_model(config, tmp_path, monkeypatch)
+  image_size = config.augment.image_size
+  variables = models.initialize(model, jax.random.key(0), (image_size, image_size, 3))
+  images = jax.random.normal(jax.random.key(1), (16, image_size, image_size, 3))
+  images = images * jnp.arange(1, 17, dtype=jnp.float32)[:, None, None, None]  # shards differ
+
+  def stats(devices):
+    mesh = parallel.make_mesh(jax.devices()[:devices])
+
+    def per_device(x):
+      _, updates = model.apply(variables, x, train=True, mutable=['batch_stats'])
+      return jax.tree.map(lambda s: s[None], updates['batch_stats'])
+
+    fn = jax.shard_map(per_device, mesh=mesh, in_specs=P(parallel.AXIS), out_specs=P(parallel.AXIS))
+    return jax.device_get(jax.jit(fn)(images))
+
+  one, four = stats(1), stats(4)
+  for x, y in zip(jax.tree.leaves(four), jax.tree.leaves(one), strict=True):
+    assert x.shape[0] == 4
+    np.testing.assert_allclose(x, np.broadcast_to(y, x.shape), rtol=1e-4, atol=1e-5)

@@ -214,7 +214,9 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import default  # noqa: E402
+from configs import digits  # noqa: E402
 from hscl_jax import models  # noqa: E402
+from hscl_jax import optimizers  # noqa: E402
 from hscl_jax import parallel  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
@@ -305,3 +307,73 @@ def test_the_batch_a_refusal_suggests_on_two_processes_passes_the_config_check_t
   with accepted(f'the suggested batch_size={suggested}'):
     schema.validate_config(config, num_devices=devices, num_processes=processes)
   assert suggested <= 30 and (suggested // processes) % max(samples_per_class, 1) == 0
+
+
+def test_wiring_epoch_of_step_is_one_based():
+  plan = plan_lib.Plan(
+    steps_per_epoch=3, num_epochs=4, learning_rate=optimizers.optax.constant_schedule(1.0)
+  )
+  assert [plan.epoch_of_step(s) for s in range(7)] == [1, 1, 1, 2, 2, 2, 3]
+  assert plan.total_steps == 12
+
+
+def test_wiring_hyperparameters_use_the_run_temperature():
+  """eq. (4) at γ = 0.2: τ = exp((start + (e - 1)/(E - 1)·(end - start)) / γ)."""
+  config = digits.get_config()
+  config.num_epochs, config.tau_start, config.tau_end, config.temperature = 5, -0.3, 0.1, 0.2
+  for epoch in (1, 3, 5):
+    level = -0.3 + (epoch - 1) / 4 * 0.4
+    tau = plan_lib.loss_hyperparameters(config, epoch)['tau']
+    assert float(tau) == pytest.approx(math.exp(level / 0.2), rel=1e-5)
+
+
+def test_a_batch_fits_up_to_the_training_examples_and_not_one_more():
+  """One more is refused naming the largest batch that passes on the 4 devices (a multiple
+  of 4, and with chunk_size 4 of 16), or, with fewer examples than any, asking for more."""
+  config = digits.get_config()
+  config.batch_size = 64
+  with accepted('a batch of all 64 training examples'):
+    plan_lib.check_batch_fits(config, 64)
+  refusal = r'^config\.batch_size: 64 exceeds the 63 training examples\. Fix: use at most 63: '
+  with pytest.raises(errors.ConfigError, match=refusal + r'--config\.batch_size=60 passes here\.$'):
+    plan_lib.check_batch_fits(config, 63)
+  config.chunk_size = 4
+  with pytest.raises(errors.ConfigError, match=r'--config\.batch_size=48 passes here\.$'):
+    plan_lib.check_batch_fits(config, 63)
+  with pytest.raises(errors.ConfigError, match=r'Fix: train on more examples than the .*, 16\.$'):
+    plan_lib.check_batch_fits(config, 15)
+
+
+def test_a_refused_samples_per_class_suggests_a_batch_every_device_divides():
+  """The run's loader asks a suggested batch_size to be a multiple of the devices (4
+  here) and processes (1): with no m passing at 7, the largest such batch that has one."""
+  assert (jax.device_count(), jax.process_count()) == (4, 1)
+  labels = np.repeat(np.arange(6), [1, 1, 1, 1, 1, 3]).astype(np.int32)  # 6 classes
+  source = data.ArraySource(np.zeros((8, 4, 4, 3), np.uint8), labels, 6)
+  config = digits.get_config()
+  config.batch_size, config.samples_per_class = 7, 7
+  # Batch 6 would take one of each class; 4 is the largest multiple of 4 devices below 7.
+  with pytest.raises(errors.ConfigError, match=r'use --config\.batch_size=4 with samples_per'):
+    plan_lib.make_train_loader(config, source)
+
+
+def test_a_refused_samples_per_class_suggests_what_the_config_check_passes():
+  """The loader asks what the config check asks (config/schema): a suggested batch_size a
+  multiple of the devices times chunk_size, and for a supervised method two classes per
+  batch, which an unsupervised one does without."""
+  assert (jax.device_count(), jax.process_count()) == (4, 1)
+  labels = np.repeat(np.arange(12), [1] * 11 + [20]).astype(np.int32)  # m = 1 only
+  singles = data.ArraySource(np.zeros((31, 4, 4, 3), np.uint8), labels, 12)
+  config = digits.get_config()
+  config.batch_size, config.samples_per_class = 17, 17  # no m passes at 17: 12 classes
+  for chunk_size, batch in ((0, 12), (2, 8)):
+    config.chunk_size = chunk_size
+    with pytest.raises(errors.ConfigError, match=rf'use --config\.batch_size={batch} with '):
+      plan_lib.make_train_loader(config, singles)
+  pairs = data.ArraySource(np.zeros((16, 4, 4, 3), np.uint8), np.repeat(np.arange(2), 8), 2)
+  config.batch_size, config.samples_per_class, config.chunk_size = 8, 8, 0
+  assert config.method == 'hscl'
+  with pytest.raises(errors.ConfigError, match=r'fewer than the 2 .* use samples_per_class=4 '):
+    plan_lib.make_train_loader(config, pairs)
+  config.method = 'ucl'
+  assert plan_lib.make_train_loader(config, pairs).steps_per_epoch == 2

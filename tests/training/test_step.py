@@ -4,8 +4,12 @@ loss of `losses`, SGD by hand) and against eq. (3)'s float64 reference; no train
 
 from __future__ import annotations
 
+import pathlib
+import sys
+
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 from losses.test_kernel import reference_loss
 import numpy as np
 import optax
@@ -19,6 +23,11 @@ from hscl_jax.data import augment
 from hscl_jax.training import plan as plan_lib
 from hscl_jax.training import state as state_lib
 from hscl_jax.training import step as step_lib
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
+
+from configs import digits  # noqa: E402
 
 LEARNING_RATE = 0.5
 BATCH = 16
@@ -180,3 +189,49 @@ def test_an_examples_views_depend_on_the_key_step_and_its_global_index_only(setu
   shifted = np.asarray(augment(before.rng, 0, images, index + BATCH))
   assert not np.array_equal(shifted, views)
   assert views.shape == (BATCH, 2, 8, 8, 3) and not np.array_equal(views[:, 0], views[:, 1])
+
+
+def _features(seed=0, batch=8, views=2, dim=6):
+  z = np.random.default_rng(seed).normal(size=(batch, views, dim))
+  return jnp.asarray(z / np.linalg.norm(z, axis=-1, keepdims=True), jnp.float32)
+
+
+def _program_loss(config, z, labels, hyper):
+  """The training step's loss function, on one device (its axis is the mesh's)."""
+  loss_fn, _ = step_lib.make_loss_fn(config)
+  mesh = parallel.make_mesh(jax.devices()[:1])
+  shard = jax.shard_map(
+    lambda z, y: loss_fn(z, y, hyper), mesh=mesh, in_specs=(P(parallel.AXIS),) * 2, out_specs=P()
+  )
+  return jax.jit(jax.value_and_grad(shard))(z, labels)
+
+
+@pytest.mark.parametrize(
+  'method,hardening',
+  [('ucl', 'exp'), ('hucl', 'exp'), ('scl', 'exp'), ('hscl', 'exp'), ('hscl', 'threshold')],
+)
+def test_wiring_loss_is_the_configured_loss_with_every_option(method, hardening):
+  """Non-default γ, M, τ⁺, stop_gradient_weights and β/τ reach the loss."""
+  config = digits.get_config()
+  config.method, config.hardening = method, hardening
+  config.temperature, config.M, config.tau_plus = 0.3, 9, 0.1
+  config.stop_gradient_weights = True
+  hyper = {'beta': np.float32(1.5), 'tau': np.float32(np.exp(-0.4))}
+  z, labels = _features(), jnp.array([0, 1, 2, 0, 1, 2, 0, 1])
+  common = dict(temperature=0.3, M=9)
+  direct = {
+    'ucl': lambda f: losses.ucl(f, **common),
+    'hucl': lambda f: losses.hucl(f, beta=1.5, tau_plus=0.1, stop_gradient_weights=True, **common),
+    'scl': lambda f: losses.scl(f, labels, **common),
+    'hscl': lambda f: losses.hscl(
+      f,
+      labels,
+      hardening=losses.exponential(1.5) if hardening == 'exp' else losses.threshold(np.exp(-0.4)),
+      stop_gradient_weights=True,
+      **common,
+    ),
+  }[method]
+  value, grad = _program_loss(config, z, labels, hyper)
+  expected_value, expected_grad = jax.jit(jax.value_and_grad(direct))(z)
+  np.testing.assert_allclose(value, expected_value, rtol=1e-6)
+  np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)

@@ -141,3 +141,45 @@ def test_a_short_class_aware_epoch_is_warned_with_the_epochs_that_train_as_long(
   assert math.isclose(
     steps * 8 / 52, float(re.search(r'only ([\d.]+)%', warning).group(1)) / 100, abs_tol=1e-3
   )
+
+
+def test_the_epoch_log_line_shows_the_records_main_values_in_under_100_columns():
+  """summaries.epoch_summary, the one line logged per epoch, from a record whose every value
+  differs (and rounds visibly at the line's precision): the loss, the kNN's and probe's
+  top-1 only when the record has them, views/s and the time; the other figures stay in
+  the record. Its widest form (a 4-digit epoch, a large loss, rate and time, compiling)
+  still fits in 100 columns (whole seconds from 100 s on)."""
+  record = {
+    'epoch': 3,
+    'train_loss': 4.56789,
+    'knn_top1': 0.71234,
+    'precision_at_1': 0.8123,
+    'map_at_r': 0.5123,
+    'probe_top1': 0.875,
+    'assumption1_fraction': 0.0456,
+    'learning_rate': 0.00123456,
+    'images_per_second': 1234.4,  # views: two per sample
+    'samples_per_second': 617.2,
+    'epoch_time': 12.34,
+  }
+  assert summaries.epoch_summary(record, num_epochs=30) == (
+    'epoch 3/30  loss 4.5679  kNN 0.7123  probe 0.8750  1234 views/s  12.3 s'
+  )
+  assert summaries.epoch_summary(record, num_epochs=30, compile_seconds=8.56).endswith(
+    '  12.3 s (8.6 s compiling)'
+  )
+  del record['knn_top1'], record['probe_top1']
+  assert summaries.epoch_summary(record, num_epochs=30) == (
+    'epoch 3/30  loss 4.5679  1234 views/s  12.3 s'
+  )
+  widest = {
+    **record,
+    'epoch': 1000,
+    'train_loss': 12.345678,
+    'knn_top1': 0.5,
+    'probe_top1': 0.5,
+    'images_per_second': 1_234_567.0,
+    'epoch_time': 9999.4,
+  }
+  line = summaries.epoch_summary(widest, num_epochs=1000, compile_seconds=999.4)
+  assert line.endswith('  9999 s (999 s compiling)') and len(line) <= 100, line
