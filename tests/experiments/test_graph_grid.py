@@ -12,6 +12,7 @@ import pytest
 
 from configs import graphs as graphs_config
 from experiments.test_paired import expected_rows
+from hscl_jax import errors
 from hscl_jax.experiments import graph_grid
 from hscl_jax.graphs import train
 
@@ -249,3 +250,60 @@ def test_table_iis_header_lists_its_protocols_estimators_and_epochs_in_order():
   assert 'Local–global estimator: infonce, jsd (' in text
   assert 'InfoGraph GIN encoder, 5, 20 epochs,' in text
   assert 'Protocols: leak_free, paper (' in text
+
+
+# experiments/graph_grid's grid: Table II's settings in order, each run's directory, a
+# finished run reused (and one of another estimator refused) without training, and the
+# finished runs a report reads. Its report's tables against the runs: tests/test_graphs.py.
+
+
+def test_settings_are_table_ii_rows_each_hardened_one_per_beta():
+  assert graph_grid.settings([1.0, 0.5]) == [
+    ('ucl', 0.0),
+    ('hucl', 1.0),
+    ('hucl', 0.5),
+    ('scl', 0.0),
+    ('hscl', 1.0),
+    ('hscl', 0.5),
+  ]
+  assert graph_grid.settings([2.0], methods=('hscl', 'ucl')) == [('ucl', 0.0), ('hscl', 2.0)]
+  names = [graph_grid.setting_name(m, b) for m, b in graph_grid.settings([1.0, 0.5])]
+  assert names == ['ucl', 'hucl_beta1', 'hucl_beta0.5', 'scl', 'hscl_beta1', 'hscl_beta0.5']
+  assert graph_grid.run_dir('R', 'MUTAG', 'hscl', 0.5, 2) == os.path.join(
+    'R', 'MUTAG', 'hscl_beta0.5', 'seed_2'
+  )
+
+
+def _finish(root, dataset, method, beta, seed, **fields):
+  """A finished run's graph_eval.json, as graphs/train writes it (the fields a report reads)."""
+  run = dict(dataset=dataset, method=method, beta=beta, seed=seed, accuracy=0.5, **fields)
+  workdir = graph_grid.run_dir(str(root), dataset, method, beta, seed)
+  os.makedirs(workdir)
+  with open(os.path.join(workdir, train.EVAL_FILE), 'w') as f:
+    json.dump(run, f)
+  return run
+
+
+def test_a_finished_run_is_reused_and_one_of_another_estimator_refused(tmp_path, monkeypatch):
+  monkeypatch.setattr(train, 'run', lambda *args: pytest.fail('trained a finished run'))
+  base = graphs_config.get_config()
+  jsd = _finish(tmp_path, 'MUTAG', 'hscl', 2.0, 0)  # written before the option: 'jsd'
+  assert graph_grid.run_one(base, str(tmp_path), 'MUTAG', 'hscl', 2.0, 0, 'data') == jsd
+  other = _finish(tmp_path, 'PTC', 'ucl', 0.0, 1, estimator='infonce')
+  base.estimator = 'infonce'
+  assert graph_grid.run_one(base, str(tmp_path), 'PTC', 'ucl', 0.0, 1, 'data') == other
+  with pytest.raises(errors.ConfigError, match=r"^config\.estimator: 'infonce', but the"):
+    graph_grid.run_one(base, str(tmp_path), 'MUTAG', 'hscl', 2.0, 0, 'data')
+
+
+def test_a_report_reads_the_finished_runs_of_its_datasets_betas_and_repeats(tmp_path):
+  wanted = [
+    _finish(tmp_path, 'MUTAG', 'ucl', 0.0, 0),
+    _finish(tmp_path, 'MUTAG', 'hucl', 1.0, 1),
+    _finish(tmp_path, 'PTC', 'hscl', 1.0, 0),
+  ]
+  _finish(tmp_path, 'MUTAG', 'ucl', 0.0, 2)  # past the repeats
+  _finish(tmp_path, 'MUTAG', 'hucl', 10.0, 0)  # another β
+  _finish(tmp_path, 'ENZYMES', 'ucl', 0.0, 0)  # another dataset
+  runs = graph_grid.collect(str(tmp_path), ['MUTAG', 'PTC'], [1.0], repeats=2)
+  assert sorted(runs, key=json.dumps) == sorted(wanted, key=json.dumps)
