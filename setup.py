@@ -15,7 +15,7 @@ import setuptools
 # NumPy, as optax.
 INSTALL_REQUIRES = [
   # The code needs jax.lax.pcast (0.8.2) and the tests jax.extend.core.jaxprs_in_params
-  # (0.10.0); with 0.10.0 and 0.10.1, test_train's 4 devices = 1 device check failed
+  # (0.10.0); with 0.10.0 and 0.10.1, end_to_end/test_train's 4 devices = 1 device check failed
   # (losses 8e-5 apart, rtol 1e-5), as 0.10.2 did on AVX2-only CPUs: a ReLU kink, which the
   # test now avoids with SiLU (docs/testing.md). 0.10.0 has not been retried since.
   'jax>=0.10.2',

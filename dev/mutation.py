@@ -2,7 +2,7 @@
 
     python dev/mutation.py hscl_jax/optimizers.py
     python dev/mutation.py hscl_jax/training/loop.py --sample 25 --seed 0
-    python dev/mutation.py hscl_jax/rundir/layout.py --tests tests/test_atomic.py
+    python dev/mutation.py hscl_jax/rundir/layout.py --tests tests/rundir/test_atomic.py
 
 The module's tests are its mirrored path (hscl_jax/training/step.py ->
 tests/training/test_step.py) or, where that file does not exist, the test files that import

@@ -48,7 +48,7 @@ def pytest_collection_modifyitems(config, items):
   covering.mark_beyond_the_cover(items, every_test=config.getoption('covering_only'))
 
   def file_of(item):
-    """Its path under tests/: test_atomic.py and rundir/test_atomic.py are two files."""
+    """Its path under tests/: test_layout.py and rundir/test_layout.py are two files."""
     return item.nodeid.split('::')[0].removeprefix('tests/')
 
   shared = {file_of(item) for item in items if 'digits_run' in item.fixturenames}

@@ -15,7 +15,7 @@ through XLA_FLAGS in the submitting environment) and a short digits run:
     uninterrupted reference.
 
 One job does both (an uninterrupted 2-task job as well took a third of this file's time;
-tests/test_multiprocess.py runs 2 processes without an interruption).
+tests/end_to_end/test_multiprocess.py runs 2 processes without an interruption).
 Skipped, with the reason, where SLURM is not installed. Everything this file starts is
 stopped at the end (jobs cancelled, daemons stopped, reference process killed).
 """
@@ -59,7 +59,7 @@ OVERRIDES = [
   '--config.optimizer.learning_rate=0.02',
   '--config.optimizer.warmup_epochs=0',
   # Smooth: with ReLU a pre-activation within rounding of zero in one of the two programs
-  # would move the gradient by percents (test_train._sgd_config).
+  # would move the gradient by percents (end_to_end/test_train._sgd_config).
   '--config.model.activation=silu',
   f'--config.knn.every_epochs={EPOCHS}',
   '--config.knn.batch_size=256',

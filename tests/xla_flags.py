@@ -17,7 +17,7 @@ def session_flags(flags: str, is_accepted: Callable[[str], bool] | None = None) 
   the MLIR ones, its default), those and LLVM at -O1: the suite takes 16 % less CPU time
   than at -O0 with the MLIR emitters (docs/results/test_suite/measurements.md). Not -O0
   with the classic ones: a 4-device training step then computed a loss 0.2 % off the
-  1-device one and the float64 reference (tests/test_train.py). With the MLIR emitters,
+  1-device one and the float64 reference (tests/end_to_end/test_train.py). With the MLIR emitters,
   -O0: most tests compile small programs and run them once or twice. The programs compute
   the same up to float32 rounding, which the tests allow for. A level the user set is kept,
   with the user's emitters; settings already made are left as they are (a worker inherits

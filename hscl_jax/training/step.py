@@ -10,7 +10,7 @@ optimizer state are replicated; the batch is split along 'data'. Inside the step
     of the global batch, and returns the global-batch loss (identical on every device);
   * jax.grad of that loss with respect to the replicated parameters is the gradient of
     the global loss: JAX transposes the implicit broadcast of the parameters into a
-    cross-device sum (tests/test_train.py checks 4 devices against 1);
+    cross-device sum (tests/end_to_end/test_train.py checks 4 devices against 1);
   * the optax update runs on the replicated gradient, so replicas stay identical;
   * a sigmoid row's trained loss parameters (log t, b: the state's loss_state) are
     replicated as the model's, differentiated with them and stepped by the same optimizer

@@ -183,7 +183,7 @@ def test_two_processes_train_like_one_and_resume_with_one(tmp_path):
 
 
 @pytest.mark.slow  # ~60 s, 2 processes: the 2-process run above and the 4-device chunk and
-# queue tests (test_train.py, test_queue_training.py) cover its collectives and its code
+# queue tests (end_to_end/test_train.py, training/test_queue.py) cover its collectives and its code
 def test_two_processes_train_like_one_with_gradient_caching_and_a_queue(tmp_path):
   """chunk_size on: the projections' gradient is taken over the global batch of both
   processes, then pulled back chunk by chunk on each device; 2 processes x 2 devices ==
@@ -294,7 +294,7 @@ def _train_worker(spec) -> dict:
   # magnify f32 summation-order noise to ~1e-3 within 4 steps; at 0.02 it stays ~1e-7.
   config.optimizer.name, config.optimizer.learning_rate = 'sgd', 0.02
   # Smooth: 2 processes and 1 sum in other orders, and with ReLU a pre-activation within
-  # rounding of zero would move the gradient by percents (test_train._sgd_config).
+  # rounding of zero would move the gradient by percents (end_to_end/test_train._sgd_config).
   config.model.activation = 'silu'
   config.knn.every_epochs = config.num_epochs  # once, at the end (cross-process gather)
   config.knn.batch_size = 256

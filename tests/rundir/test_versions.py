@@ -1,6 +1,6 @@
 """The workdir's format version (hscl_jax/rundir/versions.py): what is written carries it,
-and a workdir of format 0 reads as what it trained with. tests/test_stored_workdir.py runs
-every program on a stored workdir of format 0."""
+and a workdir of format 0 reads as what it trained with.
+tests/end_to_end/test_stored_workdir.py runs every program on a stored workdir of format 0."""
 
 from __future__ import annotations
 
