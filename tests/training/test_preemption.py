@@ -6,10 +6,19 @@ the stop under way finish; the previous handlers are back after the run."""
 from __future__ import annotations
 
 import signal
+import threading
 
 import pytest
 
 from hscl_jax.training import preemption
+
+
+@pytest.fixture(autouse=True)
+def main_thread():
+  """Only the main thread installs handlers: elsewhere the watcher is inert and a signal
+  sent here would end the test process."""
+  if threading.current_thread() is not threading.main_thread():
+    pytest.skip('signal handlers are installed from the main thread only')
 
 
 def _send(signum):
