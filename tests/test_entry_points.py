@@ -304,9 +304,9 @@ def test_compare_graphs_refuses_unknown_methods_naming_them_in_order(tmp_path):
 )
 def test_a_program_stopped_by_a_signal_says_so_in_one_line(tmp_path, stop, status, line):
   """Every program starts by command_line.run: Ctrl-C in one that has no stop of its own
-  (training has: tests/test_train.py), or a stop at once a program raises, ends it with one
-  line instead of a traceback and the status of a process the signal killed (128 + its
-  number: 130 for Ctrl-C, what a shell reports for an interrupted command)."""
+  (training has: tests/end_to_end/test_train.py), or a stop at once a program raises, ends it
+  with one line instead of a traceback and the status of a process the signal killed (128 +
+  its number: 130 for Ctrl-C, what a shell reports for an interrupted command)."""
   program = tmp_path / 'program.py'
   program.write_text(
     'import os, signal, time\n'

@@ -254,7 +254,7 @@ def test_table_iis_header_lists_its_protocols_estimators_and_epochs_in_order():
 
 # experiments/graph_grid's grid: Table II's settings in order, each run's directory, a
 # finished run reused (and one of another estimator refused) without training, and the
-# finished runs a report reads. Its report's tables against the runs: tests/test_graphs.py.
+# finished runs a report reads. Its report's tables against the runs: above.
 
 
 def test_settings_are_table_ii_rows_each_hardened_one_per_beta():
