@@ -27,7 +27,7 @@ model's JAX steps: `torch_images_per_s` and `jax_over_torch`. Needs PyTorch
     python benchmarks/bench_train_step.py --torch --models=resnet18 --batch_size=32
     python benchmarks/bench_train_step.py --torch --models=small_cnn --batch_size=256
 
---probe: instead, the step with the online linear probe (training/probe) on and off, timed
+--probe: instead, the step with the online linear probe (training/online_probe) on and off, timed
 in alternating steps in one run, and their ratio (`probe_ratio`, on / off, best of --steps
 each; `probe_ratio_median` of the medians; `probe_flop_ratio`, of XLA's FLOP counts, which
 the machine's load does not move):
@@ -105,7 +105,7 @@ def bench_config(name, args):
 def build_step(config, args, *, probe_classes=None):
   """(the compiled step, its initial state, the batch, hyper, the augmentation's
   parameters, the compile seconds) on a 1-device mesh; with `probe_classes`, the state
-  holds an online linear probe of that many classes (training/probe)."""
+  holds an online linear probe of that many classes (training/online_probe)."""
   mesh = parallel.make_mesh(jax.devices()[:1])
   model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
   schedule = optimizers.create_learning_rate_schedule(

@@ -1,5 +1,5 @@
 r"""Linear evaluation of a training run's encoder (the program;
-hscl_jax.evaluation.linear_probe says what it computes and does the work).
+hscl_jax.evaluation.linear_evaluation says what it computes and does the work).
 
     python -m hscl_jax.linear_eval --workdir=DIR [--checkpoint=best|latest|STEP] \
         [--protocol=features|augmented] [--config=FILE]
@@ -18,7 +18,7 @@ from ml_collections import config_flags
 
 from hscl_jax import errors
 from hscl_jax.config import command_line
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.evaluation import linear_evaluation
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import trained_run
@@ -30,14 +30,14 @@ _CONFIG = config_flags.DEFINE_config_file(
 _CHECKPOINT = flags.DEFINE_string('checkpoint', None, trained_run.CHECKPOINT_HELP)
 _CHECKPOINT_STEP = flags.DEFINE_integer('checkpoint_step', None, trained_run.CHECKPOINT_STEP_HELP)
 _PROTOCOL = flags.DEFINE_enum(
-  'protocol', None, linear_probe.PROTOCOLS, 'Override config.linear_eval.protocol.'
+  'protocol', None, linear_evaluation.PROTOCOLS, 'Override config.linear_eval.protocol.'
 )
 _NUM_EPOCHS = flags.DEFINE_integer('num_epochs', None, 'Override config.linear_eval.num_epochs.')
 
 
 def _evaluate_from_flags() -> dict[str, Any]:
   num_epochs = _NUM_EPOCHS.value
-  linear_probe.check_num_epochs_flag(num_epochs)
+  linear_evaluation.check_num_epochs_flag(num_epochs)
   workdir = _WORKDIR.value
   checkpoint = trained_run.checkpoint_choice(_CHECKPOINT.value, _CHECKPOINT_STEP.value)
   config = (
@@ -49,7 +49,7 @@ def _evaluate_from_flags() -> dict[str, Any]:
     config.linear_eval.protocol = _PROTOCOL.value
   if num_epochs is not None:
     config.linear_eval.num_epochs = num_epochs
-  return linear_probe.linear_evaluate(config, workdir, checkpoint_step=checkpoint)
+  return linear_evaluation.linear_evaluate(config, workdir, checkpoint_step=checkpoint)
 
 
 def main(argv):
@@ -63,7 +63,7 @@ def main(argv):
     f'linear eval ({result["protocol"]} protocol, checkpoint step {result["checkpoint_step"]}): '
     f'top-1 {result["top1"]:.4f}  top-5 {result["top5"]:.4f}  '
     f'({result["num_train"]} train / {result["num_test"]} test) -> '
-    f'{os.path.join(_WORKDIR.value, linear_probe.RESULT_FILE)}'
+    f'{os.path.join(_WORKDIR.value, linear_evaluation.RESULT_FILE)}'
   )
 
 

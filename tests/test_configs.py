@@ -27,7 +27,7 @@ from hscl_jax import data  # noqa: E402
 from hscl_jax import optimizers  # noqa: E402
 from hscl_jax.config import fields  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
-from hscl_jax.evaluation import retrieval  # noqa: E402
+from hscl_jax.evaluation import retrieval_metrics  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
 
@@ -384,5 +384,8 @@ def test_the_monitors_retrieval_metrics_are_checked_by_name():
     config = default.get_config()
     config.knn.retrieval = text
     schema.validate_config(config, num_devices=4)
-  assert retrieval.metric_names(' map_at_r , recall_at_1,map_at_r,') == ('map_at_r', 'recall_at_1')
-  assert retrieval.metric_names('') == ()
+  assert retrieval_metrics.metric_names(' map_at_r , recall_at_1,map_at_r,') == (
+    'map_at_r',
+    'recall_at_1',
+  )
+  assert retrieval_metrics.metric_names('') == ()

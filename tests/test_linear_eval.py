@@ -1,6 +1,6 @@
 """`python -m hscl_jax.linear_eval`, the program: a run trained over 4 devices, evaluated in
 a 1-device process of its own under the transfer guard (what it computes:
-tests/evaluation/test_linear_probe.py)."""
+tests/evaluation/test_linear_evaluation.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 
 import xla_flags
 
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.evaluation import linear_evaluation
 from hscl_jax.rundir import checkpoints
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -42,7 +42,7 @@ def test_pipeline_from_another_process_on_one_device(digits_run, tmp_path):
   )
   assert out.returncode == 0, out.stderr[-3000:]
   assert 'features protocol' in out.stdout
-  result = json.loads((workdir / linear_probe.RESULT_FILE).read_text())
+  result = json.loads((workdir / linear_evaluation.RESULT_FILE).read_text())
   assert set(RESULT_KEYS) <= set(result)
   assert result['protocol'] == 'features'
   assert result['checkpoint_step'] == max(checkpoints.finished_steps(str(workdir)))
@@ -51,4 +51,4 @@ def test_pipeline_from_another_process_on_one_device(digits_run, tmp_path):
   assert result['top5'] >= result['top1']
   after = _snapshot(workdir)
   changed = {p for p in after if before.get(p) != after[p]}
-  assert changed == {workdir / linear_probe.RESULT_FILE}
+  assert changed == {workdir / linear_evaluation.RESULT_FILE}

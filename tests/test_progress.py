@@ -3,7 +3,7 @@ percentage and period, the timer's pauses, and training's line built on it.
 
 The other callers' tests check their lines through `progress_lines` (the one format, logged
 by this module's call): tests/evaluation/test_embedding.py, data/test_arrays.py,
-evaluation/test_linear_probe.py, graphs/test_train.py; training's is below.
+evaluation/test_linear_evaluation.py, graphs/test_train.py; training's is below.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The values a config field chooses among, declared here and read by the modules that act on
 them: the datasets (`data`), the second view's kind (`data/loaders`), the optimizers and
-schedules (`optimizers`), the retrieval metrics (`evaluation/retrieval`), the ways
+schedules (`optimizers`), the retrieval metrics (`evaluation/retrieval_metrics`), the ways
 `keep_best` ranks (`rundir/checkpoints`). So config/fields checks a value against the very
 list its owner builds from, and config imports none of them.
 

@@ -49,7 +49,7 @@ NORMALIZATION = {
   'imagenet': ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
 }
 DIAGNOSTICS_POSITIVES = ('sample', 'label')
-LINEAR_EVAL_PROTOCOLS = ('features', 'augmented')  # both run by evaluation/linear_probe
+LINEAR_EVAL_PROTOCOLS = ('features', 'augmented')  # both run by evaluation/linear_evaluation
 
 KEEP = "drop the override to keep the config file's value"
 _AT_LEAST_1 = at_least(1, 'use e.g. 1')
@@ -384,7 +384,7 @@ KNN = (
   ),
 )
 
-# The online linear probe (training/probe; docs/training.md, "The online linear probe"): its
+# The online linear probe (training/online_probe; docs/training.md, "The online linear probe"): its
 # state is in every checkpoint, so a resumed run keeps these as it started.
 PROBE = (
   Field(

@@ -20,7 +20,7 @@ from hscl_jax import models
 from hscl_jax import parallel
 from hscl_jax.data import augment
 from hscl_jax.evaluation import knn
-from hscl_jax.evaluation import retrieval
+from hscl_jax.evaluation import retrieval_metrics
 
 
 def make_feature_fn(
@@ -153,13 +153,13 @@ def knn_accuracy(
 def monitor_retrieval(
   knn_config: ml_collections.ConfigDict, features: MonitorFeatures
 ) -> dict[str, float]:
-  """The retrieval metrics named by config.knn.retrieval (evaluation/retrieval) of the
+  """The retrieval metrics named by config.knn.retrieval (evaluation/retrieval_metrics) of the
   monitor's queries ranked against its bank; {} when it names none."""
-  names = retrieval.metric_names(knn_config.retrieval)
+  names = retrieval_metrics.metric_names(knn_config.retrieval)
   if not names:
     return {}
   (bank, bank_labels, bank_mask), (queries, query_labels, query_mask) = features
-  return retrieval.retrieval_metrics(
+  return retrieval_metrics.retrieval_metrics(
     queries,
     query_labels,
     bank,

@@ -63,7 +63,7 @@ from ml_collections import config_flags
 
 from hscl_jax import errors
 from hscl_jax.config import command_line
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.evaluation import linear_evaluation
 from hscl_jax.experiments import grid
 from hscl_jax.experiments import plots
 from hscl_jax.experiments import reports
@@ -86,7 +86,7 @@ _GRID = flags.DEFINE_list(
   '(Sig-SCL, Sig-H-SCL(β) beside them, paired with them).',
 )
 _PROTOCOL = flags.DEFINE_enum(
-  'protocol', 'features', linear_probe.PROTOCOLS, 'Linear evaluation protocol.'
+  'protocol', 'features', linear_evaluation.PROTOCOLS, 'Linear evaluation protocol.'
 )
 _REPORT_DIR = flags.DEFINE_string(
   'report_dir', None, 'Where report.md and its plots go (default: --workdir).'

@@ -28,7 +28,7 @@ import ml_collections
 
 from hscl_jax import progress
 from hscl_jax.config import methods
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.evaluation import linear_evaluation
 from hscl_jax.experiments import run_records
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import lock as workdir_lock
@@ -220,7 +220,7 @@ def finished_run(root: str, setting: Setting, seed: int, linear_eval) -> dict | 
   """The run's results if it trained every epoch and its last checkpoint was
   linear-evaluated with the settings `linear_eval` (config.linear_eval); None otherwise."""
   workdir = run_dir(root, setting, seed)
-  result_path = os.path.join(workdir, linear_probe.RESULT_FILE)
+  result_path = os.path.join(workdir, linear_evaluation.RESULT_FILE)
   if not os.path.exists(result_path):
     return None
   with open(result_path) as f:
@@ -268,7 +268,7 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str, records
       raise Preempted(trained.stop_signal)  # the run saved its checkpoint: the grid stops too
     # Evaluated under the run's lock, so two workers never evaluate the same run.
     with workdir_lock.WorkdirLock(workdir):
-      result = linear_probe.linear_evaluate(config, workdir)
+      result = linear_evaluation.linear_evaluate(config, workdir)
   except workdir_lock.WorkdirBusyError:
     return None
   except stored_config.ConfigChangedError as changed:

@@ -20,14 +20,14 @@ import os
 
 from absl import logging
 
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.evaluation import linear_evaluation
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import layout
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import stored_config
 
 RECORDS_DIR = 'runs'
-FILES = (layout.CONFIG_FILE, layout.METRICS_FILE, linear_probe.RESULT_FILE)
+FILES = (layout.CONFIG_FILE, layout.METRICS_FILE, linear_evaluation.RESULT_FILE)
 # Where the data lies on this machine: differs between machines, not between runs.
 LOCATION_FIELDS = ('folder', 'data_dir')
 
@@ -63,7 +63,7 @@ def read_record(directory: str, config, linear_eval: dict, keys) -> dict | None:
     return None
   with open(os.path.join(directory, layout.CONFIG_FILE)) as f:
     recorded_config = json.load(f)
-  with open(os.path.join(directory, linear_probe.RESULT_FILE)) as f:
+  with open(os.path.join(directory, linear_evaluation.RESULT_FILE)) as f:
     linear = json.load(f)
   history = metrics.read_metrics(directory)
   changed = config_differences(recorded_config, config)

@@ -4,7 +4,7 @@ steps, evaluation), read by the epoch's record (`epoch_time`, the throughput, `k
 and by the progress line's rate and ETA.
 
 What an epoch's record needs of an epoch that a SIGTERM split over several processes
-(`EpochTimes`) travels in the checkpoint's metadata (rundir/resume); the rest is this
+(`EpochTimes`) travels in the checkpoint's metadata (rundir/run_log); the rest is this
 process's: the rate since its compiling step, and its last evaluation's time.
 """
 

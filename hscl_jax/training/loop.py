@@ -2,7 +2,7 @@
 
 `train_and_evaluate` locks the workdir and runs `_run`, the run's life in one place: the
 run built from its config (the plan, state and step of training/plan, training/state and
-training/step), restored from its workdir (rundir/resume), then one loop over its steps
+training/step), restored from its workdir (rundir/run_log), then one loop over its steps
 with each epoch's end in it; at a SIGTERM or Ctrl-C (training/preemption) it saves a
 checkpoint and stops, or stops at once where it has nothing to save yet (before its first
 step is taken) and at a second Ctrl-C.
@@ -39,16 +39,16 @@ from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import lock as workdir_lock
 from hscl_jax.rundir import metrics
-from hscl_jax.rundir import resume
+from hscl_jax.rundir import run_log as run_log_lib
 from hscl_jax.rundir import stored_config
 from hscl_jax.rundir import timing
+from hscl_jax.training import log_lines
+from hscl_jax.training import online_probe
 from hscl_jax.training import plan as plan_lib
 from hscl_jax.training import preemption as preemption_lib
-from hscl_jax.training import probe as probe_lib
 from hscl_jax.training import profiling
 from hscl_jax.training import state as state_lib
 from hscl_jax.training import step as step_lib
-from hscl_jax.training import summaries
 
 NonFiniteLossError = errors.NonFiniteLossError
 # The kNN monitor's figure: what config.keep_best's default keeps the best checkpoint by.
@@ -126,17 +126,17 @@ def _run(config, workdir: str, mesh, built: plan_lib.Built, preemption) -> Train
   where the epoch stood, then stops; a non-finite loss stops the run without saving."""
   run, state = _build(config, mesh, built)
   plan = run.plan
-  book = resume.RunRecord(
+  run_log = run_log_lib.RunLog(
     workdir, keep=config.keep_checkpoints, keep_best=keep_best(config), enabled=_is_writer()
   )
   trace = profiling.StepTrace(workdir, config.profile_steps)
   try:
-    state, start, pending, timer = _restore(run, book, state)
+    state, start, pending, timer = _restore(run, run_log, state)
     metrics.write_config(workdir, config, enabled=_is_writer())
     _log_start(run, state)
     if start >= plan.total_steps and not pending:
-      logging.info('%s', _already_complete_line(plan, book.records))
-      return _result(state, book, None, already_complete=True)
+      logging.info('%s', _already_complete_line(plan, run_log.records))
+      return _result(state, run_log, None, already_complete=True)
     if start:
       logging.info('Resumed from the checkpoint at %s.', _position(plan, start))
     progress = _progress(run, start, timer)
@@ -144,7 +144,7 @@ def _run(config, workdir: str, mesh, built: plan_lib.Built, preemption) -> Train
     with preemption.deferring():
       try:
         if pending:  # the epoch's steps were all taken before the signal, not its record
-          state, last_record = _end_epoch(run, book, timer, preemption, state, step)
+          state, last_record = _end_epoch(run, run_log, timer, preemption, state, step)
           pending = False
           _check_between_epochs(preemption, step, plan)
         for step in range(start + 1, plan.total_steps + 1):  # the step it reaches
@@ -160,26 +160,26 @@ def _run(config, workdir: str, mesh, built: plan_lib.Built, preemption) -> Train
           trace.step_done(scalars)
           if log_step:
             row = _step_row(run, step, epoch, scalars, host_hyper)  # waits: real timings
-            book.write_step(step, row)
-            _check_finite(state, step, epoch, book, plan)
+            run_log.write_step(step, row)
+            _check_finite(state, step, epoch, run_log, plan)
             progress.log(step, row['train_loss'])
           preemption.check(sync_point=log_step)
           if pending:
             timer.stop(step)
-            state, last_record = _end_epoch(run, book, timer, preemption, state, step)
+            state, last_record = _end_epoch(run, run_log, timer, preemption, state, step)
             pending = False
             _check_between_epochs(preemption, step, plan)
       except preemption_lib.Preempted as stop:
-        _stop_for_preemption(run, book, timer, state, step, pending, stop.signum)
-        return _result(state, book, last_record, stop_signal=stop.signum)
-    return _result(state, book, last_record)
+        _stop_for_preemption(run, run_log, timer, state, step, pending, stop.signum)
+        return _result(state, run_log, last_record, stop_signal=stop.signum)
+    return _result(state, run_log, last_record)
   except preemption_lib.StoppedAtOnce as stop:
     stop.describe_step = functools.partial(_position, plan)
     raise
   finally:
     with preemption.deferring():  # a signal lets the last checkpoint's write finish
       trace.close()
-      book.close()
+      run_log.close()
 
 
 def keep_best(config: ml_collections.ConfigDict) -> str:
@@ -201,7 +201,7 @@ def closing_summary(
   else:
     head = (
       f'Finished {config.num_epochs} epochs in {progress.format_duration(seconds)}, '
-      f'{summaries.final_monitor(result.records)}{_best_of_run(config, workdir, result.records)}'
+      f'{log_lines.final_monitor(result.records)}{_best_of_run(config, workdir, result.records)}'
     )
   commands = [
     f'python -m hscl_jax.linear_eval --workdir={workdir}',
@@ -226,10 +226,10 @@ def _best_of_run(config: ml_collections.ConfigDict, workdir: str, records) -> st
   # Before anything that differs between processes (only process 0 keeps the records):
   # reading the checkpoints back is collective.
   stored = checkpoints.best_checkpoint(workdir) if kept else None
-  best = summaries.best_epoch(records, figure.metric, figure.mode)
+  best = log_lines.best_epoch(records, figure.metric, figure.mode)
   if best is None:
     return ''
-  text = f'; {summaries.best_part(best, figure.metric)}'
+  text = f'; {log_lines.best_part(best, figure.metric)}'
   if stored is None or stored.metric != figure.metric:
     return text
   if stored.step == best['step']:
@@ -271,7 +271,7 @@ def _build(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, built: pl
     optimizer,
     augment_params.image_size,
     mesh,
-    probe_classes=train_source.num_classes if probe_lib.enabled(config) else None,
+    probe_classes=train_source.num_classes if online_probe.enabled(config) else None,
   )
   run = _Pieces(
     config=config,
@@ -286,10 +286,10 @@ def _build(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh, built: pl
   return run, state
 
 
-def _restore(run: _Pieces, book: resume.RunRecord, state: state_lib.TrainState):
+def _restore(run: _Pieces, run_log: run_log_lib.RunLog, state: state_lib.TrainState):
   """(state, step, whether the epoch's end is pending, the timer with the epoch's times) of
   the newest usable checkpoint, or the initial ones."""
-  restored = book.restore(state_lib.state_to_checkpoint(state), run.train_iter)
+  restored = run_log.restore(state_lib.state_to_checkpoint(state), run.train_iter)
   if restored.tree is not None:
     state = state_lib.state_from_checkpoint(restored.tree)
   timer = timing.Timer(restored.step, restored.position.times)
@@ -298,8 +298,8 @@ def _restore(run: _Pieces, book: resume.RunRecord, state: state_lib.TrainState):
 
 def _log_start(run: _Pieces, state: state_lib.TrainState) -> None:
   config, plan = run.config, run.plan
-  logging.info('%s', summaries.size_line(state))
-  summaries.log_queue_memory(config, state)
+  logging.info('%s', log_lines.size_line(state))
+  log_lines.log_queue_memory(config, state)
   logging.info(
     '%s on %s: %d devices, global batch %d, %d steps/epoch, %d epochs.',
     config.method,
@@ -310,7 +310,7 @@ def _log_start(run: _Pieces, state: state_lib.TrainState) -> None:
     plan.num_epochs,
   )
   if config.samples_per_class:
-    info, warning = summaries.class_aware_epoch_lines(config, run.train_iter.order)
+    info, warning = log_lines.class_aware_epoch_lines(config, run.train_iter.order)
     logging.info('%s', info)
     if warning:
       logging.warning('%s', warning)
@@ -340,7 +340,7 @@ def _progress(run: _Pieces, start: int, timer: timing.Timer) -> metrics.Progress
 
 
 def _already_complete_line(plan: plan_lib.Plan, records: list[dict[str, Any]]) -> str:
-  epochs, figures = plan.num_epochs, summaries.final_monitor(records)
+  epochs, figures = plan.num_epochs, log_lines.final_monitor(records)
   return (
     f'Already complete: {epochs} of {epochs} epochs ({figures}). '
     f'To train longer, rerun with --config.num_epochs={2 * epochs} (or any larger number) '
@@ -349,13 +349,13 @@ def _already_complete_line(plan: plan_lib.Plan, records: list[dict[str, Any]]) -
 
 
 def _result(
-  state, book: resume.RunRecord, last_record, *, stop_signal=None, already_complete=False
+  state, run_log: run_log_lib.RunLog, last_record, *, stop_signal=None, already_complete=False
 ) -> TrainResult:
   return TrainResult(
     state=state,
     stop_signal=stop_signal,
     last_record=last_record,
-    records=list(book.records),
+    records=list(run_log.records),
     already_complete=already_complete,
   )
 
@@ -367,7 +367,7 @@ def _check_between_epochs(preemption, step: int, plan: plan_lib.Plan) -> None:
     preemption.check()
 
 
-def _end_epoch(run: _Pieces, book, timer: timing.Timer, preemption, state, step: int):
+def _end_epoch(run: _Pieces, run_log, timer: timing.Timer, preemption, state, step: int):
   """(state with fresh metric sums, the epoch's record): the record (means, timings, kNN
   when due) written and logged, then a checkpoint when one is due. A SIGTERM during the
   kNN raises before anything is written."""
@@ -379,18 +379,18 @@ def _end_epoch(run: _Pieces, book, timer: timing.Timer, preemption, state, step:
   # Fresh zeros each epoch: the step donates (deletes) the state's buffers.
   zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), state.metric_sums)
   state = state.replace(metric_sums=parallel.replicated(zeros, run.mesh))
-  record = book.write_record(step, record)
+  record = run_log.write_record(step, record)
   logging.info(
     '%s',
-    summaries.epoch_summary(
+    log_lines.epoch_line(
       record, num_epochs=plan.num_epochs, compile_seconds=timer.epoch.compile_seconds
     ),
   )
   timer.next_epoch()
   # An epoch at least as good as every earlier one by keep_best's figure is saved too, so
   # the best epoch is kept whatever checkpoint_every_epochs says.
-  if book.new_best or progress.is_due(epoch, config.checkpoint_every_epochs, plan.num_epochs):
-    _save(run, book, state, step, resume.EpochPosition())
+  if run_log.new_best or progress.is_due(epoch, config.checkpoint_every_epochs, plan.num_epochs):
+    _save(run, run_log, state, step, run_log_lib.EpochPosition())
   return state, record
 
 
@@ -444,17 +444,17 @@ def _knn(run: _Pieces, state, timer: timing.Timer, preemption) -> dict[str, floa
   figures['knn_time'] = seconds
   if state.probe is not None:
     params = jax.tree.map(parallel.replicated_value, state.probe['params'])
-    figures['probe_top1'] = probe_lib.top1(params, *features.queries)
+    figures['probe_top1'] = online_probe.top1(params, *features.queries)
   return figures
 
 
-def _save(run: _Pieces, book, state, step: int, position: resume.EpochPosition) -> None:
+def _save(run: _Pieces, run_log, state, step: int, position: run_log_lib.EpochPosition) -> None:
   """A checkpoint of the state, the input position and where the epoch stands."""
-  book.save(step, state_lib.state_to_checkpoint(state), run.train_iter, position)
+  run_log.save(step, state_lib.state_to_checkpoint(state), run.train_iter, position)
 
 
 def _check_finite(
-  state, step: int, epoch: int, book: resume.RunRecord, plan: plan_lib.Plan
+  state, step: int, epoch: int, run_log: run_log_lib.RunLog, plan: plan_lib.Plan
 ) -> None:
   """Raises if a step of the epoch so far had a non-finite loss or gradient."""
   sums = {
@@ -463,7 +463,7 @@ def _check_finite(
   }
   if all(np.isfinite(v) for v in sums.values()):
     return
-  where = _rerun_outcome(book.last_saved_step(), functools.partial(_position, plan))
+  where = _rerun_outcome(run_log.last_saved_step(), functools.partial(_position, plan))
   raise NonFiniteLossError(
     f'Non-finite training loss or gradient (epoch sums: {sums}) in epoch {epoch}, by step '
     f'{step}. The state was not saved; {where}. Try a lower optimizer.learning_rate, a '
@@ -472,13 +472,15 @@ def _check_finite(
 
 
 def _stop_for_preemption(
-  run: _Pieces, book, timer: timing.Timer, state, step: int, pending: bool, signum: int
+  run: _Pieces, run_log, timer: timing.Timer, state, step: int, pending: bool, signum: int
 ) -> None:
   """Saves the state at `step` with where its epoch stood, then says so in one line."""
   timer.stop(step)
-  _check_finite(state, step, run.plan.epoch_of_step(max(step - 1, 0)), book, run.plan)
-  _save(run, book, state, step, resume.EpochPosition(pending, timer.epoch))  # no-op if saved
-  book.wait_until_finished()
+  _check_finite(state, step, run.plan.epoch_of_step(max(step - 1, 0)), run_log, run.plan)
+  _save(
+    run, run_log, state, step, run_log_lib.EpochPosition(pending, timer.epoch)
+  )  # no-op if saved
+  run_log.wait_until_finished()
   logging.warning(
     '%s: saved the checkpoint at %s; rerun the same command to resume.',
     errors.signal_name(signum),

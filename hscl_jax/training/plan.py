@@ -141,7 +141,7 @@ def dropped_examples_warning(
   of the training examples, with the batch size that keeps the most; None otherwise."""
   n, batch, steps = order.num_examples, config.batch_size, order.steps_per_epoch
   dropped = n - steps * batch
-  # Class-aware epochs have their own line (training/summaries); a steps_per_epoch_limit
+  # Class-aware epochs have their own line (training/log_lines); a steps_per_epoch_limit
   # chooses what an epoch trains on.
   chosen = config.samples_per_class or config.steps_per_epoch_limit is not None
   if chosen or dropped < LARGE_DROP_SHARE * n:

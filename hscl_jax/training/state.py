@@ -17,7 +17,7 @@ import optax
 
 from hscl_jax import models
 from hscl_jax.config import methods
-from hscl_jax.training import probe as probe_lib
+from hscl_jax.training import online_probe
 from hscl_jax.training import queue as negative_queue
 
 
@@ -34,7 +34,7 @@ class TrainState(flax.struct.PyTreeNode):
   queue: negative_queue.Queue | None = None
   # The momentum key encoder {'params', 'batch_stats'}, None with config.queue_momentum = 0.
   key_encoder: dict[str, Any] | None = None
-  # The online linear probe {'params', 'opt_state'} (training/probe), None without one.
+  # The online linear probe {'params', 'opt_state'} (training/online_probe), None without one.
   probe: dict[str, Any] | None = None
   # The loss's trained parameters {'params': {'log_t', 'b'}, 'opt_state'} (a sigmoid row of
   # config/methods), stepped by the model's optimizer; None for a loss that trains none.
@@ -64,7 +64,7 @@ def create_train_state(
 ) -> TrainState:
   """Initial state, replicated over the mesh. Same seed -> same state on any device count.
 
-  `probe_classes`: the classes of an online linear probe (training/probe) the state holds;
+  `probe_classes`: the classes of an online linear probe (training/online_probe) the state holds;
   None: no probe (the training loop passes the dataset's classes where config.probe is on).
   Computed by a jit whose outputs are replicated over the mesh, so every process holds its
   devices' copies (a device_put of one device's arrays would not reach other processes).
@@ -107,7 +107,9 @@ def _initial_probe(config, model, variables, image_shape, probe_classes):
       variables, jnp.zeros((1, *image_shape)), method=models.ContrastiveModel.features
     )
   )
-  return probe_lib.initial(probe_lib.create_optimizer(config), features.shape[-1], probe_classes)
+  return online_probe.initial(
+    online_probe.create_optimizer(config), features.shape[-1], probe_classes
+  )
 
 
 def _initial_loss_state(config, optimizer):

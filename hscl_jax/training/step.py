@@ -40,7 +40,7 @@ from hscl_jax import parallel
 from hscl_jax.config import methods
 from hscl_jax.data import augment
 from hscl_jax.training import gradcache
-from hscl_jax.training import probe as probe_lib
+from hscl_jax.training import online_probe
 from hscl_jax.training import queue as negative_queue
 from hscl_jax.training import state as state_lib
 
@@ -195,7 +195,7 @@ def _encoder(model, augment_params: augment.AugmentParams, rng: jax.Array, step:
     )
     per_sample = (images.shape[0], views.shape[1], -1)
     z = losses.l2_normalize(projections).reshape(per_sample)
-    h = probe_lib.inputs(h).reshape(per_sample) if probe_features else None
+    h = online_probe.inputs(h).reshape(per_sample) if probe_features else None
     return (z, h), updates.get('batch_stats', batch_stats)  # none without BatchNorm
 
   return encode
@@ -210,10 +210,10 @@ def make_train_step(
 ):
   """jit(shard_map(step)): (state, {'image' uint8[B,2,H,W,3], 'label'}, hyper) -> (state,
   `step_scalars`), replicated, the scalars read on the host only at the logging steps. A
-  state with an online probe (training/probe) trains it in the same step, on the detached
+  state with an online probe (training/online_probe) trains it in the same step, on the detached
   backbone features of the step's views."""
   loss_fn, diagnostics_fn = make_loss_fn(config)
-  probe_optimizer = probe_lib.create_optimizer(config)
+  probe_optimizer = online_probe.create_optimizer(config)
 
   def per_device_step(state: state_lib.TrainState, batch, hyper):
     images, labels = batch['image'], batch['label']
@@ -238,7 +238,7 @@ def make_train_step(
       step_metrics.update(diagnostics_fn(z, labels, hyper))
     probe = state.probe
     if probe is not None:
-      probe, step_metrics['probe_loss'] = probe_lib.update(
+      probe, step_metrics['probe_loss'] = online_probe.update(
         probe_optimizer, probe, h, labels, parallel.AXIS
       )
     # The values are already identical on every device; pmean states it to shard_map.

@@ -12,7 +12,7 @@ from hscl_jax import optimizers
 from hscl_jax.config import choices
 from hscl_jax.config import fields
 from hscl_jax.data import loaders
-from hscl_jax.evaluation import retrieval
+from hscl_jax.evaluation import retrieval_metrics
 from hscl_jax.rundir import checkpoints
 
 
@@ -20,7 +20,7 @@ def test_each_owner_reads_the_list_the_config_checks_against():
   assert data.DATASETS is choices.DATASETS
   assert loaders.POSITIVE_MODES is choices.POSITIVE_MODES
   assert checkpoints.MODES is choices.KEEP_BEST_MODES
-  assert retrieval.metric_names is choices.retrieval_metric_names
+  assert retrieval_metrics.metric_names is choices.retrieval_metric_names
 
 
 def test_every_choice_the_config_accepts_is_built_by_its_owner():

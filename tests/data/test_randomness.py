@@ -28,7 +28,7 @@ from scipy import stats
 from hscl_jax import data
 from hscl_jax.data import arrays
 from hscl_jax.data import loaders
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.evaluation import linear_evaluation
 
 ALPHA = 1e-6  # the chance that a correct implementation fails one of these tests
 EXAMPLES = 6  # hypothesis examples per test: each gets ALPHA / EXAMPLES
@@ -295,12 +295,12 @@ def test_same_class_partners_are_drawn_anew_each_epoch(case_seed, seed):
 
 
 def probe_batches(num_examples: int, batch: int, seed: int, epochs: int) -> list[np.ndarray]:
-  """The training examples of each epoch, in the order `linear_probe._train_loop` feeds
+  """The training examples of each epoch, in the order `linear_evaluation._train_loop` feeds
   them, recorded from its batch function (a 2-feature, 2-class classifier)."""
   cfg = ml_collections.ConfigDict(
     {'batch_size': batch, 'num_epochs': epochs, 'learning_rate': 1e-3, 'weight_decay': 0.0}
   )
-  setup = linear_probe.LinearSetup(num_classes=2, feature_dim=2, cfg=cfg)
+  setup = linear_evaluation.LinearSetup(num_classes=2, feature_dim=2, cfg=cfg)
   features = jax.device_put(np.zeros((batch, 2), np.float32))
   labels = jax.device_put(np.zeros(batch, np.int32))
   fed = {}
@@ -309,7 +309,7 @@ def probe_batches(num_examples: int, batch: int, seed: int, epochs: int) -> list
     fed.setdefault(epoch, []).append(np.asarray(indices))
     return features, labels
 
-  linear_probe._train_loop(setup, num_examples, batch_fn, seed)
+  linear_evaluation._train_loop(setup, num_examples, batch_fn, seed)
   return [np.concatenate(fed[e]) for e in sorted(fed)]
 
 

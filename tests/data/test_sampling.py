@@ -341,20 +341,20 @@ def test_a_long_tailed_class_aware_epoch_is_warned_of_with_the_epochs_that_make_
   steps (16 of 56 examples) where uniform batches take 7; 10 epochs -> 35 keep the steps."""
   from end_to_end.test_train import tiny_config
 
-  from hscl_jax.training import summaries
+  from hscl_jax.training import log_lines
 
   config = tiny_config()
   config.batch_size, config.samples_per_class, config.num_epochs = 8, 2, 10
   labels = np.repeat(np.arange(5), [40, 4, 4, 4, 4])
   order = sampling.EpochOrder(56, labels=labels, global_batch_size=8, seed=0, samples_per_class=2)
-  info, warning = summaries.class_aware_epoch_lines(config, order)
+  info, warning = log_lines.class_aware_epoch_lines(config, order)
   steps, line = class_aware_line(2, 8, labels)
   assert (steps, info) == (2, line)
   assert warning.startswith('Class-aware epochs visit only 28.6% of the training examples (2 ')
   assert 'schedule in steps, is 3.5x shorter. Fix: --config.num_epochs=35 ' in warning
   balanced = np.repeat(np.arange(4), 6)
   order = sampling.EpochOrder(24, labels=balanced, global_batch_size=8, seed=0, samples_per_class=2)
-  info, warning = summaries.class_aware_epoch_lines(config, order)
+  info, warning = log_lines.class_aware_epoch_lines(config, order)
   assert (info, warning) == (class_aware_line(2, 8, balanced)[1], None)
   assert '100.0% of the 24' in info
 

@@ -1,7 +1,7 @@
 """The best checkpoint picked by `--checkpoint=best|latest|STEP` in every program that reads
 a trained run (rundir/trained_run and the five programs), and kept by a training run by
 default. Its retention: tests/rundir/test_checkpoints.py; a save mid-epoch ranked across a
-resume: tests/rundir/test_resume.py.
+resume: tests/rundir/test_run_log.py.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from hscl_jax.config import fields  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.evaluation import features as eval_features  # noqa: E402
 from hscl_jax.evaluation import knn  # noqa: E402
-from hscl_jax.evaluation import linear_probe  # noqa: E402
+from hscl_jax.evaluation import linear_evaluation  # noqa: E402
 from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
@@ -121,7 +121,7 @@ def test_cifar10_folder_config_runs_an_epoch_on_a_generated_folder(tmp_path):
   )
   assert 0.25 < expected < 1 and expected not in wrong, (expected, wrong)
   assert record['knn_top1'] == pytest.approx(expected, abs=1e-6)
-  result = linear_probe.linear_evaluate(config, workdir)
+  result = linear_evaluation.linear_evaluate(config, workdir)
   assert (result['num_train'], result['num_test']) == (24, 40)
   with open(os.path.join(workdir, layout.CONFIG_FILE)) as f:
     assert json.load(f)['train_examples'] == 24

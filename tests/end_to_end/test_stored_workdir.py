@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import pytest
 
-from hscl_jax.evaluation import retrieval
+from hscl_jax.evaluation import retrieval_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = REPO / 'tests' / 'fixtures' / 'digits_workdir'
@@ -151,7 +151,7 @@ def test_the_stored_workdir_gives_the_figures_its_version_gave(tmp_path):
   expected = json.loads(EXPECTED.read_text())
   measured = measure(tmp_path)
   added = [
-    {key: record.pop(key) for key in list(record) if retrieval.is_metric(key)}
+    {key: record.pop(key) for key in list(record) if retrieval_metrics.is_metric(key)}
     for record in measured['resumed']['records']
   ]
   assert [sorted(figures) for figures in added] == [[], [], ['map_at_r', 'precision_at_1']]

@@ -55,11 +55,11 @@ from hscl_jax.rundir import metrics  # noqa: E402,E501
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.rundir import versions  # noqa: E402
+from hscl_jax.training import log_lines  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
 from hscl_jax.training import state as state_lib  # noqa: E402
 from hscl_jax.training import step as step_lib  # noqa: E402
-from hscl_jax.training import summaries  # noqa: E402
 
 EPOCH_KEYS = (
   'epoch',
@@ -392,7 +392,7 @@ def test_the_epoch_lines_show_the_compilation_apart_and_the_run_ends_with_what_n
   compiling = re.search(r'\((\d+\.\d) s compiling\)', epoch_lines[0])
   other_steps = first['epoch_time'] - tiny_config().batch_size * 2 / first['samples_per_second']
   assert abs(float(compiling.group(1)) - other_steps) <= 0.051, (epoch_lines[0], other_steps)
-  assert epoch_lines[1] == summaries.epoch_summary(second, num_epochs=2)  # no compilation
+  assert epoch_lines[1] == log_lines.epoch_line(second, num_epochs=2)  # no compilation
   assert f'  {first["images_per_second"]:.0f} views/s  ' in epoch_lines[0]
   head, *commands = lines[-1].split('\n')
   # The best epoch by the kNN (of equal ones the newer), whose checkpoint the run kept.

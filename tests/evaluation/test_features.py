@@ -9,7 +9,7 @@ import pytest
 
 from hscl_jax.evaluation import features as eval_features
 from hscl_jax.evaluation import knn
-from hscl_jax.evaluation import retrieval
+from hscl_jax.evaluation import retrieval_metrics
 
 BATCH = 16  # the extraction's batch: both splits padded to a multiple of it
 
@@ -53,7 +53,7 @@ def test_the_retrieval_figures_of_a_padded_bank_are_the_banks(monitor):
   config, (bank, bank_labels), (queries, query_labels), padded = monitor
   assert len(padded.bank[0]) == 48 and len(padded.queries[0]) == 32
   got = eval_features.monitor_retrieval(config, padded)
-  expected = retrieval.retrieval_metrics(
+  expected = retrieval_metrics.retrieval_metrics(
     queries,
     query_labels,
     bank,

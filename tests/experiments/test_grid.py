@@ -48,7 +48,7 @@ def test_a_run_stopped_by_a_signal_stops_the_grid_with_it(tmp_path, monkeypatch,
   config = digits.get_config()
   stopped = loop.TrainResult(state=None, stop_signal=signum, last_record=None)
   monkeypatch.setattr(loop, 'train_and_evaluate', lambda *args: stopped)
-  monkeypatch.setattr(image_runs.linear_probe, 'linear_evaluate', pytest.fail)
+  monkeypatch.setattr(image_runs.linear_evaluation, 'linear_evaluate', pytest.fail)
   setting = image_grid.settings(config, set())[0]
   with pytest.raises(image_runs.Preempted) as stop:
     image_runs.run_one(config, setting, 0, str(tmp_path), config.linear_eval.protocol)

@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO))
 from configs import digits  # noqa: E402
 from hscl_jax import data  # noqa: E402
 from hscl_jax.evaluation import inspection  # noqa: E402
-from hscl_jax.evaluation import linear_probe  # noqa: E402
+from hscl_jax.evaluation import linear_evaluation  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.experiments import grid as image_runs  # noqa: E402
 from hscl_jax.experiments import paired as image_pairs  # noqa: E402
@@ -74,7 +74,7 @@ def write_record(records, config, setting, seed, top1, knn):
       f.write('\n')
   linear = {k: run.linear_eval[k] for k in image_runs.LINEAR_EVAL_KEYS}
   linear.update(top1=top1, top5=1.0, checkpoint_step=10 * run.num_epochs)
-  with open(os.path.join(directory, linear_probe.RESULT_FILE), 'w') as f:
+  with open(os.path.join(directory, linear_evaluation.RESULT_FILE), 'w') as f:
     json.dump(linear, f)
 
 

@@ -19,7 +19,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
-from hscl_jax.evaluation import linear_probe  # noqa: E402
+from hscl_jax.evaluation import linear_evaluation  # noqa: E402
 from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.experiments import grid as image_runs  # noqa: E402
 from hscl_jax.experiments import reports as image_report  # noqa: E402
@@ -123,7 +123,8 @@ def test_a_record_of_another_run_is_not_taken_for_this_one(recorded_grid):
   read = _read(record, same)
   assert read is not None, 'the record of this very run was not taken'
   assert (
-    read['linear']['top1'] == json.loads((record / linear_probe.RESULT_FILE).read_text())['top1']
+    read['linear']['top1']
+    == json.loads((record / linear_evaluation.RESULT_FILE).read_text())['top1']
   )
   moved = image_grid.run_config(config, setting, seed)
   moved.data_dir = '/elsewhere/tfds'  # where the data lies does not shape the run
@@ -135,9 +136,9 @@ def test_a_record_of_another_run_is_not_taken_for_this_one(recorded_grid):
   assert _read(record, same, num_epochs=3) is None  # another linear evaluation
   stale = pathlib.Path(str(record) + '_stale')  # evaluated at an earlier checkpoint
   shutil.copytree(record, stale)
-  linear = json.loads((stale / linear_probe.RESULT_FILE).read_text())
+  linear = json.loads((stale / linear_evaluation.RESULT_FILE).read_text())
   linear['checkpoint_step'] -= 1
-  (stale / linear_probe.RESULT_FILE).write_text(json.dumps(linear))
+  (stale / linear_evaluation.RESULT_FILE).write_text(json.dumps(linear))
   assert _read(stale, same) is None
   (stale / layout.METRICS_FILE).unlink()  # a record without its history
   assert _read(stale, same) is None
@@ -188,7 +189,7 @@ def _finished_workdir(workdir, config, *, last_step, top1):
   history = [{'epoch': e, 'step': last_step * e // config.num_epochs} for e in range(1, 3)]
   (workdir / layout.METRICS_FILE).write_text(''.join(json.dumps(r) + '\n' for r in history))
   linear = {**config.linear_eval.to_dict(), 'checkpoint_step': last_step, 'top1': top1}
-  (workdir / linear_probe.RESULT_FILE).write_text(json.dumps(linear))
+  (workdir / linear_evaluation.RESULT_FILE).write_text(json.dumps(linear))
   (workdir / 'checkpoints' / str(last_step)).mkdir(parents=True)
 
 

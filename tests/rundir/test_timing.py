@@ -12,7 +12,7 @@ import pytest
 
 from hscl_jax import progress
 from hscl_jax.rundir import metrics
-from hscl_jax.rundir import resume
+from hscl_jax.rundir import run_log as run_log_lib
 from hscl_jax.rundir import timing
 
 
@@ -115,8 +115,8 @@ def test_the_epoch_throughput_leaves_out_the_compiling_steps():
   assert times.without_compilation() == (8, 8.0)
   one_step = timing.EpochTimes(seconds=3.0, steps_timed=1, compile_seconds=3.0, compile_steps=1)
   assert one_step.without_compilation() == (1, 3.0)
-  position = resume.EpochPosition(times=times)
-  restored, records = resume.EpochPosition.from_metadata(position.to_metadata([{'epoch': 1}]))
+  position = run_log_lib.EpochPosition(times=times)
+  restored, records = run_log_lib.EpochPosition.from_metadata(position.to_metadata([{'epoch': 1}]))
   assert restored == position and records == [{'epoch': 1}]
 
 

@@ -15,7 +15,7 @@ sys.path.insert(0, str(REPO))
 
 from configs import digits  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402
-from hscl_jax.rundir import resume  # noqa: E402
+from hscl_jax.rundir import run_log as run_log_lib  # noqa: E402
 from hscl_jax.rundir import timing  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
 from hscl_jax.rundir import versions  # noqa: E402
@@ -28,10 +28,10 @@ def test_config_json_and_checkpoint_metadata_carry_the_version(tmp_path):
   stored = json.loads((tmp_path / 'config.json').read_text())
   assert stored['format_version'] == versions.FORMAT_VERSION == 1
   assert 'format_version' not in trained_run.load_run_config(str(tmp_path))  # not a field
-  pending = resume.EpochPosition(steps_done=True, times=timing.EpochTimes(seconds=2.5))
+  pending = run_log_lib.EpochPosition(steps_done=True, times=timing.EpochTimes(seconds=2.5))
   metadata = pending.to_metadata([{'step': 1}])
   assert metadata['format_version'] == 1
-  position, records = resume.EpochPosition.from_metadata(json.loads(json.dumps(metadata)))
+  position, records = run_log_lib.EpochPosition.from_metadata(json.loads(json.dumps(metadata)))
   assert position == pending and records == [{'step': 1}]
 
 
@@ -57,8 +57,8 @@ def test_a_format_0_config_reads_as_it_trained():
 
 
 def test_a_format_0_checkpoint_s_metadata_has_no_records_and_no_timings():
-  position, records = resume.EpochPosition.from_metadata({'epoch_end_pending': True})
-  assert position == resume.EpochPosition(steps_done=True) and records is None
+  position, records = run_log_lib.EpochPosition.from_metadata({'epoch_end_pending': True})
+  assert position == run_log_lib.EpochPosition(steps_done=True) and records is None
 
 
 @pytest.mark.parametrize('version', [2, -1, '1'])
@@ -67,4 +67,4 @@ def test_a_format_this_version_cannot_read_is_refused_naming_the_fix(tmp_path, v
   with pytest.raises(versions.FormatError, match='written by a newer hscl_jax. Fix: upgrade'):
     trained_run.load_run_config(str(tmp_path))
   with pytest.raises(versions.FormatError, match=f'format_version {version!r}'):
-    resume.EpochPosition.from_metadata({'format_version': version})
+    run_log_lib.EpochPosition.from_metadata({'format_version': version})

@@ -25,7 +25,7 @@ from hscl_jax import parallel
 from hscl_jax.config import choices
 from hscl_jax.evaluation import figures
 from hscl_jax.evaluation import inspection
-from hscl_jax.evaluation import linear_probe
+from hscl_jax.evaluation import linear_evaluation
 from hscl_jax.rundir import checkpoints
 from hscl_jax.training import loop
 
@@ -86,7 +86,7 @@ def test_every_next_command_of_the_closing_line_runs_after_the_readme_install(di
   for command in commands:
     out = run_as_installed(command, hidden, env)
     assert out.returncode == 0, (command, out.stderr[-3000:])
-  assert (run / linear_probe.RESULT_FILE).is_file()
+  assert (run / linear_evaluation.RESULT_FILE).is_file()
   assert (run / 'embeddings.npz').is_file()
   assert sorted(p.name for p in (run / 'inspect').iterdir()) == sorted(inspection.FILES)
   cache = figures.font_cache_file(str(fonts))

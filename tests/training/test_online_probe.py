@@ -1,4 +1,4 @@
-"""The online linear probe (training/probe): it leaves the encoder's update as it is, it
+"""The online linear probe (training/online_probe): it leaves the encoder's update as it is, it
 learns what an independent reference says, its state is checkpointed only where it runs,
 and a run stored without one resumes without one."""
 
@@ -26,11 +26,11 @@ from hscl_jax.data import augment  # noqa: E402
 from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.rundir import versions  # noqa: E402
+from hscl_jax.training import log_lines  # noqa: E402
+from hscl_jax.training import online_probe  # noqa: E402
 from hscl_jax.training import plan as plan_lib  # noqa: E402
-from hscl_jax.training import probe as probe_lib  # noqa: E402
 from hscl_jax.training import state as state_lib  # noqa: E402
 from hscl_jax.training import step as step_lib  # noqa: E402
-from hscl_jax.training import summaries  # noqa: E402
 
 NUM_CLASSES = 10
 
@@ -136,10 +136,10 @@ def test_one_probe_step_on_four_devices_is_the_global_batch_reference():
   labels = rng.integers(0, NUM_CLASSES, 16).astype(np.int32)
   labels[[1, 6, 11]] = -1
   optimizer = optimizers.adam_coupled_l2(0.05, weight_decay=1e-6)
-  probe = probe_lib.initial(optimizer, 12, NUM_CLASSES)
+  probe = online_probe.initial(optimizer, 12, NUM_CLASSES)
   update = jax.jit(
     jax.shard_map(
-      lambda probe, x, y: probe_lib.update(optimizer, probe, x, y, parallel.AXIS),
+      lambda probe, x, y: online_probe.update(optimizer, probe, x, y, parallel.AXIS),
       mesh=mesh,
       in_specs=(P(), P(parallel.AXIS), P(parallel.AXIS)),
       out_specs=(P(), P()),
@@ -157,7 +157,7 @@ def test_top1_counts_the_unpadded_rows():
   features = np.array([[1, 0, 0], [0, 0, 1], [0, 1, 0], [1, 0, 0]], np.float32)
   labels = np.array([0, 2, 0, 1])
   mask = np.array([True, True, True, False])
-  assert probe_lib.top1(params, features, labels, mask) == pytest.approx(2 / 3)
+  assert online_probe.top1(params, features, labels, mask) == pytest.approx(2 / 3)
 
 
 def test_a_run_without_the_probe_stores_the_tree_it_stored_before():
@@ -223,11 +223,11 @@ def test_the_epoch_line_shows_the_probe_beside_the_knn():
     'images_per_second': 20.0,
     'epoch_time': 1.0,
   }
-  assert '  kNN 0.9000  probe 0.8750  ' in summaries.epoch_summary(record, num_epochs=3)
+  assert '  kNN 0.9000  probe 0.8750  ' in log_lines.epoch_line(record, num_epochs=3)
 
 
 def test_probe_features_are_detached_and_normalised():
   h = jnp.array([[3.0, 4.0]])
-  np.testing.assert_allclose(probe_lib.inputs(h), [[0.6, 0.8]], rtol=1e-6)
-  grad = jax.grad(lambda h: probe_lib.inputs(h).sum())(h)
+  np.testing.assert_allclose(online_probe.inputs(h), [[0.6, 0.8]], rtol=1e-6)
+  grad = jax.grad(lambda h: online_probe.inputs(h).sum())(h)
   np.testing.assert_array_equal(grad, np.zeros_like(h))

@@ -13,7 +13,7 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import data
-from hscl_jax.evaluation import retrieval
+from hscl_jax.evaluation import retrieval_metrics
 from hscl_jax.training import queue as negative_queue
 from hscl_jax.training import state as state_lib
 
@@ -59,7 +59,7 @@ def size_line(state: state_lib.TrainState) -> str:
   )
 
 
-def epoch_summary(record: dict[str, Any], *, num_epochs: int, compile_seconds: float = 0.0) -> str:
+def epoch_line(record: dict[str, Any], *, num_epochs: int, compile_seconds: float = 0.0) -> str:
   """One short line per epoch (under 100 columns): its loss, the kNN's and the online
   probe's top-1 where measured, views/s and its time, the step's compilation apart (the
   throughput leaves it out). Every other figure is in metrics.jsonl and TensorBoard; each
@@ -84,14 +84,14 @@ def _seconds(seconds: float) -> str:
 def monitor_parts(record: dict[str, Any]) -> list[str]:
   """The monitor's figures of an epoch record as the lines show them: the kNN top-1, the
   retrieval metrics in their order, the online probe's top-1 (those the record has)."""
-  names = ['knn_top1', *(k for k in record if retrieval.is_metric(k)), 'probe_top1']
+  names = ['knn_top1', *(k for k in record if retrieval_metrics.is_metric(k)), 'probe_top1']
   return [f'{figure_name(k)} {record[k]:.4f}' for k in names if k in record]
 
 
 def figure_name(key: str) -> str:
   """A figure of the records as the closing lines name it: 'kNN top-1', 'P@1', ..."""
-  if retrieval.is_metric(key):
-    return retrieval.short_name(key)
+  if retrieval_metrics.is_metric(key):
+    return retrieval_metrics.short_name(key)
   return {'knn_top1': 'kNN top-1', 'probe_top1': 'probe top-1'}.get(key, key)
 
 

@@ -1,4 +1,4 @@
-"""evaluation/linear_probe, linear evaluation from Orbax checkpoints: the pipeline, the
+"""evaluation/linear_evaluation, linear evaluation from Orbax checkpoints: the pipeline, the
 protocols, the errors (the program in a process of its own: tests/test_linear_eval.py)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from hscl_jax import data  # noqa: E402
 from hscl_jax import models  # noqa: E402
 from hscl_jax import progress  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402
-from hscl_jax.evaluation import linear_probe  # noqa: E402
+from hscl_jax.evaluation import linear_evaluation  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402
 from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import trained_run  # noqa: E402
@@ -102,15 +102,15 @@ def test_reported_accuracy_is_recomputed_on_the_test_split(trained, tmp_path, mo
   config = one_epoch_config()
   config.linear_eval.num_epochs = 5
   classifiers = []
-  train_loop = linear_probe._train_loop
+  train_loop = linear_evaluation._train_loop
 
   def capture(*args, **kwargs):
     classifiers.append(jax.device_get(train_loop(*args, **kwargs)))
     return classifiers[-1]
 
-  monkeypatch.setattr(linear_probe, '_train_loop', capture)
+  monkeypatch.setattr(linear_evaluation, '_train_loop', capture)
   with no_implicit_transfers():
-    result = linear_probe.linear_evaluate(config, str(copy))
+    result = linear_evaluation.linear_evaluate(config, str(copy))
   (classifier,) = classifiers
   train_source, test_source = data.run_sources(config)
   assert (result['num_train'], result['num_test']) == (len(train_source), len(test_source))
@@ -135,7 +135,7 @@ def test_augmented_protocol(trained, tmp_path):
   config.linear_eval.protocol = 'augmented'
   config.linear_eval.num_epochs = 3
   with no_implicit_transfers():
-    result = linear_probe.linear_evaluate(config, str(copy))
+    result = linear_evaluation.linear_evaluate(config, str(copy))
   assert result['protocol'] == 'augmented'
   assert result['top1'] > 0.3, result
 
@@ -145,27 +145,27 @@ def test_clear_errors_name_the_path(trained, tmp_path):
   with pytest.raises(trained_run.LinearEvalError, match=str(tmp_path / 'config.json')):
     trained_run.load_run_config(str(tmp_path))
   with pytest.raises(trained_run.LinearEvalError, match='no checkpoint in'):
-    linear_probe.linear_evaluate(config, str(tmp_path))
+    linear_evaluation.linear_evaluate(config, str(tmp_path))
   with pytest.raises(trained_run.LinearEvalError, match='no checkpoint for step 12345'):
-    linear_probe.linear_evaluate(config, str(workdir), checkpoint_step=12345)
+    linear_evaluation.linear_evaluate(config, str(workdir), checkpoint_step=12345)
 
   other_model = one_epoch_config()
   other_model.model.head_hidden = 64  # head differs: still fine, only the encoder is read
   other_model.model.name = 'resnet18'
   with pytest.raises(trained_run.LinearEvalError, match='checkpoints'):
-    linear_probe.linear_evaluate(other_model, str(workdir))
+    linear_evaluation.linear_evaluate(other_model, str(workdir))
 
   corrupt = tmp_path / 'corrupt'
   shutil.copytree(workdir, corrupt)
-  (corrupt / linear_probe.RESULT_FILE).unlink(missing_ok=True)
+  (corrupt / linear_evaluation.RESULT_FILE).unlink(missing_ok=True)
   step = max(checkpoints.finished_steps(str(corrupt)))
   state_dir = corrupt / 'checkpoints' / str(step) / 'state'
   for path in state_dir.rglob('*'):
     if path.is_file() and path.stat().st_size > 100:
       path.write_bytes(b'garbage')
   with pytest.raises(trained_run.LinearEvalError, match=str(state_dir)):
-    linear_probe.linear_evaluate(config, str(corrupt))
-  assert not (corrupt / linear_probe.RESULT_FILE).exists()
+    linear_evaluation.linear_evaluate(config, str(corrupt))
+  assert not (corrupt / linear_evaluation.RESULT_FILE).exists()
 
 
 def test_augmented_views_are_drawn_anew_for_each_epoch_batch_and_seed(trained):
@@ -180,7 +180,8 @@ def test_augmented_views_are_drawn_anew_for_each_epoch_batch_and_seed(trained):
   variables = trained_run.restore_encoder(str(workdir), step, model, (size, size, 3))
   source = data.SubsetSource(data.run_sources(config)[0], np.arange(64))
   batches = {
-    seed: linear_probe._augmented_batches(model, variables, source, params, seed) for seed in (0, 1)
+    seed: linear_evaluation._augmented_batches(model, variables, source, params, seed)
+    for seed in (0, 1)
   }
   indices = np.arange(5, 37)
   views = lambda seed, epoch, i: np.asarray(jax.device_get(batches[seed](indices, epoch, i)[0]))
@@ -196,9 +197,9 @@ def test_augmented_views_are_drawn_anew_for_each_epoch_batch_and_seed(trained):
 def test_the_num_epochs_flag_accepts_one_and_none_and_refuses_zero():
   for value in (1, None):
     with accepted(f'--num_epochs={value}'):
-      linear_probe.check_num_epochs_flag(value)
+      linear_evaluation.check_num_epochs_flag(value)
   with refused(r'^--num_epochs must be >= 1, got 0 .* Fix: ', trained_run.LinearEvalError):
-    linear_probe.check_num_epochs_flag(0)
+    linear_evaluation.check_num_epochs_flag(0)
 
 
 def test_unknown_protocol(trained):
@@ -206,7 +207,7 @@ def test_unknown_protocol(trained):
   config = frozen.as_configdict()  # a copy of the shared config
   config.linear_eval.protocol = 'knn'
   with pytest.raises(ValueError, match='linear_eval.protocol'):
-    linear_probe.linear_evaluate(config, str(workdir))
+    linear_evaluation.linear_evaluate(config, str(workdir))
 
 
 def _train_on_a_clock(monkeypatch, seconds_per_reading):
@@ -216,10 +217,10 @@ def _train_on_a_clock(monkeypatch, seconds_per_reading):
   cfg = ml_collections.ConfigDict(
     dict(num_epochs=20, batch_size=8, learning_rate=0.1, weight_decay=0.0)
   )
-  setup = linear_probe.LinearSetup(num_classes=3, feature_dim=4, cfg=cfg)
+  setup = linear_evaluation.LinearSetup(num_classes=3, feature_dim=4, cfg=cfg)
   rng = np.random.default_rng(0)
   x, y = rng.normal(size=(16, 4)).astype(np.float32), np.arange(16, dtype=np.int32) % 3
-  linear_probe._train_loop(setup, 16, lambda indices, epoch, i: (x[indices], y[indices]), 0)
+  linear_evaluation._train_loop(setup, 16, lambda indices, epoch, i: (x[indices], y[indices]), 0)
 
 
 def test_the_training_loop_logs_every_ten_seconds_with_elapsed_and_eta_and_a_short_one_never(

@@ -1,7 +1,7 @@
 """Retrieval metrics of a trained run's encoder: its checkpoint restored, the backbone
 features (the kNN monitor's: `evaluation/embedding`) of its test split ranked against its
 train split (the monitor's bank) or against the test split itself (each query leaving
-itself out, the metric-learning papers' protocol), the figures of `evaluation/retrieval`,
+itself out, the metric-learning papers' protocol), the figures of `evaluation/retrieval_metrics`,
 written to DIR/retrieval_<reference>.json."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from absl import logging
 from hscl_jax import data
 from hscl_jax import errors
 from hscl_jax.evaluation import embedding
-from hscl_jax.evaluation import retrieval
+from hscl_jax.evaluation import retrieval_metrics
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import trained_run
 
@@ -36,7 +36,7 @@ def retrieval_over_trained_run(
   *,
   reference: str = 'train',
   checkpoint_step: trained_run.Checkpoint = None,
-  metrics=retrieval.METRICS,
+  metrics=retrieval_metrics.METRICS,
 ) -> dict[str, Any]:
   """The run's retrieval figures (`metrics`, fractions in [0, 1]) with what they were made
   from, written to DIR/retrieval_<reference>.json; the queries are the test split, in
@@ -51,7 +51,7 @@ def retrieval_over_trained_run(
   logging.info('retrieval of %s step %d against its %s split', workdir, encoder.step, reference)
   queries, query_labels = embedding.compute_features(encoder, test_source)
   ranked = () if reference == 'test' else embedding.compute_features(encoder, train_source)
-  figures = retrieval.retrieval_metrics(
+  figures = retrieval_metrics.retrieval_metrics(
     queries, query_labels, *ranked, metrics=metrics, chunk_size=config.knn.chunk_size
   )
   result = {

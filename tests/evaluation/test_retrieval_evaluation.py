@@ -1,4 +1,4 @@
-"""evaluation/trained_retrieval's `retrieval_over_trained_run` (the program
+"""evaluation/retrieval_evaluation's `retrieval_over_trained_run` (the program
 `python -m hscl_jax.retrieval` itself: tests/test_retrieval.py) on a stored trained run
 (tests/fixtures/digits_workdir): the figures are those of the retrieval metrics over the
 run's own features of its splits, written beside the run."""
@@ -15,8 +15,8 @@ import pytest
 
 from hscl_jax import data
 from hscl_jax.evaluation import embedding
-from hscl_jax.evaluation import retrieval
-from hscl_jax.evaluation import trained_retrieval
+from hscl_jax.evaluation import retrieval_evaluation
+from hscl_jax.evaluation import retrieval_metrics
 from hscl_jax.rundir import trained_run
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -49,9 +49,9 @@ def test_the_figures_are_the_metrics_of_the_runs_splits(run):
   workdir, (test_x, test_y), (train_x, train_y) = run
   results = {}
   for reference, ranked in (('train', (train_x, train_y)), ('test', ())):
-    result = trained_retrieval.retrieval_over_trained_run(str(workdir), reference=reference)
-    expected = retrieval.retrieval_metrics(test_x, test_y, *ranked, chunk_size=256)
-    assert {name: result[name] for name in retrieval.METRICS} == expected
+    result = retrieval_evaluation.retrieval_over_trained_run(str(workdir), reference=reference)
+    expected = retrieval_metrics.retrieval_metrics(test_x, test_y, *ranked, chunk_size=256)
+    assert {name: result[name] for name in retrieval_metrics.METRICS} == expected
     stored = json.loads((workdir / f'retrieval_{reference}.json').read_text())
     assert stored == result
     assert (result['reference'], result['checkpoint_step']) == (reference, 12)
@@ -64,7 +64,7 @@ def test_the_figures_are_the_metrics_of_the_runs_splits(run):
 
 def test_a_reference_that_is_no_split_is_refused(run):
   with refused(r"--reference='val' is no split of the run; use train or test"):
-    trained_retrieval.retrieval_over_trained_run(str(run[0]), reference='val')
+    retrieval_evaluation.retrieval_over_trained_run(str(run[0]), reference='val')
 
 
 # --------------------------------------------------------------------------------------
@@ -94,9 +94,9 @@ def test_the_monitors_figures_are_the_programs_over_the_same_checkpoint(tmp_path
   caplog.set_level('INFO', logger='absl')
   loop.train_and_evaluate(config, str(tmp_path))
   (record,) = metrics.read_metrics(str(tmp_path))
-  assert [name for name in record if retrieval.is_metric(name)] == list(names)
+  assert [name for name in record if retrieval_metrics.is_metric(name)] == list(names)
   for reference in ('train', 'test'):
-    program = trained_retrieval.retrieval_over_trained_run(
+    program = retrieval_evaluation.retrieval_over_trained_run(
       str(tmp_path), reference=reference, metrics=names
     )
     close = all(abs(program[n] - record[n]) <= 1e-6 for n in names)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hscl_jax import parallel
-from hscl_jax.evaluation import retrieval
+from hscl_jax.evaluation import retrieval_metrics
 
 KS = (1, 2, 4, 8)
 NAMES = ('precision_at_1', 'r_precision', 'map_at_r', *(f'recall_at_{k}' for k in KS))
@@ -100,10 +100,10 @@ def test_metrics_match_the_definitions(seed, chunk_size, leave_one_out):
   reference, reference_labels, queries, query_labels = make_data(seed)
   if leave_one_out:
     expected = reference_metrics(queries, query_labels)
-    got = retrieval.retrieval_metrics(queries, query_labels, chunk_size=chunk_size)
+    got = retrieval_metrics.retrieval_metrics(queries, query_labels, chunk_size=chunk_size)
   else:
     expected = reference_metrics(queries, query_labels, reference, reference_labels)
-    got = retrieval.retrieval_metrics(
+    got = retrieval_metrics.retrieval_metrics(
       queries, query_labels, reference, reference_labels, chunk_size=chunk_size
     )
   assert_metrics(got, expected)
@@ -128,11 +128,11 @@ def test_the_tie_example_worked_by_hand():
   MAP@R (1 + 0 + 2/3) / 3 = 5/9."""
   x = np.array([[1, 0], [1, 0], [0, 1], [0, 1], [-1, 0]], np.float32)
   labels = np.array([0, 1, 0, 0, 2])
-  got = retrieval.retrieval_metrics(x, labels, chunk_size=2)
+  got = retrieval_metrics.retrieval_metrics(x, labels, chunk_size=2)
   expected = dict(zip(NAMES, [2 / 3, 5 / 6, 3 / 4, 2 / 3, 1.0, 1.0, 1.0]))
   assert_metrics(got, expected, tolerance=1e-7)
   assert_metrics(got, reference_metrics(x, labels), tolerance=1e-7)
-  separate = retrieval.retrieval_metrics(x[:1], labels[:1], x, labels)
+  separate = retrieval_metrics.retrieval_metrics(x[:1], labels[:1], x, labels)
   assert_metrics(separate, dict(zip(NAMES, [1.0, 2 / 3, 5 / 9, 1.0, 1.0, 1.0, 1.0])))
 
 
@@ -147,9 +147,9 @@ def test_masks_drop_padding():
   reference_mask = np.arange(len(reference) + 9) >= 9  # padding first
   padded_reference = np.concatenate([pad(reference[:0], 9), reference])
   padded_reference_labels = np.concatenate([[1] * 9, reference_labels])
-  got = retrieval.retrieval_metrics(padded_queries, padded_labels, query_mask=query_mask)
+  got = retrieval_metrics.retrieval_metrics(padded_queries, padded_labels, query_mask=query_mask)
   assert_metrics(got, reference_metrics(queries, query_labels))
-  got = retrieval.retrieval_metrics(
+  got = retrieval_metrics.retrieval_metrics(
     padded_queries,
     padded_labels,
     padded_reference,
@@ -158,7 +158,7 @@ def test_masks_drop_padding():
     reference_mask=reference_mask,
   )
   assert_metrics(got, reference_metrics(queries, query_labels, reference, reference_labels))
-  unmasked = retrieval.retrieval_metrics(padded_queries, padded_labels)
+  unmasked = retrieval_metrics.retrieval_metrics(padded_queries, padded_labels)
   assert unmasked != got  # the padding would change the figures
 
 
@@ -167,11 +167,11 @@ def test_recall_beyond_the_reference_and_unscored_queries():
   reference, reference_labels, queries, query_labels = make_data(5)
   small = reference[:5], reference_labels[:5]
   names = (*NAMES[:3], 'recall_at_1', 'recall_at_8', 'recall_at_100')
-  got = retrieval.retrieval_metrics(queries, query_labels, *small, metrics=names)
+  got = retrieval_metrics.retrieval_metrics(queries, query_labels, *small, metrics=names)
   expected = reference_metrics(queries, query_labels, *small, ks=(1, 8, 100))
   assert list(got) == list(names)
   np.testing.assert_allclose(list(got.values()), list(expected.values()), atol=1e-6)
-  distinct = retrieval.retrieval_metrics(queries, np.arange(len(queries)))
+  distinct = retrieval_metrics.retrieval_metrics(queries, np.arange(len(queries)))
   assert list(distinct) == list(NAMES) and all(np.isnan(v) for v in distinct.values())
 
 
@@ -179,23 +179,25 @@ def test_a_few_metrics_are_the_full_sets():
   """Any names in any order, each the figure of the full set: without R-precision and MAP@R
   the ranked lists stop at the largest K (here 2 or 4, where R exceeds 8), and they agree."""
   reference, reference_labels, queries, query_labels = make_data(9)
-  full = retrieval.retrieval_metrics(queries, query_labels, reference, reference_labels)
+  full = retrieval_metrics.retrieval_metrics(queries, query_labels, reference, reference_labels)
   assert np.bincount(reference_labels).max() > 8
   for names in (('recall_at_2', 'precision_at_1'), ('map_at_r',), ('recall_at_4', 'r_precision')):
-    got = retrieval.retrieval_metrics(
+    got = retrieval_metrics.retrieval_metrics(
       queries, query_labels, reference, reference_labels, metrics=names
     )
     assert got == {name: full[name] for name in names}
-  assert retrieval.retrieval_metrics(queries, query_labels, metrics='map_at_r') == {
-    'map_at_r': retrieval.retrieval_metrics(queries, query_labels)['map_at_r']
+  assert retrieval_metrics.retrieval_metrics(queries, query_labels, metrics='map_at_r') == {
+    'map_at_r': retrieval_metrics.retrieval_metrics(queries, query_labels)['map_at_r']
   }
 
 
 def test_features_are_normalised_inside():
   reference, reference_labels, queries, query_labels = make_data(6)
   scales = np.random.default_rng(1).uniform(0.1, 10.0, (len(reference), 1)).astype(np.float32)
-  a = retrieval.retrieval_metrics(queries, query_labels, reference, reference_labels)
-  b = retrieval.retrieval_metrics(3 * queries, query_labels, reference * scales, reference_labels)
+  a = retrieval_metrics.retrieval_metrics(queries, query_labels, reference, reference_labels)
+  b = retrieval_metrics.retrieval_metrics(
+    3 * queries, query_labels, reference * scales, reference_labels
+  )
   assert a == b
 
 
@@ -208,33 +210,33 @@ def test_features_sharded_on_a_mesh_give_the_host_figures(devices):
   sharding = NamedSharding(parallel.make_mesh(jax.devices()[:devices]), P(parallel.AXIS))
   on_mesh = [jax.device_put(x, sharding) for x in (queries, query_labels, reference)]
   for args in ((), (reference, reference_labels)):
-    host = retrieval.retrieval_metrics(queries, query_labels, *args, chunk_size=8)
+    host = retrieval_metrics.retrieval_metrics(queries, query_labels, *args, chunk_size=8)
     mesh_args = (on_mesh[2], jax.device_put(reference_labels, sharding)) if args else ()
-    got = retrieval.retrieval_metrics(*on_mesh[:2], *mesh_args, chunk_size=8)
+    got = retrieval_metrics.retrieval_metrics(*on_mesh[:2], *mesh_args, chunk_size=8)
     assert got == host
 
 
 def test_bad_arguments():
   reference, reference_labels, queries, query_labels = make_data(8)
   with refused('widths differ'):
-    retrieval.retrieval_metrics(queries, query_labels, reference[:, :3], reference_labels)
+    retrieval_metrics.retrieval_metrics(queries, query_labels, reference[:, :3], reference_labels)
   with refused('empty'):
-    retrieval.retrieval_metrics(queries, query_labels, reference[:0], reference_labels[:0])
+    retrieval_metrics.retrieval_metrics(queries, query_labels, reference[:0], reference_labels[:0])
   with refused('need reference_labels'):
-    retrieval.retrieval_metrics(queries, query_labels, reference)
+    retrieval_metrics.retrieval_metrics(queries, query_labels, reference)
   with refused('need reference_features'):
-    retrieval.retrieval_metrics(queries, query_labels, reference_labels=reference_labels)
+    retrieval_metrics.retrieval_metrics(queries, query_labels, reference_labels=reference_labels)
   with accepted('chunk_size=1'):
-    retrieval.retrieval_metrics(queries, query_labels, chunk_size=1)
+    retrieval_metrics.retrieval_metrics(queries, query_labels, chunk_size=1)
   with refused(r'Need chunk_size >= 1 and some metrics; got 0\b'):
-    retrieval.retrieval_metrics(queries, query_labels, chunk_size=0)
+    retrieval_metrics.retrieval_metrics(queries, query_labels, chunk_size=0)
   with refused(r'Need chunk_size >= 1 and some metrics; got 256, \(\)'):
-    retrieval.retrieval_metrics(queries, query_labels, metrics=())
+    retrieval_metrics.retrieval_metrics(queries, query_labels, metrics=())
   with accepted('recall_at_1'):
-    retrieval.retrieval_metrics(queries, query_labels, metrics=['recall_at_1'])
+    retrieval_metrics.retrieval_metrics(queries, query_labels, metrics=['recall_at_1'])
   for name in ('recall_at_0', 'recall_at_08', 'recall_at_k', 'precision_at_2', 'knn_top1'):
     with refused(rf"Unknown retrieval metric '{name}': use precision_at_1, r_precision, "):
-      retrieval.retrieval_metrics(queries, query_labels, metrics=[name])
+      retrieval_metrics.retrieval_metrics(queries, query_labels, metrics=[name])
 
 
 # --------------------------------------------------------------------------------------
@@ -324,11 +326,13 @@ def test_pml_agrees_without_ties(pml, seed):
   reference, reference_labels, queries, query_labels = make_data(seed)
   knn = pml_torch_knn(pml)
   assert_metrics(
-    retrieval.retrieval_metrics(queries, query_labels, chunk_size=16),
+    retrieval_metrics.retrieval_metrics(queries, query_labels, chunk_size=16),
     pml_metrics(pml, knn, queries, query_labels),
   )
   assert_metrics(
-    retrieval.retrieval_metrics(queries, query_labels, reference, reference_labels, chunk_size=16),
+    retrieval_metrics.retrieval_metrics(
+      queries, query_labels, reference, reference_labels, chunk_size=16
+    ),
     pml_metrics(pml, knn, queries, query_labels, reference, reference_labels),
   )
 
@@ -341,11 +345,11 @@ def test_pml_agrees_on_ties(pml, seed):
   x, labels = tied_data(seed, 70)
   queries, query_labels = tied_data(seed + 10, 23)
   knn = index_order_knn(pml)
-  ours = retrieval.retrieval_metrics(x, labels, chunk_size=16)
+  ours = retrieval_metrics.retrieval_metrics(x, labels, chunk_size=16)
   assert_metrics(ours, pml_metrics(pml, knn, x, labels))
-  separate = retrieval.retrieval_metrics(queries, query_labels, x, labels, chunk_size=16)
+  separate = retrieval_metrics.retrieval_metrics(queries, query_labels, x, labels, chunk_size=16)
   assert_metrics(separate, pml_metrics(pml, knn, queries, query_labels, x, labels))
   reversed_ties = reference_metrics(queries, query_labels, x[::-1], labels[::-1])
   assert max(abs(reversed_ties[n] - separate[n]) for n in NAMES) > 1e-3
   hand = np.array([[1, 0], [1, 0], [0, 1], [0, 1], [-1, 0]], np.float32), np.array([0, 1, 0, 0, 2])
-  assert_metrics(retrieval.retrieval_metrics(*hand), pml_metrics(pml, knn, *hand))
+  assert_metrics(retrieval_metrics.retrieval_metrics(*hand), pml_metrics(pml, knn, *hand))

@@ -1,4 +1,4 @@
-"""training/summaries: the lines a run logs, from given numbers and small states; the
+"""training/log_lines: the lines a run logs, from given numbers and small states; the
 figures each line shows rather than its wording."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import data
+from hscl_jax.training import log_lines
 from hscl_jax.training import state as state_lib
-from hscl_jax.training import summaries
 
 
 def _params():
@@ -37,7 +37,7 @@ def _state(params, probe_params=None):
 
 def test_parameters_are_counted_per_part_backbone_head_then_the_rest():
   model, probe = _params()
-  counts = summaries.parameter_counts({**model, 'probe': probe, 'adapter': {'w': np.zeros(5)}})
+  counts = log_lines.parameter_counts({**model, 'probe': probe, 'adapter': {'w': np.zeros(5)}})
   assert list(counts.items()) == [('backbone', 28), ('head', 6), ('adapter', 5), ('probe', 10)]
 
 
@@ -46,8 +46,8 @@ def test_the_size_line_counts_the_probe_and_every_byte_of_the_state():
   state = _state(model, probe)
   # float32 28 + 6 + 10 parameters, ones(4) float64, batch stats 4, opt state 7, metric 1,
   # step int32 1, rng uint32 2.
-  assert summaries.state_bytes(state) == 4 * (24 + 6 + 10) + 8 * 4 + 4 * (4 + 7 + 1 + 1 + 2)
-  line = summaries.size_line(state)
+  assert log_lines.state_bytes(state) == 4 * (24 + 6 + 10) + 8 * 4 + 4 * (4 + 7 + 1 + 1 + 2)
+  line = log_lines.size_line(state)
   parts = dict(re.findall(r'(\w+) ([\d,]+)(?=[,(; ])', line.split(' (')[0] + ' '))
   assert {k: int(v.replace(',', '')) for k, v in parts.items()} == {
     'backbone': 28,
@@ -55,8 +55,8 @@ def test_the_size_line_counts_the_probe_and_every_byte_of_the_state():
     'probe': 10,
   }
   assert '(44 in all)' in line
-  assert f'{summaries.state_bytes(state):,} bytes' in line
-  without_probe = summaries.size_line(_state(model))
+  assert f'{log_lines.state_bytes(state):,} bytes' in line
+  without_probe = log_lines.size_line(_state(model))
   assert 'probe' not in without_probe and '(34 in all)' in without_probe
 
 
@@ -79,26 +79,26 @@ RECORD = {
 def test_an_epochs_line_shows_the_headline_figures_of_its_record_in_100_columns():
   """The loss, the kNN's and the probe's top-1, views/s and the time, in that order; the
   other figures (P@1, MAP@R, Assumption 1, the learning rate) stay in the records."""
-  line = summaries.epoch_summary(RECORD, num_epochs=30)
+  line = log_lines.epoch_line(RECORD, num_epochs=30)
   shown = ['epoch 3/30', 'loss 4.1235', 'kNN 0.8765', 'probe 0.9000', '1025 views/s', '12.3 s']
   positions = [line.index(part) for part in shown]
   assert positions == sorted(positions), line
   for hidden in ('P@1', 'MAP@R', 'Assumption', '0.00123', 'samples/s', 'compil'):
     assert hidden not in line, (hidden, line)
   assert len(line) <= 100
-  compiled = summaries.epoch_summary(RECORD, num_epochs=30, compile_seconds=4.0)
+  compiled = log_lines.epoch_line(RECORD, num_epochs=30, compile_seconds=4.0)
   assert compiled.endswith('12.3 s (4.0 s compiling)'), compiled
 
 
 def test_the_monitor_figures_are_knn_then_retrieval_in_the_records_order_then_the_probe():
   record = {'probe_top1': 0.5, 'recall_at_4': 0.75, 'precision_at_1': 0.25, 'knn_top1': 0.125}
-  assert summaries.monitor_parts(record) == [
+  assert log_lines.monitor_parts(record) == [
     'kNN top-1 0.1250',
     'R@4 0.7500',
     'P@1 0.2500',
     'probe top-1 0.5000',
   ]
-  assert summaries.monitor_parts({'train_loss': 1.0, 'epoch': 1}) == []
+  assert log_lines.monitor_parts({'train_loss': 1.0, 'epoch': 1}) == []
 
 
 def test_the_final_monitor_is_the_last_epoch_with_a_knn():
@@ -107,8 +107,8 @@ def test_the_final_monitor_is_the_last_epoch_with_a_knn():
     {'epoch': 2, 'knn_top1': 0.75, 'map_at_r': 0.25},
     {'epoch': 3, 'train_loss': 1.0},  # no kNN this epoch
   ]
-  assert summaries.final_monitor(records) == 'final kNN top-1 0.7500, MAP@R 0.2500'
-  assert 'no kNN' in summaries.final_monitor(records[2:])
+  assert log_lines.final_monitor(records) == 'final kNN top-1 0.7500, MAP@R 0.2500'
+  assert 'no kNN' in log_lines.final_monitor(records[2:])
 
 
 def _class_aware(labels, batch_size, m, num_epochs=5):
@@ -118,7 +118,7 @@ def _class_aware(labels, batch_size, m, num_epochs=5):
   order = data.EpochOrder(
     len(labels), labels=labels, global_batch_size=batch_size, seed=0, samples_per_class=m
   )
-  return order, summaries.class_aware_epoch_lines(config, order)
+  return order, log_lines.class_aware_epoch_lines(config, order)
 
 
 def test_a_balanced_class_aware_epoch_is_described_without_a_warning():
@@ -144,7 +144,7 @@ def test_a_short_class_aware_epoch_is_warned_with_the_epochs_that_train_as_long(
 
 
 def test_the_epoch_log_line_shows_the_records_main_values_in_under_100_columns():
-  """summaries.epoch_summary, the one line logged per epoch, from a record whose every value
+  """log_lines.epoch_line, the one line logged per epoch, from a record whose every value
   differs (and rounds visibly at the line's precision): the loss, the kNN's and probe's
   top-1 only when the record has them, views/s and the time; the other figures stay in
   the record. Its widest form (a 4-digit epoch, a large loss, rate and time, compiling)
@@ -162,14 +162,14 @@ def test_the_epoch_log_line_shows_the_records_main_values_in_under_100_columns()
     'samples_per_second': 617.2,
     'epoch_time': 12.34,
   }
-  assert summaries.epoch_summary(record, num_epochs=30) == (
+  assert log_lines.epoch_line(record, num_epochs=30) == (
     'epoch 3/30  loss 4.5679  kNN 0.7123  probe 0.8750  1234 views/s  12.3 s'
   )
-  assert summaries.epoch_summary(record, num_epochs=30, compile_seconds=8.56).endswith(
+  assert log_lines.epoch_line(record, num_epochs=30, compile_seconds=8.56).endswith(
     '  12.3 s (8.6 s compiling)'
   )
   del record['knn_top1'], record['probe_top1']
-  assert summaries.epoch_summary(record, num_epochs=30) == (
+  assert log_lines.epoch_line(record, num_epochs=30) == (
     'epoch 3/30  loss 4.5679  1234 views/s  12.3 s'
   )
   widest = {
@@ -181,5 +181,5 @@ def test_the_epoch_log_line_shows_the_records_main_values_in_under_100_columns()
     'images_per_second': 1_234_567.0,
     'epoch_time': 9999.4,
   }
-  line = summaries.epoch_summary(widest, num_epochs=1000, compile_seconds=999.4)
+  line = log_lines.epoch_line(widest, num_epochs=1000, compile_seconds=999.4)
   assert line.endswith('  9999 s (999 s compiling)') and len(line) <= 100, line

@@ -1,5 +1,5 @@
 """A training run's bookkeeping in its workdir, so that a resumed run writes exactly the
-records an uninterrupted one would (`RunRecord`): its checkpoints with where the epoch
+records an uninterrupted one would (`RunLog`): its checkpoints with where the epoch
 stood (`EpochPosition`, each checkpoint's metadata), its epoch records (metrics.jsonl and
 TensorBoard, rundir/metrics) and its per-step scalars (steps.jsonl and TensorBoard).
 
@@ -72,7 +72,7 @@ class Restored:
   position: EpochPosition  # where its epoch stood
 
 
-class RunRecord:
+class RunLog:
   """The checkpoints (rundir/checkpoints, keeping `keep`, and the best by the figure
   `keep_best` names: config.keep_best's text, `checkpoints.KeepBest.parse`) and epoch
   records of the run in `workdir`; only `enabled` processes write records (process 0),
