@@ -126,7 +126,7 @@ def test_entry_point_is_thin(module):
   assert isinstance(guard, ast.If) and ast.unparse(guard.test) == "__name__ == '__main__'"
   assert [ast.unparse(stmt) for stmt in guard.body] == ['run()']
   # Every program starts the same way: its config importable, its overrides parsed by
-  # errors.parse_flags (a misspelt field is one line).
+  # command_line.parse_flags (a misspelt field is one line).
   (run,) = [node for node in tree.body if getattr(node, 'name', None) == 'run']
   assert ast.unparse(run.body[-1]) == 'command_line.run(main)'
 

@@ -4,12 +4,14 @@ Each program's `run()` is its console script (setup.py's `console_scripts`: `hsc
 `hscl-linear-eval`, ...) and what `python -m` runs, so the two start the same way; the help
 of each names the command it was started by. A program that defines `--config_help`
 (`CONFIG_HELP`) lists the config fields for it and exits, before its flags are parsed (so
-without its required flags).
+without its required flags). Flags are parsed by `parse_flags`: an override naming no
+config field, or a value absl cannot parse, is one line with the fix.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+import difflib
 import os
 import re
 import shlex
@@ -28,7 +30,7 @@ CONFIG_HELP = (
 
 def config_file_argument(argv: list[str]) -> str | None:
   """The value of --config in `argv` (its path part: config_flags allows PATH:ARG)."""
-  value = errors.flag_argument(argv, 'config')
+  value = flag_argument(argv, 'config')
   if value is None:
     return None
   return value if os.path.exists(value) else value.split(':', 1)[0]
@@ -132,13 +134,146 @@ def _exit_after_config_help(argv: list[str]) -> None:
   selection = config_help_argument(argv)
   if selection is None or 'config_help' not in flags.FLAGS:
     return  # absl refuses the flag of a program without it
-  config_file = errors.flag_argument(argv, 'config')
+  config_file = flag_argument(argv, 'config')
   config = flags.FLAGS['config'].parser.parse(config_file) if config_file else None
   try:
     print(config_help(selection, config, config_file))
   except errors.UserError as error:
     sys.exit(str(error))
   sys.exit(0)
+
+
+def flag_argument(argv: list[str], name: str) -> str | None:
+  """The value of `--name` in `argv`, in either form (`--name=V` or `--name V`)."""
+  for i, arg in enumerate(argv):
+    if arg.startswith(f'--{name}='):
+      return arg.split('=', 1)[1]
+    if arg == f'--{name}' and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def unknown_override(argv: list[str], config: Any) -> str | None:
+  """The one line for the first `--config.A.B=V` in `argv` that names no field of `config`
+  (ml_collections reports it as an AttributeError traceback), None if all name one."""
+  for arg in argv[1:]:
+    name = arg.split('=', 1)[0]
+    prefix = next((p for p in ('--config.', '--noconfig.') if name.startswith(p)), None)
+    if prefix is None:
+      continue
+    path = name[len(prefix) :].split('.')
+    node = config
+    for depth, key in enumerate(path):
+      if not hasattr(node, 'keys'):
+        value = '.'.join(['config', *path[:depth]])
+        return (
+          f'--config.{".".join(path)}: {value} is a value ({node!r}), not a section. '
+          f'Fix: --{value}=NEW_VALUE'
+        )
+      if key not in node.keys():
+        if depth < len(path) - 1:  # a section misspelt: about it, not about the leaf
+          return _no_such_section(path, depth, node)
+        return _no_such_field(path[: depth + 1], sorted(node.keys()), _field_paths(config))
+      node = node[key]
+  return None
+
+
+def _no_such_section(path: list[str], depth: int, node: Any) -> str:
+  """`--config.optimiser.learning_rate`: the unknown section named, and the override
+  respelt with the closest section that has the rest of the path."""
+  parent = '.'.join(['config', *path[:depth]])
+  sections = sorted(k for k in node.keys() if hasattr(node[k], 'keys'))
+  close = difflib.get_close_matches(path[depth], sections, n=1)
+  problem = f'--config.{".".join(path)}: {parent} has no section {path[depth]!r}.'
+  if not close:
+    return f'{problem} Fix: spell one of the sections of {parent}: {", ".join(sections) or "none"}'
+  fixed = [*path[:depth], close[0], *path[depth + 1 :]]
+  return f'{problem} Fix: did you mean --config.{".".join(fixed)}?'
+
+
+def _field_paths(node: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+  """Every field of a config, as its path, sections included."""
+  paths = []
+  for key in node.keys():
+    paths.append((*prefix, key))
+    if hasattr(node[key], 'keys'):
+      paths.extend(_field_paths(node[key], (*prefix, key)))
+  return paths
+
+
+def _no_such_field(path: list[str], siblings: list[str], everywhere: list[tuple[str, ...]]) -> str:
+  """The closest spelling beside the unknown name, else the same name (or a close one) in
+  another section (`--config.learning_rate` for `--config.optimizer.learning_rate`)."""
+  parent = '.'.join(['config', *path[:-1]])
+  close = difflib.get_close_matches(path[-1], siblings, n=1)
+  elsewhere = [p for p in everywhere if difflib.get_close_matches(path[-1], [p[-1]], n=1)]
+  if close:
+    fix = f'did you mean --{parent}.{close[0]}?'
+  elif elsewhere:
+    ratio = lambda p: difflib.SequenceMatcher(None, path[-1], p[-1]).ratio()
+    best = max(map(ratio, elsewhere))
+    names = [f'--config.{".".join(p)}' for p in elsewhere if ratio(p) == best]
+    fix = f'did you mean {" or ".join(names)}?'
+  else:
+    fix = f'spell one of the fields of {parent}: {", ".join(siblings)}'
+  return f'--config.{".".join(path)}: {parent} has no field {path[-1]!r}. Fix: {fix}'
+
+
+def _config_default(argv: list[str], path: str) -> Any:
+  """The config file's value of the dotted field `path`, None if there is none to read."""
+  from absl import flags
+
+  value = flag_argument(argv, 'config')
+  if 'config' not in flags.FLAGS or value is None:
+    return None
+  try:
+    node = flags.FLAGS['config'].parser.parse(value)
+    for key in path.split('.'):
+      node = node[key]
+  except Exception:  # the file or field is broken: the plain message says enough
+    return None
+  return node
+
+
+_KINDS = {bool: 'True or False', int: 'a whole number', float: 'a number', str: 'a string'}
+
+
+def flag_error_line(argv: list[str], message: str) -> str:
+  """One line for a flag absl could not parse (a value of the wrong type, a missing
+  required flag), with the fix: for `--config.FIELD`, the field's type and a value of it."""
+  message = ' '.join(message.split())
+  if 'Fix:' in message:
+    return message
+  bad = re.match(r'flag (--config\.([\w.]+))=(.*?): ', message)
+  default = _config_default(argv, bad.group(2)) if bad else None
+  if default is not None and not hasattr(default, 'keys'):
+    kind = _KINDS.get(type(default), type(default).__name__)
+    return (
+      f'{bad.group(1)}={bad.group(3)}: config.{bad.group(2)} takes {kind}, not '
+      f'{bad.group(3)!r}. Fix: e.g. {bad.group(1)}={default}'
+    )
+  return f'{message.rstrip(".")}. Fix: --helpshort lists the flags and their types'
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing (`app.run(main, flags_parser=parse_flags)`), where an
+  override naming no config field, or a value absl cannot parse, ends the program with
+  one line instead of a traceback (or absl's two-line FATAL report)."""
+  from absl import flags
+
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    sys.exit(flag_error_line(argv, str(error)))
+  except (AttributeError, KeyError, TypeError):
+    config_flag = flags.FLAGS['config'] if 'config' in flags.FLAGS else None
+    value = flag_argument(argv, 'config')
+    if config_flag is None or value is None:
+      raise
+    message = unknown_override(argv, config_flag.parser.parse(value))
+    if message is None:
+      raise
+    sys.exit(message)
 
 
 def run(main: Callable[[list[str]], None]) -> None:
@@ -151,4 +286,4 @@ def run(main: Callable[[list[str]], None]) -> None:
   make_config_importable(sys.argv)
   _help_as_a_program(sys.modules[main.__module__])
   _exit_after_config_help(sys.argv)
-  errors.exit_on_interrupt(lambda: app.run(main, flags_parser=errors.parse_flags))
+  errors.exit_on_interrupt(lambda: app.run(main, flags_parser=parse_flags))

@@ -146,3 +146,114 @@ def test_hscl_train_lists_the_fields_of_its_config_file_before_any_flag_is_requi
     result.stdout
     == command_line.config_help('augment', digits.get_config(), 'configs/digits.py') + '\n'
   )
+
+
+# config/command_line's flag parsing: an override naming no config field is one line with
+# the closest spelling (or the fields there are), and --config is read in both forms.
+
+
+def _config():
+  import ml_collections
+
+  return ml_collections.ConfigDict(
+    {
+      'beta': 1.0,
+      'dataset': 'digits',
+      'optimizer': {'learning_rate': 0.1, 'name': 'adam'},
+      'linear_eval': {'learning_rate': 0.5, 'num_epochs': 3},
+      'model': {'name': 'small_cnn', 'dtype': 'float32'},
+    }
+  )
+
+
+@pytest.mark.parametrize(
+  'override,line',
+  [
+    # A close spelling beside it.
+    (
+      '--config.betta=2',
+      "--config.betta: config has no field 'betta'. Fix: did you mean --config.beta?",
+    ),
+    (
+      '--config.model.nmae=resnet18',
+      "--config.model.nmae: config.model has no field 'nmae'. "
+      'Fix: did you mean --config.model.name?',
+    ),
+    # The same name in other sections: every one of them (ConfigDict's keys are sorted).
+    (
+      '--config.learning_rate=0.3',
+      "--config.learning_rate: config has no field 'learning_rate'. Fix: did you mean "
+      '--config.linear_eval.learning_rate or --config.optimizer.learning_rate?',
+    ),
+    # The closest of several names elsewhere, not merely a close one.
+    (
+      '--config.model.num_epoch=2',
+      "--config.model.num_epoch: config.model has no field 'num_epoch'. Fix: did you mean "
+      '--config.linear_eval.num_epochs?',
+    ),
+    # Nothing close anywhere: the fields of that section.
+    (
+      '--config.model.zzz=1',
+      "--config.model.zzz: config.model has no field 'zzz'. Fix: spell one of the fields of "
+      'config.model: dtype, name',
+    ),
+    (
+      '--noconfig.zzz',
+      "--config.zzz: config has no field 'zzz'. Fix: spell one of the fields of config: beta, "
+      'dataset, linear_eval, model, optimizer',
+    ),
+    # A misspelt section: named, and the whole override respelt (not a leaf's complaint).
+    (
+      '--config.optimiser.learning_rate=0.3',
+      "--config.optimiser.learning_rate: config has no section 'optimiser'. Fix: did you mean "
+      '--config.optimizer.learning_rate?',
+    ),
+    (
+      '--config.linear_evl.num_epochs=3',
+      "--config.linear_evl.num_epochs: config has no section 'linear_evl'. Fix: did you mean "
+      '--config.linear_eval.num_epochs?',
+    ),
+    (
+      '--config.zzz.name=x',
+      "--config.zzz.name: config has no section 'zzz'. Fix: spell one of the sections of "
+      'config: linear_eval, model, optimizer',
+    ),
+    # Below a value.
+    (
+      '--config.dataset.name=x',
+      "--config.dataset.name: config.dataset is a value ('digits'), not a section. "
+      'Fix: --config.dataset=NEW_VALUE',
+    ),
+  ],
+)
+def test_an_override_naming_no_field_is_one_line_with_the_fix(override, line):
+  argv = ['prog', '--config=configs/x.py', '--config.beta=2', override, '--workdir=w']
+  assert command_line.unknown_override(argv, _config()) == line
+
+
+def test_overrides_that_name_fields_pass():
+  argv = [
+    'prog',
+    '--config=c.py',
+    '--config.optimizer.learning_rate=1',
+    '--config.model',
+    '{}',
+    '--config_other=1',
+    '--workdir',
+    'w',
+    'config.zzz=1',
+  ]
+  assert command_line.unknown_override(argv, _config()) is None
+
+
+@pytest.mark.parametrize(
+  'argv,value',
+  [
+    (['p', '--config=a.py:cpu', '--config.beta=1'], 'a.py:cpu'),
+    (['p', '--config', 'b.py', '--config.beta=1'], 'b.py'),
+    (['p', '--config.beta=1', '--configs=c.py'], None),
+    (['p', '--config'], None),
+  ],
+)
+def test_flag_argument_reads_both_forms(argv, value):
+  assert command_line.flag_argument(argv, 'config') == value
