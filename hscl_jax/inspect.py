@@ -17,6 +17,7 @@ from absl import flags
 
 from hscl_jax import errors
 from hscl_jax.config import command_line
+from hscl_jax.config import methods
 from hscl_jax.evaluation import inspection
 from hscl_jax.rundir import metrics
 from hscl_jax.rundir import trained_run
@@ -28,7 +29,7 @@ _CHECKPOINT_STEP = flags.DEFINE_integer('checkpoint_step', None, trained_run.CHE
 # inspection.inspect_run's keyword arguments, each from its flag (the checkpoint's from two).
 _OPTIONS = {
   'hardening': flags.DEFINE_enum(
-    'hardening', None, inspection.HARDENINGS, "Hardening to rank negatives by (default: the run's)."
+    'hardening', None, methods.HARDENINGS, "Hardening to rank negatives by (default: the run's)."
   ),
   'beta': flags.DEFINE_float('beta', None, "β of --hardening=exp (default: the run's config.beta)"),
   'tau': flags.DEFINE_float(

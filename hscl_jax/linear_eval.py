@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 from hscl_jax import errors
 from hscl_jax.config import command_line
+from hscl_jax.config import fields
 from hscl_jax.evaluation import linear_evaluation
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import metrics
@@ -30,7 +31,7 @@ _CONFIG = config_flags.DEFINE_config_file(
 _CHECKPOINT = flags.DEFINE_string('checkpoint', None, trained_run.CHECKPOINT_HELP)
 _CHECKPOINT_STEP = flags.DEFINE_integer('checkpoint_step', None, trained_run.CHECKPOINT_STEP_HELP)
 _PROTOCOL = flags.DEFINE_enum(
-  'protocol', None, linear_evaluation.PROTOCOLS, 'Override config.linear_eval.protocol.'
+  'protocol', None, fields.LINEAR_EVAL_PROTOCOLS, 'Override config.linear_eval.protocol.'
 )
 _NUM_EPOCHS = flags.DEFINE_integer('num_epochs', None, 'Override config.linear_eval.num_epochs.')
 

@@ -24,6 +24,7 @@ from configs import default  # noqa: E402
 from configs import digits  # noqa: E402
 from configs import stl10  # noqa: E402
 from hscl_jax import data  # noqa: E402
+from hscl_jax import errors  # noqa: E402
 from hscl_jax import optimizers  # noqa: E402
 from hscl_jax.config import fields  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
@@ -39,7 +40,7 @@ def _assert_valid(config, devices=4):
   valid value refused is a wrong answer, not a crash of the test)."""
   try:
     plan_lib.validate_run(config, num_devices=devices)
-  except schema.ConfigError as error:
+  except errors.ConfigError as error:
     raise AssertionError(f'a valid config refused: {error}') from None
 
 
@@ -117,7 +118,7 @@ def test_unknown_override_is_rejected_by_the_flag_parser():
 def _invalid(mutate, *, devices=4):
   config = default.get_config()
   mutate(config)
-  with pytest.raises(schema.ConfigError) as info:
+  with pytest.raises(errors.ConfigError) as info:
     plan_lib.validate_run(config, num_devices=devices)
   return str(info.value)
 
@@ -191,7 +192,7 @@ def test_a_batch_refusal_names_the_devices_and_the_processes():
   suggests the next multiple of lcm(8, 2) = 8."""
   config = default.get_config()
   config.batch_size = 510
-  with pytest.raises(schema.ConfigError) as info:
+  with pytest.raises(errors.ConfigError) as info:
     schema.validate_config(config, num_devices=8, num_processes=2)
   assert 'batch_size: 510 does not split evenly over the 8 devices (2 processes)' in str(info.value)
   assert '--config.batch_size=512' in str(info.value)
@@ -309,13 +310,13 @@ def test_every_shipped_config_accepts_one_epoch(name):
 
 
 def test_config_errors_are_value_errors():
-  assert issubclass(schema.ConfigError, ValueError)
+  assert issubclass(errors.ConfigError, ValueError)
 
 
 def test_invalid_config_stops_before_touching_data_or_workdir(tmp_path):
   config = digits.get_config()
   config.temperature = -1.0
-  with pytest.raises(schema.ConfigError, match='temperature'):
+  with pytest.raises(errors.ConfigError, match='temperature'):
     loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not os.path.exists(tmp_path / 'run')
 
@@ -324,7 +325,7 @@ def test_batch_larger_than_the_training_split_is_reported(tmp_path):
   config = digits.get_config()
   config.batch_size = 4096
   with pytest.raises(
-    schema.ConfigError, match=r'config\.batch_size: 4096 exceeds the \d+ training'
+    errors.ConfigError, match=r'config\.batch_size: 4096 exceeds the \d+ training'
   ):
     loop.train_and_evaluate(config, str(tmp_path / 'run'))
 

@@ -16,13 +16,12 @@ from ml_collections import config_dict
 from hscl_jax import errors
 
 Check = Callable[[str, Any], None]
-fail = errors.fail
 
 
 def choice(choices) -> Check:
   def check(field, value):
     if value not in choices:
-      fail(field, f'unknown value {value!r}', f'use one of {", ".join(map(repr, choices))}')
+      errors.fail(field, f'unknown value {value!r}', f'use one of {", ".join(map(repr, choices))}')
 
   return check
 
@@ -30,7 +29,7 @@ def choice(choices) -> Check:
 def at_least(bound, fix: str) -> Check:
   def check(field, value):
     if not value >= bound:
-      fail(field, f'must be >= {bound}, got {value}', fix)
+      errors.fail(field, f'must be >= {bound}, got {value}', fix)
 
   return check
 
@@ -38,7 +37,7 @@ def at_least(bound, fix: str) -> Check:
 def positive(fix: str) -> Check:
   def check(field, value):
     if not value > 0:
-      fail(field, f'must be positive, got {value}', fix)
+      errors.fail(field, f'must be positive, got {value}', fix)
 
   return check
 
@@ -48,7 +47,7 @@ def in_unit_interval(fix: str) -> Check:
 
   def check(field, value):
     if not 0 <= value < 1:
-      fail(field, f'must be in [0, 1), got {value}', fix)
+      errors.fail(field, f'must be in [0, 1), got {value}', fix)
 
   return check
 

@@ -31,11 +31,11 @@ from hscl_jax.config.checks import AS_GIVEN
 from hscl_jax.config.checks import Field
 from hscl_jax.config.checks import at_least
 from hscl_jax.config.checks import choice
-from hscl_jax.config.checks import fail
 from hscl_jax.config.checks import in_unit_interval
 from hscl_jax.config.checks import positive
 from hscl_jax.config.checks import unset
 from hscl_jax.config.checks import unset_or
+from hscl_jax.errors import fail
 
 # Per-channel (mean, std) of each training split on [0, 1] pixels: config.augment.mean/std
 # of configs/<dataset>.py (a config without its own keeps the default, CIFAR-10's).

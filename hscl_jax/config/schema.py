@@ -20,10 +20,6 @@ from hscl_jax.config import fields
 from hscl_jax.config import methods
 
 METHODS = methods.NAMES  # the methods table's, read when checked
-HARDENINGS = methods.HARDENINGS
-
-ConfigError = errors.ConfigError
-fail = errors.fail
 
 
 def _check_known_fields(config: ml_collections.ConfigDict) -> None:
@@ -31,15 +27,19 @@ def _check_known_fields(config: ml_collections.ConfigDict) -> None:
     node = config if not section else config.get(section)
     prefix = f'{section}.' if section else ''
     if not isinstance(node, (ml_collections.ConfigDict, dict)):
-      fail(section, 'missing section', f'start from configs/default.py, which defines {section}')
+      errors.fail(
+        section, 'missing section', f'start from configs/default.py, which defines {section}'
+      )
     unknown = sorted(set(node.keys()) - set(known))
     if unknown:
-      fail(
+      errors.fail(
         prefix + unknown[0], 'unknown field', f'remove it or use one of: {", ".join(sorted(known))}'
       )
   for field in fields.CONFIG_FIELDS['']:
     if field not in config:
-      fail(field, 'missing field', 'start from configs/default.py, which defines every field')
+      errors.fail(
+        field, 'missing field', 'start from configs/default.py, which defines every field'
+      )
 
 
 def _numbers(node, prefix: str = ''):
@@ -57,7 +57,7 @@ def _numbers(node, prefix: str = ''):
 def _check_finite(config: ml_collections.ConfigDict) -> None:
   for field, value in _numbers(config):
     if not math.isfinite(value):
-      fail(
+      errors.fail(
         field,
         f'must be a finite number, got {value}',
         f"pass a finite value, or drop the --config.{field} override to keep the config file's",
@@ -73,7 +73,7 @@ def _check_chunk_size(chunk_size: int, per_device_batch: int) -> None:
     return
   if chunk_size < 0 or per_device_batch % chunk_size:
     valid = [c for c in range(1, per_device_batch + 1) if per_device_batch % c == 0]
-    fail(
+    errors.fail(
       'chunk_size',
       f'{chunk_size} does not divide the {per_device_batch} samples per device',
       f'use one of {", ".join(map(str, valid))} (samples per device per chunk), or 0 to '
@@ -143,7 +143,7 @@ def _check_batch_size(config, num_devices: int, num_processes: int) -> None:
   least, why = _least_batch_size(config)
   if value < least:
     smallest = passing_batch_size(config, num_devices, num_processes)
-    fail(
+    errors.fail(
       'batch_size',
       f'{value} is too small: {why}',
       f'use --config.batch_size={smallest}, the smallest that passes here '
@@ -155,7 +155,7 @@ def _check_batch_size(config, num_devices: int, num_processes: int) -> None:
 
 
 def _fail_split(field: str, value: int, num_devices: int, num_processes: int, passing: int):
-  fail(
+  errors.fail(
     field,
     f'{value} does not split evenly over the {num_devices} devices ({num_processes} processes)',
     f'use a multiple of {math.lcm(num_devices, num_processes)}, e.g. --config.{field}={passing}',
@@ -194,7 +194,7 @@ def batch_size_passes(
   candidate.batch_size = batch_size
   try:
     _check_batches(candidate, num_devices, num_processes)
-  except ConfigError:
+  except errors.ConfigError:
     return False
   return True
 
@@ -202,7 +202,7 @@ def batch_size_passes(
 def _check_queue_size(queue_size, rows: int) -> None:
   """The queue takes a whole step's rows at a time, so it never wraps inside a step."""
   if not isinstance(queue_size, int) or queue_size < 0 or queue_size % rows:
-    fail(
+    errors.fail(
       'queue_size',
       f'{queue_size} is not a multiple of the {rows} rows of a step (2 x batch_size)',
       f'use 0 (no queue) or a multiple of {rows}, e.g. --config.queue_size='
@@ -213,13 +213,13 @@ def _check_queue_size(queue_size, rows: int) -> None:
 def _check_epoch_counts(config) -> None:
   """Fields bounded by num_epochs."""
   if config.beta_anneal_steps < 0 or config.beta_anneal_steps > config.num_epochs:
-    fail(
+    errors.fail(
       'beta_anneal_steps',
       f'must be in [0, num_epochs], got {config.beta_anneal_steps}',
       'use 0 (constant beta) or the number of beta decrements',
     )
   if not 0 <= config.optimizer.warmup_epochs <= config.num_epochs:
-    fail(
+    errors.fail(
       'optimizer.warmup_epochs',
       f'must be in [0, num_epochs={config.num_epochs}], got {config.optimizer.warmup_epochs}',
       f'use at most {config.num_epochs} (e.g. --config.optimizer.warmup_epochs=0)',
@@ -236,12 +236,14 @@ def _check_method_row(config) -> None:
   rows = [r for r in methods.ROWS if r.name == config.method]
   if not any(all(config[f] == v for f, v in r.selects) for r in rows):
     choices = ' or '.join(f'--config.{f}={v}' for r in rows for f, v in r.selects)
-    fail('hardening', f'{config.method!r} has no {config.hardening!r} setting', f'use {choices}')
+    errors.fail(
+      'hardening', f'{config.method!r} has no {config.hardening!r} setting', f'use {choices}'
+    )
   if methods.of_config(config).family != 'sigmoid':
     return
   for field, off in SOFTMAX_ONLY:
     if config[field] != off:
-      fail(
+      errors.fail(
         field,
         f'{config[field]} does not apply to the sigmoid method {config.method!r} (no queue, '
         'no debiasing, no M: its scale and bias are sigmoid_log_t and sigmoid_b)',
@@ -269,7 +271,9 @@ def validate_values(
 ) -> None:
   """Every value's check, the fields bounded by others, keep_best (after `validate_names`)."""
   if config.dataset == 'image_folder' and not config.folder:
-    fail('folder', 'image_folder needs a root directory', 'pass --config.folder=/path/to/root')
+    errors.fail(
+      'folder', 'image_folder needs a root directory', 'pass --config.folder=/path/to/root'
+    )
   _check_finite(config)
   # num_epochs first: other fields are checked against it.
   fields.FIELDS['num_epochs'].check('num_epochs', config.num_epochs)
@@ -288,7 +292,7 @@ def validate_linear_eval(linear_eval: ml_collections.ConfigDict) -> None:
     field = fields.FIELDS[f'linear_eval.{leaf}']
     if field.check is not None:
       if isinstance(linear_eval[leaf], numbers.Number) and not math.isfinite(linear_eval[leaf]):
-        fail(
+        errors.fail(
           f'linear_eval.{leaf}', f'must be a finite number, got {linear_eval[leaf]}', fields.KEEP
         )
       field.check(f'linear_eval.{leaf}', linear_eval[leaf])

@@ -32,7 +32,6 @@ from hscl_jax.evaluation import hard_negatives
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import trained_run
 
-HARDENINGS = methods.HARDENINGS
 TSNE_FILE = 'tsne.png'
 NEIGHBOURS_FILE = 'neighbours.png'
 HARDEST_FILE = 'hardest_negatives.png'
@@ -81,7 +80,7 @@ def run_hardening(
   the last epoch). UCL and SCL runs train without one: theirs is the one their
   diagnostics use, from the same fields."""
   name = name or config.hardening
-  if name not in HARDENINGS:
+  if name not in methods.HARDENINGS:
     raise InspectError(f'--hardening={name!r} is not a hardening; use exp or threshold.')
   if name == 'exp':
     return HardeningChoice('exp', float(config.beta if beta is None else beta))

@@ -31,14 +31,12 @@ from hscl_jax import models
 from hscl_jax import optimizers
 from hscl_jax import parallel
 from hscl_jax import progress
-from hscl_jax.config import fields
 from hscl_jax.config import schema
 from hscl_jax.data import augment
 from hscl_jax.evaluation import features as eval_features
 from hscl_jax.rundir import atomic
 from hscl_jax.rundir import trained_run
 
-PROTOCOLS = fields.LINEAR_EVAL_PROTOCOLS
 RESULT_FILE = 'linear_eval.json'
 # A progress line once this many seconds have passed since the last: none for a short loop.
 

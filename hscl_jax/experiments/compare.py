@@ -63,11 +63,12 @@ from ml_collections import config_flags
 
 from hscl_jax import errors
 from hscl_jax.config import command_line
-from hscl_jax.evaluation import linear_evaluation
+from hscl_jax.config import fields
 from hscl_jax.experiments import grid
 from hscl_jax.experiments import plots
 from hscl_jax.experiments import reports
 from hscl_jax.rundir import metrics
+from hscl_jax.training import preemption
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Base config file.', lock_config=False)
 _WORKDIR = flags.DEFINE_string('workdir', '/tmp/hscl_compare', 'Root of the runs and the report.')
@@ -86,7 +87,7 @@ _GRID = flags.DEFINE_list(
   '(Sig-SCL, Sig-H-SCL(β) beside them, paired with them).',
 )
 _PROTOCOL = flags.DEFINE_enum(
-  'protocol', 'features', linear_evaluation.PROTOCOLS, 'Linear evaluation protocol.'
+  'protocol', 'features', fields.LINEAR_EVAL_PROTOCOLS, 'Linear evaluation protocol.'
 )
 _REPORT_DIR = flags.DEFINE_string(
   'report_dir', None, 'Where report.md and its plots go (default: --workdir).'
@@ -137,7 +138,7 @@ def main(argv):
   if not _REPORT_ONLY.value:
     try:
       errors.exit_on_user_error(lambda: grid.run_grid(*run_args), workdir=_WORKDIR.value)
-    except grid.Preempted as stop:  # the run in progress saved: the same command resumes
+    except preemption.Preempted as stop:  # the run in progress saved: the same command resumes
       sys.exit(errors.signal_exit_status(stop.signum))
   report = errors.exit_on_user_error(
     lambda: reports.write_report(*report_args, **where), workdir=_WORKDIR.value

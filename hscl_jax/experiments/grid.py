@@ -209,9 +209,6 @@ def describe_seeds(plan) -> list[str]:
   return text
 
 
-Preempted = preemption.Preempted
-
-
 # The linear evaluation's settings a finished run's linear_eval.json must have been made with.
 LINEAR_EVAL_KEYS = ('protocol', 'num_epochs', 'learning_rate', 'weight_decay', 'batch_size')
 
@@ -265,7 +262,9 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str, records
   try:
     trained = loop.train_and_evaluate(config, workdir)
     if trained.preempted:
-      raise Preempted(trained.stop_signal)  # the run saved its checkpoint: the grid stops too
+      raise preemption.Preempted(
+        trained.stop_signal
+      )  # the run saved its checkpoint: the grid stops too
     # Evaluated under the run's lock, so two workers never evaluate the same run.
     with workdir_lock.WorkdirLock(workdir):
       result = linear_evaluation.linear_evaluate(config, workdir)

@@ -38,11 +38,6 @@ ESTIMATORS = {'jsd': losses.local_global_jsd, 'infonce': losses.local_global_inf
 EVAL_FILE = 'graph_eval.json'
 
 
-# The image side's errors: one line naming the field (or the epoch) and the fix.
-GraphConfigError = errors.ConfigError
-NonFiniteLossError = errors.NonFiniteLossError
-
-
 # Class-aware batches are the image arm's (config.samples_per_class): a graph batch's
 # positives are its own nodes, and labels enter only through the supervised objective.
 _CLASS_AWARE = (
@@ -267,7 +262,7 @@ def train_encoders(
     state, loss = epoch(state, jax.device_put(host_batches(dataset, groups, budget)), beta)
     loss = jax.device_get(loss)
     if not np.all(np.isfinite(loss)):
-      raise NonFiniteLossError(
+      raise errors.NonFiniteLossError(
         f'non-finite training loss at epoch {e} (per encoder: {loss.tolist()}). '
         'Fix: lower --config.learning_rate'
       )

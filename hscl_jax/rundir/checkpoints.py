@@ -177,9 +177,6 @@ def _all_processes(ok: bool) -> bool:
   return bool(np.all(multihost_utils.process_allgather(np.asarray(ok))))
 
 
-MODES = choices.KEEP_BEST_MODES
-
-
 @dataclasses.dataclass(frozen=True)
 class KeepBest:
   """The figure of the epoch records that ranks checkpoints for keeping the best one, and
@@ -250,7 +247,9 @@ def best_checkpoint(workdir: str) -> Best | None:
   ranked = [
     (step, entry)
     for step, entry in entries.items()
-    if isinstance(entry, dict) and entry.get('metric') and entry.get('mode') in MODES
+    if isinstance(entry, dict)
+    and entry.get('metric')
+    and entry.get('mode') in choices.KEEP_BEST_MODES
   ]
   if not ranked:
     return None

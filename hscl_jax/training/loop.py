@@ -50,7 +50,6 @@ from hscl_jax.training import profiling
 from hscl_jax.training import state as state_lib
 from hscl_jax.training import step as step_lib
 
-NonFiniteLossError = errors.NonFiniteLossError
 # The kNN monitor's figure: what config.keep_best's default keeps the best checkpoint by.
 MONITOR_FIGURE = 'knn_top1'
 
@@ -464,7 +463,7 @@ def _check_finite(
   if all(np.isfinite(v) for v in sums.values()):
     return
   where = _rerun_outcome(run_log.last_saved_step(), functools.partial(_position, plan))
-  raise NonFiniteLossError(
+  raise errors.NonFiniteLossError(
     f'Non-finite training loss or gradient (epoch sums: {sums}) in epoch {epoch}, by step '
     f'{step}. The state was not saved; {where}. Try a lower optimizer.learning_rate, a '
     'larger temperature, or model.dtype=float32.'

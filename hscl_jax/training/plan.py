@@ -13,6 +13,7 @@ import numpy as np
 import optax
 
 from hscl_jax import data
+from hscl_jax import errors
 from hscl_jax import losses
 from hscl_jax import models
 from hscl_jax import objectives
@@ -75,20 +76,20 @@ def _built_model(config) -> models.ContrastiveModel:
   error of its own) is named as config.model's."""
   try:
     return models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  except schema.ConfigError:
+  except errors.ConfigError:
     raise
   except ValueError as e:
-    schema.fail('model', str(e), 'see the model fields in hscl_jax/config/fields.py')
+    errors.fail('model', str(e), 'see the model fields in hscl_jax/config/fields.py')
 
 
 def _built_augment(config) -> augment.AugmentParams:
   """augment.*: `AugmentParams`, which the pipeline is built from, refuses a bad value."""
   try:
     return augment.AugmentParams.from_config(config.augment)
-  except schema.ConfigError:
+  except errors.ConfigError:
     raise
   except (TypeError, ValueError) as e:
-    schema.fail('augment', str(e), 'see the fields of hscl_jax.data.augment.AugmentParams')
+    errors.fail('augment', str(e), 'see the fields of hscl_jax.data.augment.AugmentParams')
 
 
 def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> None:
@@ -96,14 +97,14 @@ def validate_dataset(config: ml_collections.ConfigDict, *, num_classes: int) -> 
   online probe labelled training data."""
   tfds_spec = data.TFDS_DATASETS.get(config.dataset)
   if config.probe.enabled and tfds_spec and config.train_split in tfds_spec.unlabelled_splits:
-    schema.fail(
+    errors.fail(
       'probe.enabled',
       f'the online probe learns from labels, but the {config.dataset} training split '
       f'{config.train_split!r} is unlabelled',
       'add --config.probe.enabled=False, or train on a labelled split',
     )
   if config.method in methods.SUPERVISED_NAMES and num_classes < 2:
-    schema.fail(
+    errors.fail(
       'method',
       f'{config.method!r} takes its negatives from other classes, but the '
       f'{config.dataset} training split has {num_classes} class (every loss would be 0)',
@@ -124,7 +125,7 @@ def check_batch_fits(config: ml_collections.ConfigDict, num_train_examples: int)
     fix = f'train on more examples than the smallest batch that passes here, {smallest}'
   else:
     fix = f'use at most {num_train_examples}: --config.batch_size={largest} passes here'
-  schema.fail(
+  errors.fail(
     'batch_size', f'{config.batch_size} exceeds the {num_train_examples} training examples', fix
   )
 

@@ -19,7 +19,6 @@ from hscl_jax.rundir import checkpoints
 def test_each_owner_reads_the_list_the_config_checks_against():
   assert data.DATASETS is choices.DATASETS
   assert loaders.POSITIVE_MODES is choices.POSITIVE_MODES
-  assert checkpoints.MODES is choices.KEEP_BEST_MODES
   assert retrieval_metrics.metric_names is choices.retrieval_metric_names
 
 

@@ -16,6 +16,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
 from configs import digits  # noqa: E402
+from hscl_jax import errors  # noqa: E402
 from hscl_jax import losses  # noqa: E402
 from hscl_jax import objectives  # noqa: E402
 from hscl_jax.config import methods  # noqa: E402
@@ -209,7 +210,7 @@ def test_a_sigmoid_row_refuses_the_softmax_options_in_one_line(overrides, field)
   config = digits.get_config()
   config.method = 'sigmoid_scl'
   config.update(overrides)
-  with pytest.raises(schema.ConfigError) as error:
+  with pytest.raises(errors.ConfigError) as error:
     schema.validate_config(config, num_devices=1)
   message = str(error.value)
   assert '\n' not in message and message.startswith(f'config.{field}: ')

@@ -35,6 +35,8 @@ import xla_flags  # noqa: E402
 
 from configs import default  # noqa: E402
 from configs import digits  # noqa: E402
+from hscl_jax import errors  # noqa: E402
+from hscl_jax.config import methods  # noqa: E402
 from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.data import sampling  # noqa: E402
 
@@ -61,7 +63,7 @@ BAD_VALUES = {
   'batch_size': not_divisible,
   'knn.batch_size': not_divisible,
   'method': unknown.filter(lambda s: s not in schema.METHODS),
-  'hardening': unknown.filter(lambda s: s not in schema.HARDENINGS),
+  'hardening': unknown.filter(lambda s: s not in methods.HARDENINGS),
   'optimizer.learning_rate': not_positive,
   'optimizer.weight_decay': negative,
   'optimizer.b1': outside_unit_interval,
@@ -95,7 +97,7 @@ def test_config_property_bad_value_is_one_line_naming_the_field(data, field):
   value = 1.0 if data is None else data.draw(BAD_VALUES[field], label=field)
   config = default.get_config()
   _set(config, field, value)
-  with pytest.raises(schema.ConfigError) as info:
+  with pytest.raises(errors.ConfigError) as info:
     schema.validate_config(config, num_devices=DEVICES)
   message = str(info.value)
   assert '\n' not in message, message
@@ -108,7 +110,7 @@ def test_config_batch_size_boundaries(value):
   """0 splits evenly over any device count but is still refused; 2 and 6 do not split."""
   config = default.get_config()
   config.batch_size = value
-  with pytest.raises(schema.ConfigError, match=r'^config\.batch_size: '):
+  with pytest.raises(errors.ConfigError, match=r'^config\.batch_size: '):
     schema.validate_config(config, num_devices=DEVICES)
 
 
@@ -153,7 +155,7 @@ def test_a_batch_too_small_for_negatives_names_the_smallest_that_passes(
   config = digits.get_config()
   config.update(fields)
   config.batch_size, config.knn.batch_size = value, 1440  # 1440: every device count here
-  with pytest.raises(schema.ConfigError) as refused:
+  with pytest.raises(errors.ConfigError) as refused:
     schema.validate_config(config, num_devices=devices, num_processes=processes)
   message = str(refused.value)
   assert message.startswith(f'config.batch_size: {value} is too small: '), message
@@ -169,7 +171,7 @@ def test_a_batch_too_small_for_negatives_names_the_smallest_that_passes(
       m and below > 0 and m not in sampling.passing_samples_per_class(ten_classes, below, processes)
     ):
       continue  # the sampler refuses it
-    with pytest.raises(schema.ConfigError, match=r'^config\.(batch|chunk)_size: '):
+    with pytest.raises(errors.ConfigError, match=r'^config\.(batch|chunk)_size: '):
       schema.validate_config(config, num_devices=devices, num_processes=processes)
 
 
@@ -178,7 +180,7 @@ def test_a_supervised_class_aware_batch_of_one_class_is_refused_and_an_unsupervi
   H-SCL's anchors have no negative; UCL's are the other samples, whatever their class."""
   config = digits.get_config()
   config.batch_size, config.samples_per_class = 8, 8
-  with pytest.raises(schema.ConfigError, match=r'Fix: use --config\.batch_size=16, '):
+  with pytest.raises(errors.ConfigError, match=r'Fix: use --config\.batch_size=16, '):
     schema.validate_config(config, num_devices=4)
   config.method = 'ucl'
   schema.validate_config(config, num_devices=4)

@@ -14,6 +14,7 @@ import pytest
 from data.test_loaders import loader
 from data.test_loaders import take
 from hscl_jax import data
+from hscl_jax import errors
 from hscl_jax.config import schema
 from hscl_jax.data import sampling
 from hscl_jax.experiments import reports as image_batches
@@ -162,7 +163,7 @@ def test_bounds_are_accepted_and_one_past_refused():
   # m equal to the smallest class: accepted; one more: refused naming class 0.
   with accepted('m equal to the smallest class'):
     assert order_of(labels, 12, 6).steps_per_epoch == 2  # groups 1, 1, 1, 2 in pairs
-  with pytest.raises(schema.ConfigError) as refused:
+  with pytest.raises(errors.ConfigError) as refused:
     order_of(labels, 14, 7)
   # No m passes at 14 (a divisor >= 14 / 4 classes is 7 or 14, above 6); 12 has 3, 4, 6.
   assert str(refused.value) == (
@@ -175,7 +176,7 @@ def test_bounds_are_accepted_and_one_past_refused():
   # batch / m equal to the number of classes: accepted; one more class: refused.
   with accepted('batch / m equal to the number of classes'):
     assert order_of(labels, 8, 2).steps_per_epoch == 3  # groups 3, 3, 4, 6 in fours
-  with pytest.raises(schema.ConfigError) as refused:
+  with pytest.raises(errors.ConfigError) as refused:
     order_of(labels, 10, 2)
   assert str(refused.value) == (
     'config.samples_per_class: batch_size 10 / 2 = 5 classes per batch, but the training '
@@ -186,7 +187,7 @@ def test_bounds_are_accepted_and_one_past_refused():
 
 def test_a_batch_no_m_can_fill_names_the_largest_batch():
   labels = np.repeat(np.arange(4), 2)  # 4 classes of 2: no m gives 6 classes a batch of 12
-  with pytest.raises(schema.ConfigError) as refused:
+  with pytest.raises(errors.ConfigError) as refused:
     order_of(labels, 12, 2)
   assert str(refused.value) == (
     'config.samples_per_class: batch_size 12 / 2 = 6 classes per batch, but the training '
@@ -196,7 +197,7 @@ def test_a_batch_no_m_can_fill_names_the_largest_batch():
     '(uniform batches).'
   )
   # One class of one example over 2 processes: no batch of a multiple of 2 has an m.
-  with pytest.raises(schema.ConfigError) as refused:
+  with pytest.raises(errors.ConfigError) as refused:
     order_of(np.zeros(1, np.int64), 2, 2, processes=2)
   assert str(refused.value).endswith(
     'Fix: use samples_per_class=0 (uniform batches): no value passes on this training subset '
@@ -216,7 +217,7 @@ def test_only_two_epochs_orders_are_kept():
 def test_m_must_divide_a_process_slice():
   labels = np.repeat(np.arange(4), 12)
   assert order_of(labels, 12, 6, processes=2).steps_per_epoch == 4  # 6 of 6: accepted
-  with pytest.raises(schema.ConfigError) as refused:
+  with pytest.raises(errors.ConfigError) as refused:
     order_of(labels, 12, 4, processes=2)
   assert str(refused.value) == (
     "config.samples_per_class: 4 does not divide the 6 samples of a process's batch "
@@ -224,13 +225,13 @@ def test_m_must_divide_a_process_slice():
     'every check on this training subset at batch_size 12), or 0 (uniform batches).'
   )
   for bad in (-1, 2.5, True):
-    with pytest.raises(schema.ConfigError, match=r'config\.samples_per_class: must be a whole'):
+    with pytest.raises(errors.ConfigError, match=r'config\.samples_per_class: must be a whole'):
       order_of(labels, 12, bad)
 
 
 def test_unlabelled_data_is_refused():
   labels = np.array([0, 1, -1, 1] * 4)
-  with pytest.raises(schema.ConfigError, match='unlabelled examples'):
+  with pytest.raises(errors.ConfigError, match='unlabelled examples'):
     order_of(labels, 4, 2)
   # Labelled data need not hold class 0 (a subset, a folder of some classes): accepted.
   assert order_of(np.repeat([2, 5], 4), 4, 2).steps_per_epoch == 2
@@ -249,7 +250,7 @@ def test_the_config_check_refuses_what_no_data_allows_and_leaves_the_rest_to_the
   config.batch_size, config.samples_per_class = 32, 12  # 12 does not divide 16 of 2 processes
   schema.validate_config(config, num_devices=4, num_processes=2)
   config.samples_per_class = -1  # (2.5 or '4' the config's types refuse on assignment)
-  with pytest.raises(schema.ConfigError, match=r'samples_per_class: must be a whole number'):
+  with pytest.raises(errors.ConfigError, match=r'samples_per_class: must be a whole number'):
     schema.validate_config(config, num_devices=4, num_processes=2)
 
 
@@ -269,7 +270,7 @@ def test_every_value_a_refusal_lists_passes_and_every_other_is_refused(seed, min
   for m in range(1, batch + 1):
     try:
       order(labels, batch, m, processes=processes)
-    except schema.ConfigError as refused:
+    except errors.ConfigError as refused:
       outcomes[m] = str(refused)
     else:
       outcomes[m] = None

@@ -46,7 +46,6 @@ from hscl_jax import optimizers  # noqa: E402,E501
 from hscl_jax import parallel  # noqa: E402,E501
 from hscl_jax import progress  # noqa: E402,E501
 from hscl_jax.config import choices  # noqa: E402
-from hscl_jax.config import schema  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402,E501
 from hscl_jax.evaluation import features as eval_features  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402,E501
@@ -1008,7 +1007,7 @@ def test_one_class_folder_refuses_supervised_methods(tmp_path):
   config.dataset, config.folder = 'image_folder', str(tmp_path / 'images')
   config.batch_size = 4  # fits the 6 training images: only the missing negatives are wrong
   with pytest.raises(
-    schema.ConfigError,
+    errors.ConfigError,
     match=r"config.method: 'hscl' takes its negatives from other classes, but "
     r'the image_folder training split has 1 class.*--config.method=ucl',
   ):
@@ -1021,13 +1020,13 @@ def test_a_refused_start_leaves_no_workdir_and_keeps_what_was_there(tmp_path):
   workdir (and the parents made for it) is removed, an existing one keeps its own files."""
   config = tiny_config()
   config.samples_per_class = 2  # 16 classes per batch of 32; digits has 10
-  with pytest.raises(schema.ConfigError, match='samples_per_class'):
+  with pytest.raises(errors.ConfigError, match='samples_per_class'):
     loop.train_and_evaluate(config, str(tmp_path / 'new' / 'parent' / 'run'))
   assert list(tmp_path.iterdir()) == []
   existing = tmp_path / 'existing'
   (existing / 'notes').mkdir(parents=True)
   (existing / 'notes' / 'plan.txt').write_text('mine')
-  with pytest.raises(schema.ConfigError, match='samples_per_class'):
+  with pytest.raises(errors.ConfigError, match='samples_per_class'):
     loop.train_and_evaluate(config, str(existing))
   assert sorted(p.name for p in existing.rglob('*')) == ['notes', 'plan.txt']
 
@@ -1123,7 +1122,7 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(
 
   monkeypatch.setattr(step_lib, 'make_train_step', make_train_step_diverging)
   workdir = tmp_path / 'run'
-  with pytest.raises(loop.NonFiniteLossError) as error:
+  with pytest.raises(errors.NonFiniteLossError) as error:
     loop.train_and_evaluate(tiny_config(), str(workdir))
   assert re.search(
     rf'Non-finite training loss or gradient .* in epoch {epoch}, by step {nan_after + 1}\. The '

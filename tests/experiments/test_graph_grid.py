@@ -164,7 +164,7 @@ def test_table_report_picks_the_best_beta_and_reuses_finished_runs(tmp_path):
   assert 'Local–global estimator: jsd (' in report  # runs without the field are JSD runs
   # Run directories are keyed by method and β: another estimator's finished run is no match.
   config.estimator = 'infonce'
-  with pytest.raises(train.GraphConfigError, match="^config.estimator: 'infonce', but .*Fix: "):
+  with pytest.raises(errors.ConfigError, match="^config.estimator: 'infonce', but .*Fix: "):
     graph_grid.run_one(config, str(tmp_path), 'MUTAG', 'ucl', 0.0, 1, None)
 
 

@@ -24,6 +24,7 @@ from hscl_jax.experiments import grid as image_grid  # noqa: E402
 from hscl_jax.experiments import grid as image_runs  # noqa: E402
 from hscl_jax.rundir import stored_config  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
+from hscl_jax.training import preemption  # noqa: E402
 
 
 def test_settings_cover_the_paper_grids():
@@ -50,7 +51,7 @@ def test_a_run_stopped_by_a_signal_stops_the_grid_with_it(tmp_path, monkeypatch,
   monkeypatch.setattr(loop, 'train_and_evaluate', lambda *args: stopped)
   monkeypatch.setattr(image_runs.linear_evaluation, 'linear_evaluate', pytest.fail)
   setting = image_grid.settings(config, set())[0]
-  with pytest.raises(image_runs.Preempted) as stop:
+  with pytest.raises(preemption.Preempted) as stop:
     image_runs.run_one(config, setting, 0, str(tmp_path), config.linear_eval.protocol)
   assert stop.value.signum == signum
 

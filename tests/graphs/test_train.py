@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo roo
 SHARED_TU = os.environ.get('HSCL_TU_DIR', str(REPO.parent / 'shared' / 'data' / 'tu'))
 
 from configs import graphs as graphs_config  # noqa: E402
+from hscl_jax import errors  # noqa: E402
 from hscl_jax import progress  # noqa: E402
 from hscl_jax.graphs import data  # noqa: E402
 from hscl_jax.graphs import evaluate  # noqa: E402
@@ -87,7 +88,7 @@ def test_config_errors_are_one_line_naming_the_field(toy_dir):
   ):
     config = _config(toy_dir, method='hscl')
     config[field] = value
-    with pytest.raises(train.GraphConfigError, match=f'^config.{field}: .*Fix: '):
+    with pytest.raises(errors.ConfigError, match=f'^config.{field}: .*Fix: '):
       train.validate_config(config)
 
 
@@ -116,13 +117,13 @@ def test_each_config_bound_is_accepted_and_one_past_it_refused(toy_dir, field, b
     train.validate_config(config)
   node[name] = past
   reported = 'eval.num_folds' if section == 'eval' and 'folds' in name else field
-  with pytest.raises(train.GraphConfigError, match=f'^config.{re.escape(reported)}: .*Fix: '):
+  with pytest.raises(errors.ConfigError, match=f'^config.{re.escape(reported)}: .*Fix: '):
     train.validate_config(config)
 
 
 def test_unknown_estimator_is_one_line_naming_the_valid_values(toy_dir):
   config = _config(toy_dir, estimator='nce')
-  with pytest.raises(train.GraphConfigError) as error:
+  with pytest.raises(errors.ConfigError) as error:
     train.validate_config(config)
   assert str(error.value) == (
     "config.estimator: unknown value 'nce'. Fix: use one of jsd, infonce."
@@ -242,7 +243,7 @@ def test_class_aware_batches_are_refused_for_graphs(toy_dir):
   config = _config(toy_dir)
   with config.unlocked():
     config.samples_per_class = 4
-  with pytest.raises(train.GraphConfigError) as error:
+  with pytest.raises(errors.ConfigError) as error:
     train.validate_config(config)
   assert str(error.value) == train.CLASS_AWARE_REFUSAL
   assert str(error.value).startswith('config.samples_per_class: class-aware batches are for')

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from hscl_jax import errors
+from hscl_jax.config import choices
 from hscl_jax.rundir import checkpoints
 from hscl_jax.rundir import layout
 
@@ -135,7 +136,7 @@ def test_keep_1_and_min_mode_keep_at_most_two_and_ties_go_to_the_newer(tmp_path)
 
 def test_the_same_figures_by_max_and_by_min_keep_opposite_ends(tmp_path):
   figures = {1: 0.2, 2: 0.9, 3: 0.1, 4: 0.5, 5: 0.4}
-  for mode in checkpoints.MODES:
+  for mode in choices.KEEP_BEST_MODES:
     workdir = tmp_path / mode
     _save_all(workdir, figures, keep=1, keep_best=checkpoints.KeepBest('knn_top1', mode))
     assert checkpoints.finished_steps(str(workdir)) == _expected_kept(figures, 1, mode)

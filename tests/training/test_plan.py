@@ -138,7 +138,7 @@ def validates(config, batch_size: int) -> bool:
   trial.batch_size = batch_size
   try:
     schema.validate_config(trial, num_devices=jax.device_count())
-  except schema.ConfigError:
+  except errors.ConfigError:
     return False
   return True
 
@@ -242,7 +242,7 @@ def test_the_model_and_augmentation_are_checked_by_their_builders(section, leaf,
   config = default.get_config()
   config[section][leaf] = value
   schema.validate_config(config, num_devices=4)
-  with pytest.raises(schema.ConfigError) as info:
+  with pytest.raises(errors.ConfigError) as info:
     plan_lib.validate_run(config, num_devices=4)
   assert str(info.value).startswith(expected) and '. Fix: ' in str(info.value)
 
@@ -252,7 +252,7 @@ def test_the_model_is_checked_before_the_values_as_it_always_was():
   config = default.get_config()
   config.model.bn_momentum = float('nan')
   with pytest.raises(
-    schema.ConfigError, match=r'^config\.model\.bn_momentum: must be in \[0, 1\), got nan'
+    errors.ConfigError, match=r'^config\.model\.bn_momentum: must be in \[0, 1\), got nan'
   ):
     plan_lib.validate_run(config, num_devices=4)
 

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from hscl_jax import errors
 from hscl_jax.config import schema
 from hscl_jax.training import loop
 from hscl_jax.training import queue as negative_queue
@@ -248,7 +249,7 @@ def test_bad_queue_settings_are_refused(field, value, message):
   config = tiny_config()
   config[field] = value
   with pytest.raises(
-    schema.ConfigError, match=message.replace('[', r'\[').replace(')', r'\)')
+    errors.ConfigError, match=message.replace('[', r'\[').replace(')', r'\)')
   ) as info:
     schema.validate_config(config, num_devices=4)
   assert 'Fix:' in str(info.value)
@@ -259,6 +260,6 @@ def test_a_refused_queue_size_suggests_the_next_multiple_of_a_steps_rows(queue_s
   """64 rows a step (batch 32): above one step's rows the next multiple up, below it one step."""
   config = tiny_config()
   config.queue_size = queue_size
-  with pytest.raises(schema.ConfigError) as info:
+  with pytest.raises(errors.ConfigError) as info:
     schema.validate_config(config, num_devices=4)
   assert f'--config.queue_size={suggested}' in str(info.value)
