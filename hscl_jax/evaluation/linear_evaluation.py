@@ -9,6 +9,7 @@ Nothing else in DIR is touched. Protocols (config.linear_eval):
   * features  (default, fast): features extracted once, the classifier trained on them.
   * augmented (the paper's): random resized crop + flip on the fly through the frozen
     encoder, Adam lr 1e-3, weight decay 1e-6, 100 epochs.
+The linear probe trained during training, beside the encoder, is `training/online_probe`.
 """
 
 from __future__ import annotations

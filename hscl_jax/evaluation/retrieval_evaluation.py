@@ -1,4 +1,5 @@
-"""Retrieval metrics of a trained run's encoder: its checkpoint restored, the backbone
+"""The retrieval evaluation of a trained run (the work of `python -m hscl_jax.retrieval`),
+as `linear_evaluation` is linear evaluation's: its checkpoint restored, the backbone
 features (the kNN monitor's: `evaluation/embedding`) of its test split ranked against its
 train split (the monitor's bank) or against the test split itself (each query leaving
 itself out, the metric-learning papers' protocol), the figures of `evaluation/retrieval_metrics`,

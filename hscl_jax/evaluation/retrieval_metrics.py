@@ -1,4 +1,6 @@
-"""Retrieval metrics of features: precision@1, R-precision, MAP@R and Recall@K.
+"""Retrieval metrics of features: precision@1, R-precision, MAP@R and Recall@K (the
+figures only: `evaluation/retrieval_evaluation` computes them for a trained run, the work of
+`python -m hscl_jax.retrieval`; the kNN monitor, for each epoch).
 
 Every query ranks the reference rows by cosine similarity (features normalised inside) and
 is scored on its ranked list; the figures are the means over the scored queries, fractions

@@ -1,7 +1,9 @@
-"""A training run's bookkeeping in its workdir, so that a resumed run writes exactly the
-records an uninterrupted one would (`RunLog`): its checkpoints with where the epoch
-stood (`EpochPosition`, each checkpoint's metadata), its epoch records (metrics.jsonl and
-TensorBoard, rundir/metrics) and its per-step scalars (steps.jsonl and TensorBoard).
+"""A training run's log in its workdir (`RunLog`): all it writes as it goes, so that a
+resumed run writes exactly what an uninterrupted one would: its checkpoints with where the
+epoch stood (`EpochPosition`, each checkpoint's metadata), its epoch records (metrics.jsonl
+and TensorBoard, rundir/metrics) and its per-step scalars (steps.jsonl and TensorBoard).
+The log holds the records, it is not one: an epoch record is a row of metrics.jsonl, and
+`experiments/run_records` are finished runs' files copied beside a report.
 
 `restore` brings back the newest usable checkpoint's state, the input position, where the
 epoch stood and the records so far, and rewrites the records to that checkpoint's step;

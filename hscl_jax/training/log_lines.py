@@ -1,6 +1,7 @@
-"""The lines a run logs: what the run is (its parameters per part, its train state's
-bytes), each epoch's summary, the final monitor's figures, what a class-aware epoch
-visits, the memory the queue and the key encoder hold."""
+"""The lines a run logs (absl's log; the TensorBoard scalars are rundir/metrics'): what the
+run is (its parameters per part, its train state's bytes), each epoch's line
+(`epoch_line`), the final monitor's figures, what a class-aware epoch visits, the memory
+the queue and the key encoder hold."""
 
 from __future__ import annotations
 

@@ -7,6 +7,9 @@ Its input is `jax.lax.stop_gradient` of the features, so neither its loss nor th
 reads reach the encoder: the encoder's update is the same with the probe on or off (for
 the unsupervised methods the labels reach the probe only). Examples labelled -1
 (unlabelled) weigh nothing in its loss.
+
+Online, beside `evaluation/linear_evaluation`: this probe trains with the encoder and
+reports as it goes; linear evaluation trains its classifier after, on a frozen encoder.
 """
 
 from __future__ import annotations
