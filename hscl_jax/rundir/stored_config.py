@@ -15,6 +15,7 @@ from typing import Any
 
 from absl import logging
 from etils import epath
+from flax import traverse_util
 import ml_collections
 
 from hscl_jax import errors
@@ -34,14 +35,9 @@ class ConfigChangedError(errors.UserError, ValueError):
     self.problem = problem
 
 
-def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      flat.update(_flatten(value, f'{prefix}{key}.'))
-    else:
-      flat[prefix + key] = value
-  return flat
+def _flatten(tree: dict[str, Any]) -> dict[str, Any]:
+  """{dotted field: value}, as rundir/versions reads a stored config."""
+  return traverse_util.flatten_dict(tree, sep='.')
 
 
 def is_free(field: str, allowed=()) -> bool:

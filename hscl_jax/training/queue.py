@@ -18,6 +18,7 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+import optax
 
 
 class Queue(flax.struct.PyTreeNode):
@@ -86,10 +87,10 @@ def _gather_replicated(x: jax.Array, axis_name: str) -> jax.Array:
 
 
 def momentum_update(key_tree: Any, online_tree: Any, momentum: float) -> Any:
-  """θ_k ← m·θ_k + (1 − m)·θ_q, leaf by leaf (no gradient)."""
-  return jax.tree.map(
-    lambda k, q: jax.lax.stop_gradient(momentum * k + (1.0 - momentum) * q), key_tree, online_tree
-  )
+  """θ_k ← m·θ_k + (1 − m)·θ_q, leaf by leaf (no gradient): optax's Polyak average with
+  step size 1 − m."""
+  averaged = optax.incremental_update(online_tree, key_tree, step_size=1.0 - momentum)
+  return jax.tree.map(jax.lax.stop_gradient, averaged)
 
 
 def nbytes(tree: Any) -> int:
