@@ -30,7 +30,7 @@ def recall_ks(metrics) -> tuple[int, ...]:
       ks.append(int(k))
     elif name not in RANKED_RETRIEVAL_METRICS:
       raise ValueError(
-        f'Unknown retrieval metric {name!r}: use precision_at_1, r_precision, map_at_r or '
+        f'Unknown retrieval metric {name!r}: use {", ".join(RANKED_RETRIEVAL_METRICS)} or '
         'recall_at_K with an integer K >= 1.'
       )
   return tuple(sorted(set(ks)))
