@@ -51,14 +51,11 @@ def scaled_scl(monkeypatch):
   return SCALED_SCL
 
 
-def tiny_config():
-  """One step of 32 digits, no kNN: the loss recorded is the first step's."""
-  config = digits.get_config()
-  config.batch_size = 32
+def _one_step(config):
+  """conftest's tiny config for one step, no kNN: the loss recorded is the first step's."""
   config.num_epochs = 1
   config.steps_per_epoch_limit = 1
   config.optimizer.warmup_epochs = 0.0
-  config.knn.every_epochs = 0
   return config
 
 
@@ -99,8 +96,8 @@ def test_a_config_selects_its_row_and_reads_its_hyperparameters():
     assert plan_lib.used_hyperparameters(config) == reads
 
 
-def test_a_row_alone_adds_a_method_to_validation_the_loss_and_the_grid(scaled_scl):
-  config = tiny_config()
+def test_a_row_alone_adds_a_method_to_validation_the_loss_and_the_grid(scaled_scl, tiny_config):
+  config = _one_step(tiny_config())
   grid = image_grid.settings(config, {'beta'})
   (setting,) = [s for s in grid if s.method == scaled_scl.label]
   assert grid[-1] == setting  # the table's order: the new row last
@@ -112,10 +109,10 @@ def test_a_row_alone_adds_a_method_to_validation_the_loss_and_the_grid(scaled_sc
   assert plan_lib.used_hyperparameters(run) == ('beta',)  # the diagnostics' hardening only
 
 
-def test_a_one_epoch_run_trains_the_new_rows_loss(scaled_scl, tmp_path):
+def test_a_one_epoch_run_trains_the_new_rows_loss(scaled_scl, tmp_path, tiny_config):
   """The new method's run records SCALE times the loss of SCL's run on the same seed: the
   same initial parameters and views, so the one step's loss differs by the row alone."""
-  config = tiny_config()
+  config = _one_step(tiny_config())
   by_label = {s.method: s for s in image_grid.settings(config, set())}
   recorded = {}
   for label in ('SCL', scaled_scl.label):

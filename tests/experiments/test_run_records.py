@@ -29,8 +29,8 @@ from hscl_jax.rundir import metrics  # noqa: E402
 from hscl_jax.training import loop  # noqa: E402
 
 
-def _tiny_config():
-  config = digits.get_config()
+def _two_steps(config):
+  """conftest's tiny config for one epoch of two steps, evaluated by two linear epochs."""
   config.num_epochs = 1
   config.optimizer.warmup_epochs = 0.0
   config.steps_per_epoch_limit = 2
@@ -39,10 +39,10 @@ def _tiny_config():
 
 
 @pytest.fixture(scope='module')
-def recorded_grid(tmp_path_factory):
+def recorded_grid(tmp_path_factory, tiny_config):
   """SCL seed 0 trained once on digits; the report written beside its record."""
   tmp = tmp_path_factory.mktemp('grid')
-  config = _tiny_config()
+  config = _two_steps(tiny_config())
   plan = [(s, 0) for s in image_grid.settings(config, set()) if s.method == 'SCL']
   root, report_dir = tmp / 'root', tmp / 'report'
   with _absl_messages() as messages:
@@ -144,19 +144,18 @@ def test_a_record_of_another_run_is_not_taken_for_this_one(recorded_grid):
   assert _read(stale, same) is None
 
 
-def test_the_dataset_location_counts_only_by_its_name():
-  recorded = metrics.config_as_json(_image_folder('/data/a/tiny-imagenet-200'))
-  assert run_records.config_differences(recorded, _image_folder('/tmp/x/tiny-imagenet-200/')) == {}
-  assert run_records.config_differences(recorded, _image_folder('/tmp/x/cifar10')) == {
+def test_the_dataset_location_counts_only_by_its_name(tiny_config):
+  def in_folder(folder):
+    config = _two_steps(tiny_config())
+    config.dataset = 'image_folder'
+    config.folder = folder
+    return config
+
+  recorded = metrics.config_as_json(in_folder('/data/a/tiny-imagenet-200'))
+  assert run_records.config_differences(recorded, in_folder('/tmp/x/tiny-imagenet-200/')) == {}
+  assert run_records.config_differences(recorded, in_folder('/tmp/x/cifar10')) == {
     'folder': ('/data/a/tiny-imagenet-200', '/tmp/x/cifar10')
   }
-
-
-def _image_folder(folder):
-  config = _tiny_config()
-  config.dataset = 'image_folder'
-  config.folder = folder
-  return config
 
 
 @pytest.mark.parametrize(
