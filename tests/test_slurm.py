@@ -59,7 +59,7 @@ OVERRIDES = [
   '--config.optimizer.learning_rate=0.02',
   '--config.optimizer.warmup_epochs=0',
   # Smooth: with ReLU a pre-activation within rounding of zero in one of the two programs
-  # would move the gradient by percents (end_to_end/test_train._sgd_config).
+  # would move the gradient by percents (training_runs.sgd_config).
   '--config.model.activation=silu',
   f'--config.knn.every_epochs={EPOCHS}',
   '--config.knn.batch_size=256',

@@ -340,7 +340,7 @@ def class_aware_line(m, batch, labels):
 def test_a_long_tailed_class_aware_epoch_is_warned_of_with_the_epochs_that_make_up_for_it():
   """40 examples of one class, 4 of four others: batches of 4 classes x 2 run out after 2
   steps (16 of 56 examples) where uniform batches take 7; 10 epochs -> 35 keep the steps."""
-  from end_to_end.test_train import tiny_config
+  from training_runs import tiny_config
 
   from hscl_jax.training import log_lines
 
@@ -364,9 +364,9 @@ def test_a_digits_run_with_4_per_class_meets_3_and_its_first_loss_is_eq_3(tmp_pa
   """Class-aware batches through the whole step on 4 devices, with gradient caching
   (chunks of 4 per device) and a negative queue: the batch the run drew holds 8 classes x
   4, and its first loss is eq. (3)'s float64 reference on that batch."""
-  from end_to_end.test_train import record_first_step
-  from end_to_end.test_train import step_loss_reference
-  from end_to_end.test_train import tiny_config
+  from training_runs import record_first_step
+  from training_runs import step_loss_reference
+  from training_runs import tiny_config
 
   from hscl_jax.rundir import metrics
   from hscl_jax.training import loop

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import gc
 import gzip
 import json
 import logging
@@ -32,9 +31,18 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # `from configs import ...`, as from the repo root
 
-from losses.test_kernel import reference_loss  # noqa: E402
-from models.test_factory import jit_apply  # noqa: E402
 import tensorboard_events  # noqa: E402
+from training_runs import assert_first_step_pinned  # noqa: E402
+from training_runs import assert_trees_equal  # noqa: E402
+from training_runs import leaves  # noqa: E402
+from training_runs import random_batch  # noqa: E402
+from training_runs import record_first_step  # noqa: E402
+from training_runs import run_steps  # noqa: E402
+from training_runs import sgd_config  # noqa: E402
+from training_runs import signal_at  # noqa: E402
+from training_runs import step_loss_reference  # noqa: E402
+from training_runs import step_projections  # noqa: E402
+from training_runs import tiny_config  # noqa: E402
 from transfer_guard import no_implicit_transfers  # noqa: E402
 
 from configs import digits  # noqa: E402
@@ -47,7 +55,6 @@ from hscl_jax import parallel  # noqa: E402,E501
 from hscl_jax import progress  # noqa: E402,E501
 from hscl_jax.config import choices  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402,E501
-from hscl_jax.evaluation import features as eval_features  # noqa: E402
 from hscl_jax.rundir import checkpoints  # noqa: E402,E501
 from hscl_jax.rundir import layout  # noqa: E402
 from hscl_jax.rundir import metrics  # noqa: E402,E501
@@ -76,29 +83,6 @@ EPOCH_KEYS = (
 )
 
 
-def tiny_config():
-  """2 epochs x 3 steps of 32 digits on 4 devices; a checkpoint every epoch."""
-  config = digits.get_config()
-  config.batch_size = 32
-  config.num_epochs = 2
-  config.steps_per_epoch_limit = 3
-  config.optimizer.warmup_epochs = 0.0
-  config.knn.batch_size = 256
-  config.checkpoint_every_epochs = 1
-  config.keep_checkpoints = 3
-  config.log_every_steps = 2
-  return config
-
-
-def _leaves(tree):
-  return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
-
-
-def _assert_trees_equal(a, b):
-  for x, y in zip(_leaves(a), _leaves(b), strict=True):
-    np.testing.assert_array_equal(x, y)
-
-
 def _checkpoint_steps(workdir):
   return sorted(int(p.name) for p in (workdir / 'checkpoints').iterdir() if p.name.isdigit())
 
@@ -107,100 +91,10 @@ def _checkpoint_steps(workdir):
 # 4 devices == 1 device.
 
 
-def run_steps(config, num_devices, batches):
-  """(host copies of the state before and after each step, the losses, the live last
-  state): one step per batch on a mesh of `num_devices` (the step donates its input)."""
-  mesh = parallel.make_mesh(jax.devices()[:num_devices])
-  model = models.create_model(config.model, bn_axis_name=parallel.AXIS)
-  schedule = optimizers.create_learning_rate_schedule(
-    config.optimizer, steps_per_epoch=3, total_steps=3
-  )
-  optimizer = optimizers.create_optimizer(config.optimizer, schedule)
-  params = augment.AugmentParams.from_config(config.augment)
-  state = state_lib.create_train_state(config, model, optimizer, params.image_size, mesh)
-  step = step_lib.make_train_step(config, model, optimizer, params, mesh)
-  hyper = plan_lib.loss_hyperparameters(config, 1)
-  states, losses = [jax.device_get(state)], []
-  for batch in batches:
-    state, loss = step(state, parallel.global_batch(batch, mesh, ('image', 'label')), hyper)
-    states.append(jax.device_get(state))
-    losses.append(float(loss['train_loss']))
-  return states, losses, state
-
-
 def _three_steps(config, num_devices, batch):
   """(the state before the first step, after the third, the three losses)."""
   states, losses, _ = run_steps(config, num_devices, [batch] * 3)
   return states[0], states[-1], losses
-
-
-def step_projections(config, variables, state, batch, num_devices=None):
-  """The L2-normalised projections [b, 2, d] (float64) of `batch`'s views at `state`'s
-  rng and step, computed outside the step: the views by step_lib.augment_batch (tested in
-  test_augment), the model applied by hand to `variables` in train mode, BatchNorm over
-  the whole batch (synced over the devices) or, with config.chunk_size, over chunk k of
-  every device together (default: all devices)."""
-  model = models.create_model(config.model)
-  params = augment.AugmentParams.from_config(config.augment)
-  images = jnp.asarray(batch['image'])
-  # Jitted as wholes, not for the numbers: eagerly, each of their ~200 operations is a
-  # program of its own to compile (14 s of a 4-device test's 34 s; 1 s jitted).
-  augment_batch = jax.jit(lambda *a: step_lib.augment_batch(*a, params))
-  apply = jit_apply(model, train=True, mutable=['batch_stats'])
-  views = np.asarray(augment_batch(state.rng, state.step, images, jnp.arange(len(images))))
-  local = len(images) // (num_devices or jax.device_count())
-  chunk = (np.arange(len(images)) % local) // (config.chunk_size or local)
-  z = np.zeros((len(images), 2, config.model.head_out))
-  for k in np.unique(chunk):
-    rows = views[chunk == k]
-    (_, projections), _ = apply(variables, rows.reshape((-1,) + rows.shape[2:]))
-    z[chunk == k] = np.asarray(projections, np.float64).reshape(len(rows), 2, -1)
-  return z / np.linalg.norm(z, axis=-1, keepdims=True)
-
-
-def step_loss_reference(config, state, batch, num_devices=None):
-  """The loss of a step from `state` (empty queue, key encoder = online: a first step)
-  by eq. (3)'s float64 reference (tests/losses/test_kernel.py), H-SCL(β) as the digits config."""
-  assert (config.method, config.hardening, config.M) == ('hscl', 'exp', None)
-  variables = {'params': state.params, 'batch_stats': state.batch_stats}
-  return reference_loss(
-    step_projections(config, variables, state, batch, num_devices),
-    np.asarray(batch['label']),
-    method='label',
-    eta=lambda g: np.exp(config.beta * g),
-    temperature=config.temperature,
-  )
-
-
-def record_first_step(patch):
-  """Wraps step_lib.make_train_step: the first step's input state and batch (on the host)
-  and its loss, for a pin of a run that a test compares with another run."""
-  seen = {}
-  make_train_step = step_lib.make_train_step
-
-  def recording_make_train_step(*args, **kwargs):
-    step = make_train_step(*args, **kwargs)
-
-    def recording_step(state, batch, hyper):
-      # The test's own reads of the first step: allowed where the run itself is not (a
-      # host copy of a typed PRNG key is rebuilt on the device).
-      if not seen:
-        with jax.transfer_guard('allow'):
-          seen['state'], seen['batch'] = jax.device_get((state, batch))  # before donation
-      new_state, loss = step(state, batch, hyper)
-      seen.setdefault('loss', float(jax.device_get(loss['train_loss'])))
-      return new_state, loss
-
-    return recording_step
-
-  patch.setattr(step_lib, 'make_train_step', recording_make_train_step)
-  return seen
-
-
-def assert_first_step_pinned(config, seen):
-  np.testing.assert_allclose(
-    seen['loss'], step_loss_reference(config, seen['state'], seen['batch']), rtol=2e-5
-  )
 
 
 def test_four_devices_match_one_device():
@@ -210,8 +104,8 @@ def test_four_devices_match_one_device():
   the local shard only) would move the parameters visibly differently.
   """
   assert jax.device_count() == 4
-  config = _sgd_config()
-  batch = _random_batch()  # repeated labels: SCL positives
+  config = sgd_config()
+  batch = random_batch()  # repeated labels: SCL positives
 
   _, four, four_losses = _three_steps(config, 4, batch)
   first, one, one_losses = _three_steps(config, 1, batch)
@@ -221,9 +115,9 @@ def test_four_devices_match_one_device():
   pinned = step_loss_reference(config, first, batch, num_devices=1)
   np.testing.assert_allclose(one_losses[0], pinned, rtol=2e-5)
   assert four_losses[0] != four_losses[2]  # the parameters did move
-  for x, y in zip(_leaves(four.params), _leaves(one.params), strict=True):
+  for x, y in zip(leaves(four.params), leaves(one.params), strict=True):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
-  for x, y in zip(_leaves(four.batch_stats), _leaves(one.batch_stats), strict=True):
+  for x, y in zip(leaves(four.batch_stats), leaves(one.batch_stats), strict=True):
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
   for name in four.metric_sums:
     np.testing.assert_allclose(four.metric_sums[name], one.metric_sums[name], rtol=1e-5)
@@ -569,88 +463,6 @@ def _deterministic_events(workdir):
   }
 
 
-def _signal_at(patch, phase, step=None, *, signum=signal.SIGTERM):
-  """Sends `signum` once, at the first time this run reaches `phase`:
-  'step' (after optimisation step `step`), 'knn' (the kNN's feature extraction),
-  'record' (writing an epoch's metrics), 'checkpoint' (while a checkpoint is written),
-  'saving' (as the checkpoint of step `step` starts), 'loop-start' (as the first batch is
-  put on the devices), 'compile' (as the first step is called: where it compiles),
-  'compile-callback' (the same, from a garbage-collection callback, where the interpreter
-  only reports an error raised)."""
-  fired = []
-
-  def send():
-    if not fired:
-      fired.append(True)
-      os.kill(os.getpid(), signum)
-      for _ in range(100):  # the handler runs here, between bytecodes, as in a library
-        pass
-
-  def wrap(owner, name, before=True, when=lambda *a: True):
-    original = getattr(owner, name)
-
-    def wrapped(*args, **kwargs):
-      if before and when(*args):
-        send()
-      result = original(*args, **kwargs)
-      if not before and when(*args, result):
-        send()
-      return result
-
-    patch.setattr(owner, name, wrapped)
-
-  if phase == 'step':
-    make_train_step = step_lib.make_train_step
-
-    def make_train_step_sending(*args, **kwargs):
-      train_step = make_train_step(*args, **kwargs)
-
-      def step_then_send(state, batch, hyper):
-        new_state, loss = train_step(state, batch, hyper)
-        if int(new_state.step) == step:
-          send()
-        return new_state, loss
-
-      return step_then_send
-
-    patch.setattr(step_lib, 'make_train_step', make_train_step_sending)
-  elif phase in ('compile', 'compile-callback'):
-    _signal_as_the_first_step_is_called(patch, send, in_callback=phase == 'compile-callback')
-  elif phase == 'loop-start':
-    wrap(parallel, 'global_batch')
-  elif phase == 'knn':
-    wrap(eval_features, 'extract_features')
-  elif phase == 'record':
-    wrap(metrics.MetricWriter, 'write')
-  elif phase == 'checkpoint':
-    wrap(checkpoints.Checkpointer, 'save', before=False, when=lambda *a: a[-1])  # a real write
-  elif phase == 'saving':
-    wrap(checkpoints.Checkpointer, 'save', when=lambda checkpointer, at, *a: at == step)
-  return fired
-
-
-def _signal_as_the_first_step_is_called(patch, send, *, in_callback):
-  make_train_step = step_lib.make_train_step
-
-  def make_train_step_sending_first(*args, **kwargs):
-    train_step = make_train_step(*args, **kwargs)
-
-    def send_then_step(state, batch, hyper):
-      if in_callback:
-        gc.callbacks.append(lambda *_: send())
-        try:
-          gc.collect()
-        finally:
-          gc.callbacks.pop()
-      else:
-        send()
-      return train_step(state, batch, hyper)
-
-    return send_then_step
-
-  patch.setattr(step_lib, 'make_train_step', make_train_step_sending_first)
-
-
 SIGNAL_NAMES = {signal.SIGTERM: 'SIGTERM', signal.SIGINT: 'Ctrl-C (SIGINT)'}
 
 
@@ -686,7 +498,7 @@ def test_a_signal_in_any_phase_resumes_to_the_uninterrupted_records(
   for interruption, signum in zip(interruptions, signals):
     caplog.clear()
     with monkeypatch.context() as patch, no_implicit_transfers():
-      fired = _signal_at(patch, *interruption, signum=signum)
+      fired = signal_at(patch, *interruption, signum=signum)
       stopped = loop.train_and_evaluate(tiny_config(), str(workdir))
     assert fired and stopped.stop_signal == signum, interruption
     if interruption[0] == 'step':  # it stops at the step the signal came in, not later
@@ -706,9 +518,9 @@ def test_a_signal_in_any_phase_resumes_to_the_uninterrupted_records(
     resumed = loop.train_and_evaluate(tiny_config(), str(workdir))
   assert not resumed.preempted
   assert f'Resumed from the checkpoint at {_tiny_position(last)}.' in caplog.messages
-  _assert_trees_equal(resumed.state.params, reference.state.params)
-  _assert_trees_equal(resumed.state.opt_state, reference.state.opt_state)
-  _assert_trees_equal(resumed.state.probe, reference.state.probe)  # the online probe's too
+  assert_trees_equal(resumed.state.params, reference.state.params)
+  assert_trees_equal(resumed.state.opt_state, reference.state.opt_state)
+  assert_trees_equal(resumed.state.probe, reference.state.probe)  # the online probe's too
   assert reference.state.probe is not None
   records = metrics.read_metrics(str(workdir))
   assert _deterministic(records) == _deterministic(metrics.read_metrics(str(reference_dir)))
@@ -752,7 +564,7 @@ def test_a_signal_before_the_first_step_stops_at_once_leaving_the_workdir_as_it_
   reports = []
   with monkeypatch.context() as patch:
     patch.setattr(sys, 'unraisablehook', reports.append)
-    fired = _signal_at(patch, phase, signum=signum)
+    fired = signal_at(patch, phase, signum=signum)
     with pytest.raises(errors.Interrupted) as stop:
       loop.train_and_evaluate(tiny_config(), str(workdir))
   assert fired and stop.value.exit_status == 128 + signum
@@ -782,8 +594,8 @@ def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path, monkeypatch, fir
   stops at once, saves nothing more, and says what a rerun does (main: one line, 130)."""
   workdir = tmp_path / 'run'
   with monkeypatch.context() as patch:
-    first = _signal_at(patch, 'step', first_at, signum=signal.SIGINT)
-    second = _signal_at(patch, 'saving', first_at, signum=signal.SIGINT)
+    first = signal_at(patch, 'step', first_at, signum=signal.SIGINT)
+    second = signal_at(patch, 'saving', first_at, signum=signal.SIGINT)
     with pytest.raises(errors.Interrupted) as stop:
       loop.train_and_evaluate(tiny_config(), str(workdir))
   assert first and second and stop.value.exit_status == 130
@@ -804,13 +616,13 @@ def test_a_sigmoid_run_resumes_after_a_sigterm_to_the_uninterrupted_run(tmp_path
   config.method, config.knn.every_epochs = 'sigmoid_scl', 0
   reference = loop.train_and_evaluate(config, str(tmp_path / 'reference'))
   with monkeypatch.context() as patch:
-    fired = _signal_at(patch, 'step', 4)
+    fired = signal_at(patch, 'step', 4)
     stopped = loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert fired and stopped.preempted and int(stopped.state.step) == 4
   resumed = loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert not resumed.preempted
   for tree in ('loss_state', 'params', 'opt_state'):
-    _assert_trees_equal(getattr(resumed.state, tree), getattr(reference.state, tree))
+    assert_trees_equal(getattr(resumed.state, tree), getattr(reference.state, tree))
   records = metrics.read_metrics(str(tmp_path / 'run'))
   assert _deterministic(records) == _deterministic(
     metrics.read_metrics(str(tmp_path / 'reference'))
@@ -905,7 +717,7 @@ def test_finished_run_is_not_retrained(uninterrupted, caplog):
   ) in caplog.messages
   assert caplog.messages[-1].startswith(f'Nothing trained (already complete); workdir {workdir}.')
   assert 'Resumed from the checkpoint' not in caplog.text
-  _assert_trees_equal(again.state.params, reference.state.params)
+  assert_trees_equal(again.state.params, reference.state.params)
   assert len(metrics.read_metrics(str(workdir))) == 2
 
 
@@ -990,7 +802,7 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_newest_good_one(
   assert 'resumes from step 3' in caplog.text
   assert (workdir / 'checkpoints_unusable' / '6').is_dir()  # kept aside, not deleted
   assert _checkpoint_steps(workdir) == [3, 6]
-  _assert_trees_equal(result.state.params, reference.state.params)
+  assert_trees_equal(result.state.params, reference.state.params)
   assert _deterministic(metrics.read_metrics(str(workdir))) == _deterministic(
     metrics.read_metrics(str(reference_dir))
   )
@@ -1335,39 +1147,11 @@ def test_main_ctrl_c_as_the_first_step_compiles_is_one_line(tmp_path):
 SPMD_CUSTOM_CALLS = {'Sharding', 'SPMDFullToShardShape', 'SPMDShardToFullShape'}
 
 
-def _sgd_config(**model):
-  """Batch 16, plain SGD with a large step, and a smooth activation (SiLU).
-
-  The tests that use it compare two programs (1 device and 4, chunked and not) that round
-  differently. With ReLU the gradient jumps where a pre-activation crosses zero, and of
-  the ~200k pre-activations of a step one is often within 1e-6 of it: a rounding
-  difference then moves a parameter leaf by up to 5 % (seen on AVX2 CPUs) although both
-  programs are right. With SiLU the gradient is continuous in the inputs, so the programs
-  agree to rounding, and a real error (a gradient off by the device count, BatchNorm
-  statistics of one shard) still shows (docs/testing.md).
-  """
-  config = tiny_config()
-  config.batch_size = 16
-  config.optimizer.name, config.optimizer.learning_rate = 'sgd', 0.5
-  config.optimizer.momentum = 0.0
-  config.model.activation = 'silu'
-  config.model.update(model)
-  return config
-
-
-def _random_batch(seed=0, size=16):
-  rng = np.random.default_rng(seed)
-  return {
-    'image': rng.integers(0, 256, (size, 2, 8, 8, 3), dtype=np.uint8),
-    'label': rng.integers(0, 3, (size,), dtype=np.int32),
-  }
-
-
 @functools.cache
 def _group_norm_steps(num_devices):
-  """_three_steps of the GroupNorm model on _random_batch() without chunks: the unrolled
+  """_three_steps of the GroupNorm model on random_batch() without chunks: the unrolled
   and the scanned chunk loops are compared with one run (host copies, read only)."""
-  return _three_steps(_sgd_config(norm='group'), num_devices, _random_batch())
+  return _three_steps(sgd_config(norm='group'), num_devices, random_batch())
 
 
 @pytest.mark.parametrize(
@@ -1379,8 +1163,8 @@ def test_chunked_step_equals_unchunked_without_batch_statistics(num_devices, unr
   """GroupNorm mixes no samples: 4 chunks per device give the same parameters, optimizer
   state and metrics as one pass (plain SGD with a large step: a scale error would show),
   whether the loops over chunks are scans or unrolled."""
-  config = _sgd_config(norm='group')
-  batch = _random_batch()
+  config = sgd_config(norm='group')
+  batch = random_batch()
   first, plain, plain_losses = _group_norm_steps(num_devices)
   config.chunk_size = 16 // num_devices // 4
   config.chunk_unroll = unroll
@@ -1390,7 +1174,7 @@ def test_chunked_step_equals_unchunked_without_batch_statistics(num_devices, unr
   np.testing.assert_allclose(plain_losses[0], pinned, rtol=2e-5)
   assert plain_losses[0] != plain_losses[2]
   for tree in ('params', 'opt_state', 'metric_sums'):
-    for x, y in zip(_leaves(getattr(chunked, tree)), _leaves(getattr(plain, tree)), strict=True):
+    for x, y in zip(leaves(getattr(chunked, tree)), leaves(getattr(plain, tree)), strict=True):
       np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
   assert not jax.tree.leaves(chunked.batch_stats)
 
@@ -1400,12 +1184,12 @@ def test_a_sigmoid_step_trains_log_t_and_b_by_the_global_gradient():
   at the state's t = e^{log_t} and b, and its SGD step moves log t and b by that loss's
   gradient; 4 devices give 1 device's losses, parameters and t and b, and so do chunks
   (GroupNorm: chunks normalise as the whole batch)."""
-  config = _sgd_config(norm='group')
+  config = sgd_config(norm='group')
   config.method, config.optimizer.weight_decay = 'sigmoid_hscl', 0.0
   # A smaller step than the softmax tests': b's gradient is about -|P(i)| per anchor, and
   # SGD at 0.5 sends the logits (and the loss) to 1e14 by the second step.
   config.optimizer.learning_rate = 0.02
-  batch = _random_batch()
+  batch = random_batch()
   states, one_losses, _ = run_steps(config, 1, [batch] * 3)
   _, four, four_losses = _three_steps(config, 4, batch)
   config.chunk_size = 2
@@ -1431,7 +1215,7 @@ def test_a_sigmoid_step_trains_log_t_and_b_by_the_global_gradient():
   for other, other_losses in ((four, four_losses), (chunked, chunked_losses)):
     np.testing.assert_allclose(other_losses, one_losses, rtol=1e-5)
     for tree in ('params', 'loss_state'):
-      for x, y in zip(_leaves(getattr(other, tree)), _leaves(getattr(one, tree)), strict=True):
+      for x, y in zip(leaves(getattr(other, tree)), leaves(getattr(one, tree)), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
 
 
@@ -1476,7 +1260,7 @@ def _reference_step_normalising_each_chunk(config, mesh, chunk_size):
 
 
 def test_chunked_step_with_batchnorm_normalises_each_chunk(num_devices=4):
-  config = _sgd_config()  # synced BatchNorm: each chunk's statistics over the 4 devices
+  config = sgd_config()  # synced BatchNorm: each chunk's statistics over the 4 devices
   config.optimizer.weight_decay = 0.0
   config.chunk_size = 16 // num_devices // 2
   mesh = parallel.make_mesh(jax.devices()[:num_devices])
@@ -1487,7 +1271,7 @@ def test_chunked_step_with_batchnorm_normalises_each_chunk(num_devices=4):
   )
   augment_params = augment.AugmentParams.from_config(config.augment)
   state = state_lib.create_train_state(config, model, optimizer, augment_params.image_size, mesh)
-  batch = parallel.global_batch(_random_batch(1), mesh, ('image', 'label'))
+  batch = parallel.global_batch(random_batch(1), mesh, ('image', 'label'))
   hyper = plan_lib.loss_hyperparameters(config, 1)
   params, stats, loss = jax.device_get(
     _reference_step_normalising_each_chunk(config, mesh, config.chunk_size)(state, batch, hyper)
@@ -1495,9 +1279,9 @@ def test_chunked_step_with_batchnorm_normalises_each_chunk(num_devices=4):
   step = step_lib.make_train_step(config, model, optimizer, augment_params, mesh)
   new_state, new_loss = jax.device_get(step(state, batch, hyper))
   np.testing.assert_allclose(new_loss['train_loss'], loss, rtol=1e-6)
-  for x, y in zip(_leaves(new_state.params), _leaves(params), strict=True):
+  for x, y in zip(leaves(new_state.params), leaves(params), strict=True):
     np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
-  for x, y in zip(_leaves(new_state.batch_stats), _leaves(stats), strict=True):
+  for x, y in zip(leaves(new_state.batch_stats), leaves(stats), strict=True):
     np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
 
 
@@ -1529,7 +1313,7 @@ def test_chunked_run_resumes_exactly(tmp_path, monkeypatch):
   resumed = loop.train_and_evaluate(config, str(tmp_path / 'run'))
   assert int(resumed.state.step) == 3
   for tree in ('params', 'batch_stats', 'opt_state'):
-    _assert_trees_equal(getattr(resumed.state, tree), getattr(reference.state, tree))
+    assert_trees_equal(getattr(resumed.state, tree), getattr(reference.state, tree))
 
 
 @pytest.mark.parametrize('chunk_size', [0, 2])

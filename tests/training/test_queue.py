@@ -8,21 +8,21 @@ import dataclasses
 import functools
 import logging
 
-from end_to_end.test_train import _assert_trees_equal  # tests/ is on sys.path (pytest)
-from end_to_end.test_train import _leaves
-from end_to_end.test_train import _random_batch
-from end_to_end.test_train import _sgd_config
-from end_to_end.test_train import _signal_at
-from end_to_end.test_train import assert_first_step_pinned
-from end_to_end.test_train import record_first_step
-from end_to_end.test_train import run_steps
-from end_to_end.test_train import step_loss_reference
-from end_to_end.test_train import step_projections
-from end_to_end.test_train import tiny_config
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from training_runs import assert_first_step_pinned
+from training_runs import assert_trees_equal  # tests/ is on sys.path (pytest)
+from training_runs import leaves
+from training_runs import random_batch
+from training_runs import record_first_step
+from training_runs import run_steps
+from training_runs import sgd_config
+from training_runs import signal_at
+from training_runs import step_loss_reference
+from training_runs import step_projections
+from training_runs import tiny_config
 
 from hscl_jax import errors
 from hscl_jax.config import schema
@@ -67,12 +67,12 @@ def test_enqueue_refuses_a_batch_that_would_wrap():
 
 def _queue_config(queue_size=64, momentum=0.7, **model):
   """Batch 16 (32 rows a step): 64 slots fill in 2 steps and wrap at the third."""
-  config = _sgd_config(**model)
+  config = sgd_config(**model)
   config.queue_size, config.queue_momentum = queue_size, momentum
   return config
 
 
-BATCHES = [_random_batch(seed) for seed in range(3)]
+BATCHES = [random_batch(seed) for seed in range(3)]
 
 
 @functools.cache
@@ -88,18 +88,16 @@ def test_key_encoder_follows_the_online_encoder_by_ema():
   BatchNorm statistics are its own (they differ from the online ones after a step)."""
   m = 0.7
   states, _ = _one_device_run(momentum=m)
-  _assert_trees_equal(states[0].key_encoder['params'], states[0].params)
+  assert_trees_equal(states[0].key_encoder['params'], states[0].params)
   expected = states[0].params
   for state in states[1:]:
     expected = jax.tree.map(lambda k, q: m * k + (1 - m) * q, expected, state.params)
-    for x, y in zip(_leaves(state.key_encoder['params']), _leaves(expected), strict=True):
+    for x, y in zip(leaves(state.key_encoder['params']), leaves(expected), strict=True):
       np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
-  moved = [
-    np.abs(x - y).max() for x, y in zip(_leaves(states[2].params), _leaves(states[0].params))
-  ]
+  moved = [np.abs(x - y).max() for x, y in zip(leaves(states[2].params), leaves(states[0].params))]
   assert max(moved) > 1e-3  # the online encoder moved, so the EMA was tested
   key_stats, online_stats = (
-    _leaves(s) for s in (states[3].key_encoder['batch_stats'], states[3].batch_stats)
+    leaves(s) for s in (states[3].key_encoder['batch_stats'], states[3].batch_stats)
   )
   assert any(np.abs(x - y).max() > 1e-6 for x, y in zip(key_stats, online_stats))
 
@@ -157,7 +155,7 @@ def test_queue_holds_the_previous_batches_keys_without_momentum():
 
 def _assert_states_close(a, b, rtol=1e-4, atol=1e-5):
   for name in ('params', 'batch_stats', 'opt_state', 'key_encoder', 'metric_sums'):
-    for x, y in zip(_leaves(getattr(a, name)), _leaves(getattr(b, name)), strict=True):
+    for x, y in zip(leaves(getattr(a, name)), leaves(getattr(b, name)), strict=True):
       np.testing.assert_allclose(x, y, rtol=rtol, atol=atol, err_msg=name)
   np.testing.assert_array_equal(a.queue.labels, b.queue.labels)
   np.testing.assert_array_equal(a.queue.filled, b.queue.filled)
@@ -222,13 +220,13 @@ def test_sigterm_resume_restores_the_queue_and_key_encoder(tmp_path, monkeypatch
   assert expected in caplog.text
   workdir = str(tmp_path / 'run')
   with monkeypatch.context() as patch:
-    fired = _signal_at(patch, 'step', 4)
+    fired = signal_at(patch, 'step', 4)
     stopped = loop.train_and_evaluate(_run_config(), workdir)
   assert fired and stopped.preempted and int(stopped.state.step) == 4
   resumed = loop.train_and_evaluate(_run_config(), workdir)
   assert not resumed.preempted
   for name in ('params', 'opt_state', 'key_encoder', 'queue'):
-    _assert_trees_equal(getattr(resumed.state, name), getattr(reference.state, name))
+    assert_trees_equal(getattr(resumed.state, name), getattr(reference.state, name))
   assert resumed.state.queue.filled.all()
 
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from training_runs import assert_trees_equal
 
 from hscl_jax import models
 from hscl_jax import optimizers
@@ -98,23 +99,17 @@ def with_everything(tiny_config):
   return config, *_create(config, num_devices=4, probe_classes=NUM_CLASSES)
 
 
-def _assert_trees_equal(a, b):
-  assert jax.tree.structure(a) == jax.tree.structure(b)
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
 def test_the_initial_state_is_the_models_and_optimizers_from_the_seeds_keys(with_everything):
   config, state, model, optimizer, _ = with_everything
   init_key, augment_key = jax.random.split(jax.random.key(config.seed))
   variables = models.initialize(model, init_key, (8, 8, 3))
-  _assert_trees_equal(state.params, variables['params'])
-  _assert_trees_equal(state.batch_stats, variables['batch_stats'])
-  _assert_trees_equal(state.opt_state, optimizer.init(variables['params']))
-  _assert_trees_equal(jax.random.key_data(state.rng), jax.random.key_data(augment_key))
+  assert_trees_equal(state.params, variables['params'])
+  assert_trees_equal(state.batch_stats, variables['batch_stats'])
+  assert_trees_equal(state.opt_state, optimizer.init(variables['params']))
+  assert_trees_equal(jax.random.key_data(state.rng), jax.random.key_data(augment_key))
   assert int(state.step) == 0
   # θ_k starts at θ_q.
-  _assert_trees_equal(state.key_encoder, variables)
+  assert_trees_equal(state.key_encoder, variables)
 
 
 def test_the_initial_queue_holds_no_negative_and_no_class(with_everything):
@@ -153,7 +148,7 @@ def test_every_leaf_is_replicated_over_the_mesh(with_everything):
 def test_one_device_makes_the_same_state_as_four(with_everything):
   config, state, *_ = with_everything
   one, *_ = _create(config, num_devices=1, probe_classes=NUM_CLASSES)
-  _assert_trees_equal(
+  assert_trees_equal(
     state_lib.state_to_checkpoint(one), state_lib.state_to_checkpoint(jax.device_get(state))
   )
 
@@ -166,8 +161,8 @@ def test_the_checkpoint_form_is_plain_arrays_and_reads_back_the_same_state(with_
   back = state_lib.state_from_checkpoint(tree)
   assert isinstance(back.queue, negative_queue.Queue)
   assert jax.dtypes.issubdtype(back.rng.dtype, jax.dtypes.prng_key)
-  _assert_trees_equal(state_lib.state_to_checkpoint(back), tree)
-  _assert_trees_equal(jax.random.key_data(back.rng), jax.random.key_data(state.rng))
+  assert_trees_equal(state_lib.state_to_checkpoint(back), tree)
+  assert_trees_equal(jax.random.key_data(back.rng), jax.random.key_data(state.rng))
 
 
 def test_a_run_without_queue_key_encoder_or_probe_stores_none_of_them(tiny_config):
