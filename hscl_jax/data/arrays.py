@@ -143,9 +143,6 @@ class SubsetSource:
     return np.asarray(self._source.labels(), np.int32)[self._indices]
 
 
-# A progress line at most this often while a split is decoded into memory.
-
-
 def decoded_bytes(source) -> int:
   """Bytes of the whole split as uint8 arrays in memory."""
   return len(source) * int(np.prod(source.image_shape))

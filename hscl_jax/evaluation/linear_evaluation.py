@@ -39,7 +39,6 @@ from hscl_jax.rundir import atomic
 from hscl_jax.rundir import trained_run
 
 RESULT_FILE = 'linear_eval.json'
-# A progress line once this many seconds have passed since the last: none for a short loop.
 
 
 def check_num_epochs_flag(num_epochs: int | None) -> None:

@@ -40,7 +40,6 @@ from hscl_jax.training import loop
 from hscl_jax.training import preemption
 
 METHODS = methods.COMPARED_LABELS  # the paper labels of the table's compared rows, in its order
-LABELS = methods.LABELS  # every row's paper label in the table's order: a report's row order
 
 
 INSPECT_DIR = 'inspect'  # RUN/inspect: where the report looks for a run's inspect figures
@@ -145,7 +144,8 @@ def settings(config: ml_collections.ConfigDict, grids: set[str]) -> list[Setting
   if 'queue' in grids:
     queue = (('queue_size', queue_size_for(config)), ('queue_momentum', QUEUE_MOMENTUM))
     out += [Setting(s.method, s.overrides + queue) for s in out if methods.by_label(s.method).queue]
-  return sorted(out, key=lambda s: LABELS.index(s.method))  # stable: a queue run after its own
+  # The table's order; stable, so a queue run follows its own setting.
+  return sorted(out, key=lambda s: methods.LABELS.index(s.method))
 
 
 def run_config(base: ml_collections.ConfigDict, setting: Setting, seed: int, protocol=None):
@@ -262,9 +262,8 @@ def run_one(base, setting: Setting, seed: int, root: str, protocol: str, records
   try:
     trained = loop.train_and_evaluate(config, workdir)
     if trained.preempted:
-      raise preemption.Preempted(
-        trained.stop_signal
-      )  # the run saved its checkpoint: the grid stops too
+      # The run saved its checkpoint: the grid stops too.
+      raise preemption.Preempted(trained.stop_signal)
     # Evaluated under the run's lock, so two workers never evaluate the same run.
     with workdir_lock.WorkdirLock(workdir):
       result = linear_evaluation.linear_evaluate(config, workdir)

@@ -10,7 +10,6 @@ import numpy as np
 
 from hscl_jax.config import methods
 from hscl_jax.evaluation import figures
-from hscl_jax.experiments import grid
 from hscl_jax.experiments import paired
 from hscl_jax.rundir import atomic
 
@@ -37,7 +36,7 @@ def plot_report(summary, best, out_dir: str) -> list[str]:
 
   files = []
   fig, ax = plt.subplots(figsize=(6, 4))
-  for method in grid.LABELS:
+  for method in methods.LABELS:
     if method in best:
       ax.plot(*curves(summary[best[method]]['runs'], 'knn_top1'), label=best[method].label)
   ax.set(xlabel='epoch', ylabel='kNN top-1 (test)', title='kNN accuracy per epoch (Fig. 1)')

@@ -25,6 +25,7 @@ import ml_collections
 import numpy as np
 
 from hscl_jax import data
+from hscl_jax.config import methods
 from hscl_jax.evaluation import inspection
 from hscl_jax.evaluation import knn
 from hscl_jax.experiments import grid
@@ -108,7 +109,7 @@ def speed_table(summary, best) -> list[str]:
     '| Method | setting | first epoch reaching it |',
     '|---|---|---|',
   ]
-  for method in grid.LABELS:
+  for method in methods.LABELS:
     if method in best:
       epoch = first_epoch_reaching(summary[best[method]]['runs'], target)
       cell = 'not reached' if epoch is None else f'{epoch} of {num_epochs}'
@@ -172,7 +173,7 @@ def inspect_links(root: str, best, seed: int, out_dir: str) -> list[str]:
   rows = []
   figures = [f for f in inspection.FILES if f.endswith('.png')]
   complete = lambda folder: all(os.path.isfile(os.path.join(folder, f)) for f in figures)
-  for method in grid.LABELS:
+  for method in methods.LABELS:
     if method not in best:
       continue
     folder = os.path.join(out_dir, grid.INSPECT_DIR, f'{best[method].slug}_seed{seed}')
@@ -234,7 +235,7 @@ def markdown_report(
     f'| Method | setting | {dataset} linear top-1 | linear top-5 | kNN top-1 (last epoch) |',
     '|---|---|---|---|---|',
   ]
-  for method in grid.LABELS:
+  for method in methods.LABELS:
     if method in best:
       stats = summary[best[method]]
       lines.append(
@@ -246,7 +247,7 @@ def markdown_report(
       f'| raw pixels | weighted kNN, k={config.knn.k} | — | — | {100 * raw["top1"]:.2f} |'
     )
   ranking = _ranking(
-    [m for m in grid.LABELS if m in best], lambda m: np.mean(summary[best[m]]['top1'])
+    [m for m in methods.LABELS if m in best], lambda m: np.mean(summary[best[m]]['top1'])
   )
   lines += ['', f'Ranking by mean linear top-1: {ranking}.', '']
   lines += paired_table(summary, best, grid.report_pairs(grids))

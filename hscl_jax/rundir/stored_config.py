@@ -75,12 +75,8 @@ def as_resumed(workdir: str, config: ml_collections.ConfigDict) -> ml_collection
   if not held and keep_best is None:
     return config
   config = copy.deepcopy(config)
+  config.update_from_flattened_dict(held)
   for field, value in held.items():
-    *sections, leaf = field.split('.')
-    node = config
-    for section in sections:
-      node = node[section]
-    node[leaf] = value
     logging.info(
       'The run in %s was stored without config.%s: it continues with %s=%r.',
       workdir,
