@@ -133,7 +133,7 @@ def tsne_map(embedded, path: str, title: str, seed: int) -> None:
   ax.set_xticks([])
   ax.set_yticks([])
   ax.legend(loc='center left', bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
-  _save(fig, path)
+  save(fig, path)
 
 
 def _show(ax, image: np.ndarray, title: str, frame: Colour | None) -> None:
@@ -178,7 +178,7 @@ def nearest_neighbours(embedded, queries: np.ndarray, k: int, path: str) -> None
     f"backbone features)\n{OTHER_CLASS.name} frame: another class than the query's",
     fontsize=PANEL_FONT + 1,
   )
-  _save(fig, path, rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
+  save(fig, path, rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
 
 
 def hardest_negatives(
@@ -238,7 +238,7 @@ def hardest_negatives(
     f"{SAME_CLASS.name} frame: the anchor's class (a false negative)",
     fontsize=PANEL_FONT + 1,
   )
-  _save(fig, path, rect=(0, 0, 1, 1 - 0.7 / fig.get_figheight()))
+  save(fig, path, rect=(0, 0, 1, 1 - 0.7 / fig.get_figheight()))
 
 
 def _empty(ax, note: bool) -> None:
@@ -252,7 +252,9 @@ def _empty(ax, note: bool) -> None:
     text.set_in_layout(False)
 
 
-def _save(fig, path: str, rect=(0, 0, 1, 1)) -> None:
+def save(fig, path: str, rect=(0, 0, 1, 1)) -> None:
+  """`fig` laid out, written atomically at the figures' DPI, and closed (pyplot keeps every
+  open figure until it is)."""
   fig.tight_layout(rect=rect)
   atomic.write_figure(path, fig, dpi=DPI)
   pyplot().close(fig)

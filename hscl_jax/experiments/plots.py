@@ -11,7 +11,6 @@ import numpy as np
 from hscl_jax.config import methods
 from hscl_jax.evaluation import figures
 from hscl_jax.experiments import paired
-from hscl_jax.rundir import atomic
 
 FOUR_LOSSES = ('loss_ucl', 'loss_hucl', 'loss_scl', 'loss_hscl')
 PAIRS_PLOT_FILE = 'paired_differences.png'
@@ -100,13 +99,9 @@ def plot_pairs(points, out_dir: str) -> str:
     ax.set(xscale='log', xlabel='same-class samples per anchor per batch (measured)')
     ax.set(ylabel=f'paired Δ {name} (points)', title=f'Paired differences, {name}')
     ax.legend(fontsize=7)
-  fig.tight_layout()
-  atomic.write_figure(os.path.join(out_dir, PAIRS_PLOT_FILE), fig, dpi=110)
-  plt.close(fig)
-  return PAIRS_PLOT_FILE
+  return _save(fig, out_dir, PAIRS_PLOT_FILE)
 
 
 def _save(fig, out_dir, name):
-  fig.tight_layout()
-  atomic.write_figure(os.path.join(out_dir, name), fig, dpi=110)
+  figures.save(fig, os.path.join(out_dir, name))
   return name

@@ -61,15 +61,15 @@ def drawn_without_warnings():
 
 @pytest.fixture
 def saved(monkeypatch):
-  """Every figure handed to `_save`, kept after it is written and closed."""
+  """Every figure handed to `save`, kept after it is written and closed."""
   kept = []
-  original = figures._save
+  original = figures.save
 
   def keep(fig, path, **kwargs):
     kept.append(fig)
     original(fig, path, **kwargs)
 
-  monkeypatch.setattr(figures, '_save', keep)
+  monkeypatch.setattr(figures, 'save', keep)
   return kept
 
 
