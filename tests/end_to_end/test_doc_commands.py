@@ -15,9 +15,12 @@ checked for its flags only, a placeholder config path is not loaded.
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
 import re
 import shlex
+import shutil
+import subprocess
 import sys
 
 from absl import flags
@@ -210,3 +213,63 @@ def test_documented_override_parses(where, override, monkeypatch):
     assert any(
       _parses(config, f'{name}={choice}') for config in ('configs/default.py', 'configs/graphs.py')
     ), f'{where}: {override} names no field of configs/default.py or configs/graphs.py'
+
+
+# The unzipped tiny-imagenet-200 folder (the official zip's; ../shared/data/tiny_imagenet/
+# holds it): the committed Tiny-ImageNet reports read its listing for their subset.
+TINY_IMAGENET = os.environ.get('HSCL_TINY_IMAGENET_DIR', '')
+_TINY_IMAGENET_FOLDER = 'DIR/tiny-imagenet-200'
+
+
+def documented_tiny_imagenet_reports() -> list[list[str]]:
+  """The arguments of each comparison configs/tiny_imagenet.py documents that writes a
+  committed report (`--report_dir=docs/results/...`)."""
+  return [
+    words
+    for where, module, words in documented_commands()
+    if where == 'configs/tiny_imagenet.py'
+    and module == 'hscl_jax.experiments.compare'
+    and any(w.startswith('--report_dir=docs/results/') for w in words)
+    and any(_TINY_IMAGENET_FOLDER in w for w in words)
+  ]
+
+
+def _report_dir(words: list[str]) -> str:
+  return next(w.split('=', 1)[1] for w in words if w.startswith('--report_dir='))
+
+
+def test_the_committed_tiny_imagenet_reports_have_documented_commands():
+  dirs = {_report_dir(words) for words in documented_tiny_imagenet_reports()}
+  assert {
+    'docs/results/tiny_imagenet',
+    'docs/results/tiny_imagenet_density/m4_e9',
+    'docs/results/tiny_imagenet_sigmoid',
+  } <= dirs
+
+
+@pytest.mark.skipif(
+  not os.path.isdir(os.path.join(TINY_IMAGENET, 'train')),
+  reason='set HSCL_TINY_IMAGENET_DIR to an unzipped tiny-imagenet-200 to regenerate the '
+  'committed Tiny-ImageNet reports from their run records',
+)
+@pytest.mark.parametrize('words', documented_tiny_imagenet_reports(), ids=_report_dir)
+def test_a_committed_tiny_imagenet_report_regenerates_from_its_run_records(words, tmp_path):
+  """The documented command, on a copy of docs/results/ and an empty workdir (nothing
+  trains: `--report_only` where it trains), writes the committed report.md word for word."""
+  shutil.copytree(REPO / 'docs' / 'results', tmp_path / 'docs' / 'results')
+  shutil.copytree(REPO / 'configs', tmp_path / 'configs')
+  words = [w.replace(_TINY_IMAGENET_FOLDER, TINY_IMAGENET) for w in words]
+  words = [f'--workdir={tmp_path / "empty"}' if w.startswith('--workdir=') else w for w in words]
+  if any(w.startswith('--workdir=') for w in words):
+    words.append('--report_only')
+  env = {**os.environ, 'PYTHONPATH': str(REPO)}
+  subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.experiments.compare', *words],
+    cwd=tmp_path,
+    env=env,
+    check=True,
+    capture_output=True,
+    timeout=600,
+  )
+  report = pathlib.Path(_report_dir(words), 'report.md')
+  assert (tmp_path / report).read_text() == (REPO / report).read_text()
