@@ -248,7 +248,7 @@ def test_the_committed_tiny_imagenet_reports_have_documented_commands():
 
 
 @pytest.mark.skipif(
-  not os.path.isdir(os.path.join(TINY_IMAGENET, 'train')),
+  not (TINY_IMAGENET and os.path.isdir(os.path.join(TINY_IMAGENET, 'train'))),
   reason='set HSCL_TINY_IMAGENET_DIR to an unzipped tiny-imagenet-200 to regenerate the '
   'committed Tiny-ImageNet reports from their run records',
 )
