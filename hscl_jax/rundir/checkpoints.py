@@ -93,7 +93,8 @@ def restore_subtree(workdir: str, step: int, target: Any) -> Any:
   restore_args = jax.tree.map(
     lambda x: ocp.ArrayRestoreArgs(sharding=sharding, global_shape=x.shape, dtype=x.dtype), target
   )
-  path = directory(workdir) / str(step) / STATE
+  # Orbax reads absolute paths only: a workdir given relative to the current folder is one.
+  path = directory(workdir).absolute() / str(step) / STATE
   try:
     with ocp.PyTreeCheckpointer() as checkpointer:
       restored = checkpointer.restore(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import pathlib
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -193,3 +194,14 @@ def test_wiring_finished_steps_in_increasing_order(tmp_path):
   for name in ('10', '3', '7', '12.orbax-checkpoint-tmp', 'other'):
     (pathlib.Path(str(directory)) / name).mkdir(parents=True)
   assert checkpoints.finished_steps(str(tmp_path)) == [3, 7, 10]
+
+
+def test_part_of_a_state_restores_from_a_workdir_given_relative_to_the_current_folder(
+  tmp_path, monkeypatch
+):
+  """`--workdir=run` (as a user types it) reads the same entries as the absolute path."""
+  _saved(tmp_path / 'run', [5, 7])
+  monkeypatch.chdir(tmp_path)
+  target = {'w': jax.ShapeDtypeStruct((3,), jnp.float32)}
+  restored = checkpoints.restore_subtree('run', 7, target)
+  np.testing.assert_array_equal(restored['w'], np.full((3,), 7.0, np.float32))
