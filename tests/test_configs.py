@@ -92,6 +92,15 @@ def test_digits_gives_several_per_step_rows_an_epoch():
     assert len(rows) >= 3, (epoch, rows)
 
 
+def test_digits_knn_votes_with_fewer_neighbours_than_a_class_has_in_the_bank():
+  """A neighbourhood of one class only is possible: with k above the smallest class, every
+  vote counts other classes' images whatever the features (raw pixels read as learned ones)."""
+  config = digits.get_config()
+  bank, _ = data.run_sources(config)
+  smallest = np.bincount(bank.labels()).min()
+  assert config.knn.k < smallest, (config.knn.k, smallest)
+
+
 @pytest.mark.filterwarnings(_LOAD_MODULE_WARNING)
 def test_command_line_overrides():
   config = _parse(
