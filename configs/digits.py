@@ -1,8 +1,8 @@
 """CPU default: scikit-learn's 8x8 digits, a small CNN, H-SCL(beta=1); a few minutes on 2 cores.
 
-The kNN monitor votes with k = 20 neighbours: a class has about 144 images in the bank, so
-the paper's k = 200 (4 % of a CIFAR-10 class) would make every vote count at least 56
-neighbours of other classes, and raw pixels, UCL and Sig-UCL would all read 0.89-0.91
+The kNN monitor votes with k = 20 neighbours: a class has 139 to 146 images in the bank, so
+the paper's k = 200 (4 % of a CIFAR-10 class) would make every vote count at least 54
+images of other classes, and raw pixels, UCL and Sig-UCL would all read 0.89-0.91
 (docs/method.md). Raw pixels reach 0.96 with k = 20; the learned features should beat that.
 The augmentations are milder than SimCLR's: at 8x8 a
 crop below ~30% of the area leaves a few pixels, the images are grey (no hue, saturation,

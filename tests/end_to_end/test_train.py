@@ -54,6 +54,7 @@ from hscl_jax import optimizers  # noqa: E402,E501
 from hscl_jax import parallel  # noqa: E402,E501
 from hscl_jax import progress  # noqa: E402,E501
 from hscl_jax.config import choices  # noqa: E402
+from hscl_jax.config import methods  # noqa: E402
 from hscl_jax.data import augment  # noqa: E402,E501
 from hscl_jax.rundir import checkpoints  # noqa: E402,E501
 from hscl_jax.rundir import layout  # noqa: E402
@@ -608,12 +609,17 @@ def test_a_second_ctrl_c_stops_at_once_without_saving(tmp_path, monkeypatch, fir
     assert _checkpoint_steps(workdir) == [3]
 
 
-def test_a_sigmoid_run_resumes_after_a_sigterm_to_the_uninterrupted_run(tmp_path, monkeypatch):
-  """Sig-SCL through the methods table alone: stopped by a SIGTERM mid-epoch 2, then
-  resumed, its log t and b (with their optimizer state), parameters, records and per-step
-  rows equal an uninterrupted run's; t and b are logged per epoch and per logging step."""
+@pytest.mark.parametrize(
+  'row', [row for row in methods.ROWS if row.family == 'sigmoid'], ids=lambda row: row.slug
+)
+def test_a_sigmoid_run_resumes_after_a_sigterm_to_the_uninterrupted_run(row, tmp_path, monkeypatch):
+  """Each sigmoid row through the methods table alone: stopped by a SIGTERM mid-epoch 2,
+  then resumed, its log t and b (with their optimizer state), parameters, records and
+  per-step rows equal an uninterrupted run's; t and b are logged per epoch and per logging
+  step."""
   config = tiny_config()
-  config.method, config.knn.every_epochs = 'sigmoid_scl', 0
+  config.method, config.knn.every_epochs = row.name, 0
+  config.update_from_flattened_dict(dict(row.selects))
   reference = loop.train_and_evaluate(config, str(tmp_path / 'reference'))
   with monkeypatch.context() as patch:
     fired = signal_at(patch, 'step', 4)
