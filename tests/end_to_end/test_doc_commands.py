@@ -215,6 +215,66 @@ def test_documented_override_parses(where, override, monkeypatch):
     ), f'{where}: {override} names no field of configs/default.py or configs/graphs.py'
 
 
+def documented_reports(config_file: str, where: str) -> list[list[str]]:
+  """The arguments of each comparison of `config_file` documented in the files under `where`
+  (a path in the repository) that writes a committed report (`--report_dir=docs/results/...`),
+  the first command found for each report."""
+  commands = {}
+  for found_in, module, words in documented_commands():
+    if (
+      module == 'hscl_jax.experiments.compare'
+      and f'--config={config_file}' in words
+      and any(w.startswith('--report_dir=docs/results/') for w in words)
+      and found_in.startswith(where)
+    ):
+      commands.setdefault(_report_dir(words), words)
+  return list(commands.values())
+
+
+def _report_dir(words: list[str]) -> str:
+  return next(w.split('=', 1)[1] for w in words if w.startswith('--report_dir='))
+
+
+def _regenerated_report(words: list[str], tmp_path: pathlib.Path) -> str:
+  """report.md as the documented command writes it on a copy of docs/results/, with an
+  empty workdir and `--report_only` (nothing trains; a sweep ignores both)."""
+  shutil.copytree(REPO / 'docs' / 'results', tmp_path / 'docs' / 'results')
+  shutil.copytree(REPO / 'configs', tmp_path / 'configs')
+  words = [w for w in words if not w.startswith(('--workdir=', '--report_only'))]
+  words += [f'--workdir={tmp_path / "empty"}', '--report_only']
+  env = {**os.environ, 'PYTHONPATH': str(REPO)}
+  subprocess.run(
+    [sys.executable, '-m', 'hscl_jax.experiments.compare', *words],
+    cwd=tmp_path,
+    env=env,
+    check=True,
+    capture_output=True,
+    timeout=600,
+  )
+  return (tmp_path / _report_dir(words) / 'report.md').read_text()
+
+
+def documented_digits_reports() -> list[list[str]]:
+  """The comparisons of configs/digits.py the readings in docs/results/ document."""
+  return documented_reports('configs/digits.py', 'docs/results/')
+
+
+def test_the_committed_digits_reports_have_documented_commands():
+  assert {_report_dir(words) for words in documented_digits_reports()} == {
+    'docs/results/digits',
+    'docs/results/digits_sigmoid',
+    'docs/results/digits_grid',
+  }
+
+
+@pytest.mark.parametrize('words', documented_digits_reports(), ids=_report_dir)
+def test_a_committed_digits_report_regenerates_from_its_run_records(words, tmp_path):
+  """The documented command writes the committed report.md word for word from the records
+  committed beside it (digits is embedded: no data to fetch)."""
+  report = pathlib.Path(_report_dir(words), 'report.md')
+  assert _regenerated_report(words, tmp_path) == (REPO / report).read_text()
+
+
 # The unzipped tiny-imagenet-200 folder (the official zip's; ../shared/data/tiny_imagenet/
 # holds it): the committed Tiny-ImageNet reports read its listing for their subset.
 TINY_IMAGENET = os.environ.get('HSCL_TINY_IMAGENET_DIR', '')
@@ -222,20 +282,12 @@ _TINY_IMAGENET_FOLDER = 'DIR/tiny-imagenet-200'
 
 
 def documented_tiny_imagenet_reports() -> list[list[str]]:
-  """The arguments of each comparison configs/tiny_imagenet.py documents that writes a
-  committed report (`--report_dir=docs/results/...`)."""
+  """configs/tiny_imagenet.py's documented comparisons that write a committed report."""
   return [
     words
-    for where, module, words in documented_commands()
-    if where == 'configs/tiny_imagenet.py'
-    and module == 'hscl_jax.experiments.compare'
-    and any(w.startswith('--report_dir=docs/results/') for w in words)
-    and any(_TINY_IMAGENET_FOLDER in w for w in words)
+    for words in documented_reports('configs/tiny_imagenet.py:cpu', 'configs/tiny_imagenet.py')
+    if any(_TINY_IMAGENET_FOLDER in w for w in words)
   ]
-
-
-def _report_dir(words: list[str]) -> str:
-  return next(w.split('=', 1)[1] for w in words if w.startswith('--report_dir='))
 
 
 def test_the_committed_tiny_imagenet_reports_have_documented_commands():
@@ -254,22 +306,8 @@ def test_the_committed_tiny_imagenet_reports_have_documented_commands():
 )
 @pytest.mark.parametrize('words', documented_tiny_imagenet_reports(), ids=_report_dir)
 def test_a_committed_tiny_imagenet_report_regenerates_from_its_run_records(words, tmp_path):
-  """The documented command, on a copy of docs/results/ and an empty workdir (nothing
-  trains: `--report_only` where it trains), writes the committed report.md word for word."""
-  shutil.copytree(REPO / 'docs' / 'results', tmp_path / 'docs' / 'results')
-  shutil.copytree(REPO / 'configs', tmp_path / 'configs')
+  """The documented command writes the committed report.md word for word from its records
+  (the data's listing read for the subset)."""
   words = [w.replace(_TINY_IMAGENET_FOLDER, TINY_IMAGENET) for w in words]
-  words = [f'--workdir={tmp_path / "empty"}' if w.startswith('--workdir=') else w for w in words]
-  if any(w.startswith('--workdir=') for w in words):
-    words.append('--report_only')
-  env = {**os.environ, 'PYTHONPATH': str(REPO)}
-  subprocess.run(
-    [sys.executable, '-m', 'hscl_jax.experiments.compare', *words],
-    cwd=tmp_path,
-    env=env,
-    check=True,
-    capture_output=True,
-    timeout=600,
-  )
   report = pathlib.Path(_report_dir(words), 'report.md')
-  assert (tmp_path / report).read_text() == (REPO / report).read_text()
+  assert _regenerated_report(words, tmp_path) == (REPO / report).read_text()
