@@ -140,6 +140,12 @@ def how_to_read(tests: Sequence[PairedTest]) -> str:
   sizes = sorted({t.n for t in tests})
   floors = ', '.join(f'{smallest_sign_p(n):.3g} at n = {n}' for n in sizes)
   family = sum(not math.isnan(t.t_p) for t in tests)
+  if not family:  # one seed a pair: no spread to test against
+    return (
+      'How to read the differences: each pair has one seed, which allows no test (the '
+      't-test needs two, and the sign test cannot go below 1 at n = 1), so every '
+      'difference here is only a direction.'
+    )
   return (
     'How to read the tests: p (t) is the paired t-test over the seeds (two-sided) and the '
     '95 % CI its t interval of the mean difference; p (sign) is the exact two-sided sign test '

@@ -147,6 +147,8 @@ def test_table_lines_adjust_over_every_row_and_format_points():
   text = significance.how_to_read(tests)
   assert 'cannot go below 1 at n = 1, 0.5 at n = 2, 0.25 at n = 3,' in text
   assert 'over the 2 t-tests of this report' in text
+  one_seed = significance.how_to_read(significance.tests_of([[0.01], [-0.02]]))
+  assert 'allows no test' in one_seed and 'Holm' not in one_seed
   assert significance.cells(significance.paired_test([0.001, 0.00101, 0.00099])).endswith(
     f'| {expected([0.001, 0.00101, 0.00099])[4]:.3g} | 0.25 | —'
   )
