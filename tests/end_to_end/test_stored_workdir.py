@@ -36,6 +36,7 @@ RESUME = [
   '--config.optimizer.name=sgd',
   '--config.optimizer.learning_rate=0.1',
   '--config.optimizer.momentum=0.9',
+  '--config.knn.k=200',  # configs/digits.py's value when the workdir was written
 ]
 TIMINGS = ('epoch_time', 'images_per_second', 'samples_per_second', 'knn_time', 'seconds', 'time')
 
