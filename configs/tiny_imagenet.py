@@ -67,12 +67,13 @@ m4_e9's report); a larger --seeds takes more seeds of every row, paired where bo
         --report_dir=docs/results/tiny_imagenet_sigmoid
 
 Sig-H-SCL(beta) at beta = 0.2, the softmax runs' tilt (e^{2s} at temperature 0.5, where
-the sigmoid's g = t*s has t near 10), seeds 0-1, alone (a record is reused only at the
-config's beta, so Sig-SCL's beta = 1 records do not pair here; the reading pairs them):
+the sigmoid's g = t*s has t near 10), seeds 0-2, alone (a record is reused only at the
+config's beta, which the diagnostics every run records read, so Sig-SCL's beta = 1 records
+do not pair here; the reading pairs them):
 
     python -m hscl_jax.experiments.compare --config=configs/tiny_imagenet.py:cpu \
         --config.folder=DIR/tiny-imagenet-200 --config.samples_per_class=4 \
-        --config.num_epochs=9 --config.beta=0.2 --grid=sigmoid --seeds=2 \
+        --config.num_epochs=9 --config.beta=0.2 --grid=sigmoid --seeds=3 \
         --seeds_for=ucl=0,hucl=0,scl=0,hscl_beta=0,hscl_tau=0,sig_scl=0 \
         --workdir=ROOT_SIG --records=docs/results/tiny_imagenet_density/m4_e9 \
         --report_dir=docs/results/tiny_imagenet_sigmoid/beta0.2
