@@ -10,6 +10,10 @@ field's type cannot take, e.g. `--config.train_examples=None` for an int, fails 
 would for a user), and the result passes the schema's validation. Placeholders (`DIR`,
 `<name>`, `...`, `[optional]` brackets) are read as such: an elided command (`...`) is
 checked for its flags only, a placeholder config path is not loaded.
+
+A documented comparison that writes a committed report (`--report_dir=docs/results/...`)
+rewrites it word for word from the run records committed with it: the digits reports
+always, the Tiny-ImageNet ones where HSCL_TINY_IMAGENET_DIR names the data.
 """
 
 from __future__ import annotations
