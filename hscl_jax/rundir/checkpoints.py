@@ -51,8 +51,9 @@ class RestoreError(RuntimeError):
 
 
 def directory(workdir: str) -> epath.Path:
-  """DIR/checkpoints: where the run in `workdir` keeps its checkpoints."""
-  return epath.Path(workdir) / layout.CHECKPOINT_DIR
+  """DIR/checkpoints: where the run in `workdir` keeps its checkpoints, absolute (Orbax reads
+  and writes absolute paths only; a workdir may be given relative to the current folder)."""
+  return epath.Path(workdir).absolute() / layout.CHECKPOINT_DIR
 
 
 def finished_steps(workdir: str) -> list[int]:
@@ -93,8 +94,7 @@ def restore_subtree(workdir: str, step: int, target: Any) -> Any:
   restore_args = jax.tree.map(
     lambda x: ocp.ArrayRestoreArgs(sharding=sharding, global_shape=x.shape, dtype=x.dtype), target
   )
-  # Orbax reads absolute paths only: a workdir given relative to the current folder is one.
-  path = directory(workdir).absolute() / str(step) / STATE
+  path = directory(workdir) / str(step) / STATE
   try:
     with ocp.PyTreeCheckpointer() as checkpointer:
       restored = checkpointer.restore(
@@ -238,8 +238,7 @@ def best_checkpoint(workdir: str) -> Best | None:
   if not steps:
     return None
   manager = ocp.CheckpointManager(
-    directory(workdir).absolute(),
-    options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0),
+    directory(workdir), options=ocp.CheckpointManagerOptions(create=False, save_interval_steps=0)
   )
   try:
     entries = {step: manager.metrics(step) for step in steps}
@@ -283,7 +282,7 @@ class Checkpointer:
         )
       )
     self._manager = ocp.CheckpointManager(
-      directory(workdir).absolute(),
+      directory(workdir),
       options=ocp.CheckpointManagerOptions(
         preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
         # Orbax writes and reads back the 'metrics' item only where best_fn is set.

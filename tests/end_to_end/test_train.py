@@ -618,8 +618,8 @@ def test_a_sigmoid_run_resumes_after_a_sigterm_to_the_uninterrupted_run(row, tmp
   per-step rows equal an uninterrupted run's; t and b are logged per epoch and per logging
   step."""
   config = tiny_config()
-  config.method, config.knn.every_epochs = row.name, 0
-  config.update_from_flattened_dict(dict(row.selects))
+  config.knn.every_epochs = 0
+  config.update_from_flattened_dict(dict(row.overrides))
   reference = loop.train_and_evaluate(config, str(tmp_path / 'reference'))
   with monkeypatch.context() as patch:
     fired = signal_at(patch, 'step', 4)
